@@ -1,0 +1,47 @@
+"""Which accelerator this process runs on, and the versions that matter for reading a figure."""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+# The Pallas backend a kernel compiles through on each platform. On the CPU there is no
+# compiler for Pallas: kernels run in interpret mode, and results are stored as such.
+BACKENDS = {"cpu": "interpret", "tpu": "mosaic_tpu", "gpu": "triton"}
+
+
+@dataclass(frozen=True)
+class DeviceInfo:
+    platform: str  # "cpu", "tpu" or "gpu"
+    device_kind: str  # e.g. "cpu", "TPU v5 lite", "NVIDIA H100 80GB HBM3"
+    backend: str  # "interpret", "mosaic_tpu", "triton"
+    jax_version: str
+    jaxlib_version: str
+    runtime_version: str  # the platform's runtime/driver as jax reports it, "" if unknown
+
+    @property
+    def interpret(self) -> bool:
+        """True where Pallas kernels can only run in interpret mode."""
+        return self.platform == "cpu"
+
+
+@functools.cache
+def current_device() -> DeviceInfo:
+    """The first local device of the default backend (cached: it cannot change in a process)."""
+    import jax
+    import jaxlib
+
+    device = jax.devices()[0]
+    platform = "gpu" if device.platform in ("gpu", "cuda", "rocm") else device.platform
+    try:
+        runtime = str(device.client.platform_version)
+    except Exception:  # not every client reports one
+        runtime = ""
+    return DeviceInfo(
+        platform=platform,
+        device_kind=str(device.device_kind),
+        backend=BACKENDS.get(platform, platform),
+        jax_version=jax.__version__,
+        jaxlib_version=jaxlib.__version__,
+        runtime_version=runtime,
+    )

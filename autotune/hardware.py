@@ -1,0 +1,75 @@
+"""Hardware facts that constraints use to rule candidates out before anything compiles.
+
+Sources: JAX's `jax/_src/tpu_info.py` and the vendors' datasheets (see shared PALLAS_FACTS).
+"""
+
+from __future__ import annotations
+
+KiB = 1024
+MiB = 1024 * KiB
+
+# TPU blocks: the last two dimensions must be divisible by (8, 128), or equal the array's.
+TPU_SUBLANES = 8
+TPU_LANES = 128
+# VMEM per core by generation (a device_kind substring -> bytes); the compiler's default
+# scoped limit is lower, so candidates are held to TPU_SCOPED_VMEM unless a kernel raises it.
+TPU_VMEM = {
+    "v2": 16 * MiB,
+    "v3": 16 * MiB,
+    "v4": 16 * MiB,
+    "v5 lite": 128 * MiB,
+    "v5e": 128 * MiB,
+    "v6": 128 * MiB,
+    "v5p": 64 * MiB,
+    "v5": 64 * MiB,
+    "v7": 64 * MiB,
+}
+TPU_SCOPED_VMEM = 16 * MiB
+
+# NVIDIA shared memory per thread block (opt-in maximum), by a device_kind substring.
+GPU_SMEM = {
+    "H200": 227 * KiB,
+    "H100": 227 * KiB,
+    "A100": 163 * KiB,
+    "L4": 99 * KiB,
+    "A10": 99 * KiB,
+}
+GPU_SMEM_DEFAULT = 99 * KiB  # a conservative figure for GPUs not in the table
+GPU_MAX_WARPS = 32  # 1024 threads per block
+
+
+def tpu_vmem_bytes(device_kind: str) -> int:
+    """The VMEM a kernel may use on this TPU (the default scoped limit, capped by capacity)."""
+    kind = device_kind.lower()
+    for name, size in TPU_VMEM.items():
+        if name in kind:
+            return min(size, TPU_SCOPED_VMEM)
+    return TPU_SCOPED_VMEM
+
+
+def gpu_smem_bytes(device_kind: str) -> int:
+    for name, size in GPU_SMEM.items():
+        if name in device_kind:
+            return size
+    return GPU_SMEM_DEFAULT
+
+
+def tpu_block_ok(block: tuple[int, ...], array: tuple[int, ...]) -> bool:
+    """The TPU rule for a block of a rank >= 2 array: last two dims divisible by (8, 128),
+    or equal to the array's dims."""
+    if len(block) < 2:
+        return tpu_block_1d_ok(block[0], array[0], 32)
+    (b0, b1), (a0, a1) = block[-2:], array[-2:]
+    return (b0 % TPU_SUBLANES == 0 or b0 == a0) and (b1 % TPU_LANES == 0 or b1 == a1)
+
+
+def tpu_block_1d_ok(block: int, dim: int, bitwidth: int) -> bool:
+    """Rank-1 blocks: equal to the array, a multiple of 1024, or a power of two of at least
+    128 * (32 / bitwidth) (JAX's Pallas TPU docs)."""
+    if block == dim or block % 1024 == 0:
+        return True
+    return block & (block - 1) == 0 and block >= TPU_LANES * (32 // bitwidth)
+
+
+def is_pow2(n: int) -> bool:
+    return n > 0 and n & (n - 1) == 0
