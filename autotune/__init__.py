@@ -1,0 +1,37 @@
+"""pallas-autotune: find, verify, store and serve the best block sizes for Pallas kernels.
+
+The runtime surface (``autotuned``, ``register``, ``configure``) is cheap to import; ``tune`` and
+``TuningDB`` load the tuner (Optuna) and the database layer (SQLAlchemy) on first use.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from autotune.errors import AutotuneError, DatabaseError, KernelError, SignatureError, SpaceError
+from autotune.runtime import AutotunedKernel, autotuned, configure, register
+
+__all__ = [
+    "AutotuneError",
+    "AutotunedKernel",
+    "DatabaseError",
+    "KernelError",
+    "SignatureError",
+    "SpaceError",
+    "TuneResult",
+    "TuningDB",
+    "autotuned",
+    "configure",
+    "register",
+    "tune",
+]
+
+_LAZY = {"tune": "autotune.tuner", "TuneResult": "autotune.tuner", "TuningDB": "autotune.db"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'autotune' has no attribute {name!r}")

@@ -1,0 +1,268 @@
+"""KernelSpec (what a tunable kernel declares) and the registry of kernels by name."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import inspect
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from autotune.device import DeviceInfo
+from autotune.errors import KernelError, SpaceError
+from autotune.signature import ArgSpec, Signature, TuningKey, dtype_name, is_array, static_value
+from autotune.space import (
+    Constraint,
+    Param,
+    Space,
+    load_space_file,
+    resolve_space_path,
+    space_from_dict,
+)
+
+# The kernels shipped with pallas-autotune register themselves when this package is imported.
+SHIPPED_KERNELS_PACKAGE = "kernels"
+
+# name -> AutotunedKernel (the runtime's wrapper; typed Any to keep this module below runtime)
+_REGISTRY: dict[str, Any] = {}
+
+
+@dataclass(frozen=True, eq=False)
+class KernelSpec:
+    """A tunable kernel: its function, search spaces, defaults, reference and version."""
+
+    name: str
+    fn: Callable
+    spaces: Mapping[str, tuple[Param, ...]]  # per platform
+    constraints: tuple[Constraint, ...]
+    defaults: Mapping[str, Any]  # the default configuration (every tunable parameter)
+    reference: Callable | None
+    version: str
+    bind: Callable[[dict[str, Any]], dict[str, Any]] | None  # flat config -> kernel kwargs
+    bound_names: frozenset[str]  # the kernel's parameters that the config fills
+    takes_interpret: bool
+
+    @property
+    def tunables(self) -> frozenset[str]:
+        """Every tunable parameter name on any platform (callers may pass these to override)."""
+        return frozenset(self.defaults)
+
+    def space(self, platform: str) -> Space:
+        return Space(self.spaces[platform], self.constraints)
+
+    def kernel_kwargs(self, config: Mapping[str, Any]) -> dict[str, Any]:
+        """What to pass to the kernel function for a config (mapped through `bind` if given)."""
+        return self.bind(dict(config)) if self.bind else dict(config)
+
+    def default_config(self, sig: Signature) -> dict[str, Any]:
+        """The defaults, adapted to the call: if they break a constraint for this shape, the
+        valid candidate nearest to them (ties: the first in the space's order)."""
+        space = self.space(sig.platform)
+        defaults = {n: self.defaults[n] for n in space.names}
+        if space.is_valid(defaults, sig):
+            return defaults
+        best, best_d = None, math.inf
+        for config in space.all_configs():
+            d = config_distance(config, defaults)
+            if d < best_d and space.is_valid(config, sig):
+                best, best_d = config, d
+        return best if best is not None else defaults
+
+    def signature(
+        self, args: Sequence[Any], kwargs: Mapping[str, Any], device: DeviceInfo
+    ) -> Signature:
+        """Bind a call's arguments: arrays form the argument signature, the rest static args."""
+        try:
+            bound = inspect.signature(self.fn).bind_partial(*args, **kwargs)
+        except TypeError as e:
+            raise KernelError(f"{self.name}: bad arguments: {e}") from None
+        bound.apply_defaults()
+        arrays, static = [], {}
+        for name, value in bound.arguments.items():
+            if name in self.bound_names or name == "interpret":
+                continue
+            if is_array(value):
+                arrays.append(ArgSpec(tuple(int(d) for d in value.shape), dtype_name(value.dtype)))
+            elif isinstance(value, dict) and name in _var_keyword(self.fn):
+                static.update({k: static_value(k, v) for k, v in value.items()})
+            else:
+                static[name] = static_value(name, value)
+        return Signature(tuple(arrays), static, device.platform, device.device_kind)
+
+    def key(self, sig: Signature, device: DeviceInfo) -> TuningKey:
+        return TuningKey(
+            kernel=self.name,
+            kernel_version=self.version,
+            platform=device.platform,
+            device_kind=device.device_kind,
+            backend=device.backend,
+            signature=sig.text,
+            static=sig.static_text,
+        )
+
+
+def _var_keyword(fn: Callable) -> set[str]:
+    return {
+        p.name
+        for p in inspect.signature(fn).parameters.values()
+        if p.kind is inspect.Parameter.VAR_KEYWORD
+    }
+
+
+def config_distance(a: Mapping[str, Any], b: Mapping[str, Any]) -> float:
+    """Distance between configs: |log2 ratio| per numeric parameter, 1 per differing other."""
+    d = 0.0
+    for name, va in a.items():
+        vb = b.get(name)
+        if va == vb and type(va) is type(vb):
+            continue
+        numeric = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (va, vb))
+        if numeric and va > 0 and vb > 0:
+            d += abs(math.log2(va) - math.log2(vb))
+        else:
+            d += 1.0
+    return d
+
+
+def _source(obj: Any) -> str:
+    try:
+        return inspect.getsource(obj)
+    except (OSError, TypeError):  # built in, or defined where no source is kept
+        return f"{getattr(obj, '__module__', '')}.{getattr(obj, '__qualname__', repr(obj))}"
+
+
+def make_spec(
+    fn: Callable,
+    *,
+    name: str,
+    space: Mapping[str, Any] | str | Path,
+    constraints: Sequence[Constraint] = (),
+    reference: Callable | None = None,
+    defaults: Mapping[str, Any] | None = None,
+    bind: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+) -> KernelSpec:
+    if not isinstance(name, str) or not name:
+        raise KernelError("a kernel needs a non-empty name: autotuned(name='my_kernel', ...)")
+    module_dir = _module_dir(fn)
+    if isinstance(space, Mapping):
+        where = f"space of kernel {name!r}"
+        spaces = space_from_dict(where, space)
+        space_text = repr(sorted((k, repr(v)) for k, v in space.items()))
+    else:
+        path = resolve_space_path(space, module_dir)
+        space_text, spaces = load_space_file(path)
+        where = str(path)
+    for c in constraints:
+        if not callable(c):
+            raise SpaceError(
+                f"{where}: constraint {c!r} is not callable: pass functions (config, sig) -> bool"
+            )
+
+    params = inspect.signature(fn).parameters
+    names = {p.name for ps in spaces.values() for p in ps}
+    if bind is None:
+        missing = sorted(n for n in names if n not in params)
+        if missing:
+            raise SpaceError(
+                f"{where}: {name} takes no parameter(s) {', '.join(missing)}: "
+                "rename them, or pass bind= to map them onto the kernel's arguments"
+            )
+        given = dict(defaults or {})
+        for n in names:
+            if n not in given:
+                if params[n].default is inspect.Parameter.empty:
+                    raise SpaceError(
+                        f"{name}: tunable parameter {n!r} has no default: give it one "
+                        "(the defaults are the default configuration)"
+                    )
+                given[n] = params[n].default
+        bound_names = frozenset(names)
+    else:
+        given = dict(defaults or {})
+        missing = sorted(names - set(given))
+        if missing:
+            raise SpaceError(f"{name}: bind= needs defaults= for {', '.join(missing)}")
+        bound_names = frozenset(bind(dict(given)))
+        unknown = sorted(n for n in bound_names if n not in params)
+        if unknown:
+            raise SpaceError(
+                f"{name}: bind= returns argument(s) {', '.join(unknown)} the kernel does not take"
+            )
+
+    hasher = hashlib.sha256()
+    for part in (
+        _source(fn),
+        space_text,
+        *map(_source, constraints),
+        _source(bind) if bind else "",
+    ):
+        hasher.update(part.encode())
+        hasher.update(b"\0")
+    return KernelSpec(
+        name=name,
+        fn=fn,
+        spaces=spaces,
+        constraints=tuple(constraints),
+        defaults={n: given[n] for n in sorted(names)},
+        reference=reference,
+        version=hasher.hexdigest()[:12],
+        bind=bind,
+        bound_names=bound_names,
+        takes_interpret="interpret" in params,
+    )
+
+
+def _module_dir(fn: Callable) -> Path | None:
+    try:
+        return Path(inspect.getfile(fn)).resolve().parent
+    except (OSError, TypeError):
+        return None
+
+
+def add(kernel: Any) -> None:
+    """Register (or replace) an autotuned kernel under its name."""
+    _REGISTRY[kernel.spec.name] = kernel
+
+
+def registered() -> dict[str, Any]:
+    """Every registered kernel, the shipped ones included, by name."""
+    _import_shipped()
+    return dict(sorted(_REGISTRY.items()))
+
+
+def _import_shipped() -> None:
+    try:
+        importlib.import_module(SHIPPED_KERNELS_PACKAGE)
+    except ImportError as e:  # a broken shipped kernel must not hide the user's own
+        raise KernelError(f"cannot import the shipped kernels ({e})") from e
+
+
+def resolve(target: str) -> Any:
+    """A registered name, or an import path 'package.module:function', to its autotuned kernel."""
+    if ":" in target:
+        module_name, _, attr = target.partition(":")
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError as e:
+            raise KernelError(f"cannot import {module_name!r} for kernel {target!r}: {e}") from e
+        obj = module
+        for part in attr.split("."):
+            obj = getattr(obj, part, None)
+            if obj is None:
+                raise KernelError(f"{module_name!r} has no attribute {attr!r} (kernel {target!r})")
+        if not isinstance(getattr(obj, "spec", None), KernelSpec):
+            raise KernelError(
+                f"{target!r} is not an autotuned kernel: decorate it with @autotuned(...) "
+                "or register it with autotune.register(fn, ...)"
+            )
+        return obj
+    kernels = registered()
+    if target not in kernels:
+        known = ", ".join(kernels) or "none"
+        raise KernelError(
+            f"unknown kernel {target!r} (registered: {known}); or give 'package.module:function'"
+        )
+    return kernels[target]
