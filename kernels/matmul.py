@@ -1,0 +1,110 @@
+"""Tiled matmul: grid over (M, N) output tiles, accumulating over K tiles in float32.
+
+Shapes that are not multiples of the block sizes are zero-padded up to them (zeros add nothing
+to a dot product) and the result is sliced back, so every block size is valid for every shape;
+a block larger than its dimension is clamped to the dimension.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+from jax.experimental import pallas as pl
+
+from autotune import autotuned
+from autotune.hardware import gpu_smem_bytes, is_pow2, tpu_block_ok, tpu_vmem_bytes
+
+ACC_DTYPE = jnp.float32
+
+
+def _blocks(config: dict, sig) -> tuple[int, int, int, int, int, int]:
+    (m, k), (_, n) = sig.shapes[0], sig.shapes[1]
+    bm, bn, bk = (min(config[p], d) for p, d in (("block_m", m), ("block_n", n), ("block_k", k)))
+    return m, n, k, bm, bn, bk
+
+
+def fits_platform(config: dict, sig) -> bool:
+    """TPU: (8, 128) tiling and the scoped VMEM budget; GPU: power-of-two tiles in shared memory."""
+    if len(sig.shapes) != 2 or any(len(s) != 2 for s in sig.shapes):
+        return True  # the kernel itself rejects such calls with a clear message
+    m, n, k, bm, bn, bk = _blocks(config, sig)
+    itemsize = jnp.dtype(sig.dtypes[0]).itemsize
+    if sig.platform == "tpu":
+        mp, np_, kp = (pl.cdiv(d, b) * b for d, b in ((m, bm), (n, bn), (k, bk)))
+        vmem = 2 * (bm * kp + kp * bn) * itemsize + 2 * bm * bn * 4  # double-buffered in, out
+        return (
+            tpu_block_ok((bm, kp), (mp, kp))
+            and tpu_block_ok((kp, bn), (kp, np_))
+            and tpu_block_ok((bm, bn), (mp, np_))
+            and (bk % 128 == 0 or bk == kp)  # the K loop slices lanes of x
+            and vmem <= tpu_vmem_bytes(sig.device_kind)
+        )
+    if sig.platform == "gpu":
+        stages = config.get("num_stages", 2)
+        smem = stages * (bm * bk + bk * bn) * itemsize
+        return all(is_pow2(b) and b >= 16 for b in (bm, bn, bk)) and smem <= gpu_smem_bytes(
+            sig.device_kind
+        )
+    return True
+
+
+def matmul_reference(x: jax.Array, y: jax.Array) -> jax.Array:
+    return jnp.dot(x, y, preferred_element_type=ACC_DTYPE).astype(x.dtype)
+
+
+def _kernel(x_ref, y_ref, o_ref, *, block_k: int, n_k: int):
+    def step(i, acc):
+        x = x_ref[:, pl.ds(i * block_k, block_k)]
+        y = y_ref[pl.ds(i * block_k, block_k), :]
+        return acc + jnp.dot(x, y, preferred_element_type=ACC_DTYPE)
+
+    acc = jax.lax.fori_loop(0, n_k, step, jnp.zeros(o_ref.shape, ACC_DTYPE))
+    o_ref[...] = acc.astype(o_ref.dtype)
+
+
+@autotuned(name="matmul", space="matmul", constraints=[fits_platform], reference=matmul_reference)
+def matmul(
+    x: jax.Array,
+    y: jax.Array,
+    *,
+    block_m: int = 128,
+    block_n: int = 128,
+    block_k: int = 128,
+    num_warps: int = 4,
+    num_stages: int = 2,
+    interpret: bool = False,
+) -> jax.Array:
+    """x @ y for 2-D x [M, K] and y [K, N] of one float dtype; float32 accumulation."""
+    if x.ndim != 2 or y.ndim != 2 or x.shape[1] != y.shape[0]:
+        raise ValueError(f"matmul needs x [M, K] and y [K, N], got {x.shape=} and {y.shape=}")
+    if x.dtype != y.dtype:
+        raise ValueError(f"matmul needs one dtype, got {x.dtype=} and {y.dtype=}")
+    (m, k), n = x.shape, y.shape[1]
+    bm, bn, bk = min(block_m, m), min(block_n, n), min(block_k, k)
+    mp, np_, kp = (pl.cdiv(d, b) * b for d, b in ((m, bm), (n, bn), (k, bk)))
+    xp = jnp.pad(x, ((0, mp - m), (0, kp - k))) if (mp, kp) != (m, k) else x
+    yp = jnp.pad(y, ((0, kp - k), (0, np_ - n))) if (kp, np_) != (k, n) else y
+    out = pl.pallas_call(
+        functools.partial(_kernel, block_k=bk, n_k=kp // bk),
+        out_shape=jax.ShapeDtypeStruct((mp, np_), x.dtype),
+        grid=(mp // bm, np_ // bn),
+        in_specs=[
+            pl.BlockSpec((bm, kp), lambda i, j: (i, 0)),
+            pl.BlockSpec((kp, bn), lambda i, j: (0, j)),
+        ],
+        out_specs=pl.BlockSpec((bm, bn), lambda i, j: (i, j)),
+        compiler_params=_compiler_params(num_warps, num_stages, interpret),
+        interpret=interpret,
+    )(xp, yp)
+    return out[:m, :n] if (mp, np_) != (m, n) else out
+
+
+def _compiler_params(num_warps: int, num_stages: int, interpret: bool):
+    """Triton knobs on GPU; the TPU and interpret paths take the compiler's defaults."""
+    if interpret or jax.default_backend() != "gpu":
+        return None
+    from jax.experimental.pallas import triton as pltriton
+
+    return pltriton.CompilerParams(num_warps=num_warps, num_stages=num_stages)
