@@ -1,0 +1,95 @@
+"""The `autotune` command in real subprocesses, on a real SQLite file."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from autotune import TuningDB
+
+
+def run(args, env, check_rc=0):
+    proc = subprocess.run(
+        [sys.executable, "-m", "autotune.cli", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == check_rc, proc.stderr
+    return proc
+
+
+def test_tune_then_list_and_trials(subprocess_env, db_url):
+    out = run(
+        ["tune", "matmul", "--shape", "32x64,64x32", "--trials", "3", "--seed", "0"], subprocess_env
+    ).stdout
+    assert out.count("trial ") == 3
+    assert "best " in out and "speedup" in out and "rejected 0" in out
+    rows = json.loads(run(["db", "list", "--format", "json"], subprocess_env).stdout)
+    (row,) = rows
+    for field in (
+        "kernel",
+        "platform",
+        "device_kind",
+        "backend",
+        "signature",
+        "config",
+        "time_s",
+        "default_time_s",
+        "speedup",
+    ):
+        assert field in row
+    assert row["kernel"] == "matmul" and row["signature"] == "f32[32,64],f32[64,32]"
+    trials = json.loads(
+        run(["db", "trials", "--kernel", "matmul", "--format", "json"], subprocess_env).stdout
+    )
+    assert len(trials) == 3 and {t["status"] for t in trials} == {"ok"}
+    csv_out = run(["db", "trials", "--format", "csv"], subprocess_env).stdout.splitlines()
+    assert len(csv_out) == 4 and csv_out[0].startswith("id,")
+    table = run(["db", "list", "--kernel", "matmul"], subprocess_env).stdout
+    assert "f32[32,64],f32[64,32]" in table
+    assert run(["db", "list", "--kernel", "nothing"], subprocess_env).stdout.strip() == "(no rows)"
+
+
+def test_kernels_lists_shipped_kernels_with_parameters(subprocess_env):
+    out = run(["kernels"], subprocess_env).stdout
+    assert "matmul" in out and "block_m in [16, 32, 64, 128]" in out and "vector_add" in out
+
+
+def test_import_path_kernel(subprocess_env):
+    out = run(
+        ["tune", "toy_kernels:scale", "--shape", "16x128", "--trials", "2"], subprocess_env
+    ).stdout
+    assert "scale f32[16,128]" in out
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["tune", "nope", "--shape", "8x8"], "unknown kernel 'nope'"),
+        (["tune", "matmul", "--shape", "8y8,8x8"], "malformed --shape"),
+        (["tune", "matmul", "--shape", "8x8,8x8", "--dtype", "flaot32"], "unknown dtype 'flaot32'"),
+        (
+            ["tune", "matmul", "--shape", "8x8,8x8", "--dtype", "f32,f32,f32"],
+            "--dtype gives 3 dtypes for 2 shapes",
+        ),
+        (["tune", "matmul"], "required: --shape"),
+        (["tune", "matmul", "--shape", "8x8,8x8", "--trials", "0"], "--trials must be at least 1"),
+        (
+            ["tune", "toy_kernels:scale", "--shape", "7x128"],
+            "no configuration of scale's cpu space",
+        ),
+        (["tune", "no_such_module:f", "--shape", "8"], "cannot import 'no_such_module'"),
+        (["db", "list", "--format", "xml"], "invalid choice: 'xml'"),
+    ],
+)
+def test_user_errors_are_one_line_with_exit_code_2(subprocess_env, db_url, args, message):
+    proc = run(args, subprocess_env, check_rc=2)
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("autotune: error: ") and message in lines[0], (
+        proc.stderr
+    )
+    assert proc.stdout == ""
+    assert TuningDB(db_url).query() == [] and TuningDB(db_url).trials() == []

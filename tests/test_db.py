@@ -1,0 +1,63 @@
+"""The tuning database across processes, on one real SQLite file."""
+
+import os
+import stat
+import subprocess
+import sys
+import textwrap
+
+from autotune import TuningDB
+
+
+def test_round_trip_across_two_processes(subprocess_env, db_url):
+    writer = textwrap.dedent(
+        """
+        import jax, jax.numpy as jnp, autotune
+        from kernels import vector_add
+        x = jax.ShapeDtypeStruct((512,), jnp.float32)
+        r = autotune.tune(vector_add, [x, x], n_trials=3, seed=0)
+        print(r.best_config["block"])
+        """
+    )
+    reader = textwrap.dedent(
+        """
+        import jax.numpy as jnp
+        from kernels import vector_add
+        x = jnp.ones(512, jnp.float32)
+        info = vector_add.explain(x, x)
+        assert float(vector_add(x, x)[0]) == 2.0
+        print(info["source"], info["config"]["block"])
+        """
+    )
+    wrote = subprocess.run(
+        [sys.executable, "-c", writer],
+        env=subprocess_env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    read = subprocess.run(
+        [sys.executable, "-c", reader],
+        env=subprocess_env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert read.stdout.split() == ["db", wrote.stdout.strip()]
+    assert len(TuningDB(db_url).trials(kernel="vector_add")) == 3
+
+
+def test_sqlite_runs_in_wal_mode(db_url):
+    db = TuningDB(db_url)
+    with db.engine.connect() as conn:
+        assert conn.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
+
+
+def test_default_database_is_private_to_the_user(tmp_path, monkeypatch):
+    monkeypatch.delenv("PALLAS_AUTOTUNE_DB")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    db = TuningDB()
+    path = tmp_path / "cache" / "pallas-autotune" / "tuning.db"
+    assert db.url == f"sqlite:///{path}"
+    assert stat.S_IMODE(os.stat(path.parent).st_mode) == 0o700
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600

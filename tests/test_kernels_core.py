@@ -1,0 +1,61 @@
+"""The shipped vector_add and matmul against their plain-JAX references, in interpret mode."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from kernels import matmul, matmul_reference, vector_add, vector_add_reference
+
+TOL = {jnp.float32: 1e-5, jnp.bfloat16: 2e-2}
+
+
+def rand(shape, dtype, seed=0):
+    return jax.random.normal(jax.random.key(seed), shape, jnp.float32).astype(dtype)
+
+
+def close(a, b, dtype):
+    a, b = np.asarray(a, np.float32), np.asarray(b, np.float32)
+    assert a.shape == b.shape
+    assert np.abs(a - b).max() <= TOL[dtype] * max(1.0, np.abs(b).max())
+
+
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
+@pytest.mark.parametrize(
+    "m, k, n, blocks",
+    [
+        (64, 128, 64, (32, 32, 64)),  # multiples of the blocks
+        (96, 200, 72, (64, 32, 64)),  # partial blocks everywhere: padded
+        (1, 1, 1, (16, 16, 32)),  # degenerate: blocks clamp to the dims
+        (8, 300, 16, (128, 128, 128)),  # blocks larger than M and N
+    ],
+)
+def test_matmul_matches_reference(m, k, n, blocks, dtype):
+    x, y = rand((m, k), dtype, 1), rand((k, n), dtype, 2)
+    bm, bn, bk = blocks
+    out = matmul(x, y, block_m=bm, block_n=bn, block_k=bk)
+    assert out.dtype == dtype
+    close(out, matmul_reference(x, y), dtype)
+
+
+def test_matmul_under_jit_and_rejects_bad_shapes():
+    x, y = rand((32, 64), jnp.float32), rand((64, 16), jnp.float32)
+    close(jax.jit(matmul)(x, y), matmul_reference(x, y), jnp.float32)
+    with pytest.raises(ValueError, match="x.shape=.*y.shape="):
+        matmul(x, rand((32, 16), jnp.float32))
+
+
+@pytest.mark.parametrize("n, block", [(1024, 256), (1000, 256), (3, 64), (1, 1024)])
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
+def test_vector_add_matches_reference(n, block, dtype):
+    x, y = rand((n,), dtype, 1), rand((n,), dtype, 2)
+    out = vector_add(x, y, block=block)
+    close(out, vector_add_reference(x, y), dtype)
+
+
+def test_default_blocks_adapt_on_a_miss():
+    # M = 96 with the default block of 128: the kernel clamps and pads, the result is right.
+    x, y = rand((96, 64), jnp.float32), rand((64, 48), jnp.float32)
+    info = matmul.explain(x, y)
+    assert info["source"] == "default"
+    close(matmul(x, y), matmul_reference(x, y), jnp.float32)

@@ -1,0 +1,92 @@
+"""Tuning end to end on CPU: real Optuna, real interpret mode, a real SQLite file."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import toy_kernels
+from toy_kernels import buggy_scale, make_input, scale
+
+import autotune
+from autotune import TuningDB
+from autotune.errors import SpaceError
+from kernels import matmul, matmul_reference
+
+
+@pytest.fixture(scope="module")
+def tuned_matmul(tmp_path_factory):
+    """One small matmul tuning run shared by the tests that read its results."""
+    db = str(tmp_path_factory.mktemp("tune") / "t.db")
+    x = jax.random.normal(jax.random.key(0), (64, 128), jnp.float32)
+    y = jax.random.normal(jax.random.key(1), (128, 32), jnp.float32)
+    result = autotune.tune(matmul, [x, y], n_trials=6, db=db, seed=0)
+    return db, result, x, y
+
+
+def test_tuning_stores_a_best_entry_that_revalidates_and_is_correct(tuned_matmul):
+    db, result, x, y = tuned_matmul
+    (entry,) = TuningDB(db).query(kernel="matmul")
+    assert entry["config"] == result.best_config
+    assert (
+        entry["time_s"]
+        == result.best_time_s
+        == min(t.time_s for t in result.trials if t.status == "ok")
+    )
+    assert entry["n_trials"] == len(result.trials) == 6
+    assert entry["platform"] == "cpu" and entry["backend"] == "interpret"
+    assert entry["signature"] == "f32[64,128],f32[128,32]"
+    assert entry["jax_version"] == jax.__version__
+    assert entry["speedup"] == pytest.approx(result.default_time_s / result.best_time_s)
+    space = matmul.spec.space("cpu")
+    assert space.check_stored(entry["config"]) is None
+    out = matmul(x, y, **entry["config"])
+    np.testing.assert_allclose(out, matmul_reference(x, y), rtol=1e-5, atol=1e-5)
+    trials = TuningDB(db).trials(kernel="matmul")
+    assert len(trials) == 6 and all(t["status"] == "ok" and t["n_reps"] >= 5 for t in trials)
+    assert all(t["time_p10_s"] <= t["time_s"] <= t["time_p90_s"] for t in trials)
+    best_trial = next(t for t in trials if t["id"] == entry["trial_id"])
+    assert best_trial["config"] == entry["config"]
+
+
+def test_divergent_candidate_is_rejected_and_never_best(db_url):
+    x = make_input(rows=64)
+    result = autotune.tune(buggy_scale, [x], n_trials=10, db=db_url, strategy="grid")
+    by_block = {t.config["block_rows"]: t for t in result.trials}
+    assert set(by_block) == {8, 16, 32}
+    assert by_block[32].status == "rejected"
+    assert "max relative error" in by_block[32].error
+    assert by_block[8].status == by_block[16].status == "ok"
+    assert result.best_config["block_rows"] != 32
+    (entry,) = TuningDB(db_url).query(kernel="buggy_scale")
+    assert entry["config"]["block_rows"] != 32 and entry["n_rejected"] == 1
+    stored = {
+        t["config"]["block_rows"]: t["status"]
+        for t in TuningDB(db_url).trials(kernel="buggy_scale")
+    }
+    assert stored[32] == "rejected"
+
+
+def test_constraint_violations_are_never_compiled_nor_counted(db_url):
+    x = make_input(rows=48)  # 48 rows: block_rows 32 does not divide it
+    toy_kernels.TRACED["scale"].clear()
+    result = autotune.tune(scale, [x], n_trials=50, db=db_url, seed=1)
+    assert sorted(t.config["block_rows"] for t in result.trials) == [8, 12, 16, 24]
+    traced = {c["block_rows"] for c in toy_kernels.TRACED["scale"]}
+    assert 32 not in traced and traced == {8, 12, 16, 24}
+    assert len(TuningDB(db_url).trials(kernel="scale")) == 4
+
+
+def test_repeated_configurations_are_measured_once(db_url):
+    x = make_input(rows=48)  # four valid configs, a budget of three: the sampler must choose
+    result = autotune.tune(scale, [x], n_trials=3, db=db_url, strategy="tpe", seed=3)
+    configs = [t.config["block_rows"] for t in result.trials]
+    assert len(configs) == len(set(configs)) == 3
+
+
+def test_no_valid_configuration_is_a_clear_error(db_url):
+    x = make_input(rows=7)  # no candidate divides 7
+    with pytest.raises(
+        SpaceError, match=r"no configuration of scale's cpu space .* fits f32\[7,128\]"
+    ):
+        autotune.tune(scale, [x], n_trials=3, db=db_url)
+    assert TuningDB(db_url).query() == []

@@ -1,0 +1,62 @@
+"""Small kernels written for the tests: each is real Pallas, run in interpret mode."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from jax.experimental import pallas as pl
+
+from autotune import autotuned
+
+# The configurations each kernel wrapper was traced with (wrappers run at trace time only).
+TRACED: dict[str, list[dict]] = {"scale": [], "buggy_scale": []}
+
+
+def _scale_call(x, block_rows, interpret, bug=False):
+    def body(x_ref, o_ref):
+        o_ref[...] = x_ref[...] * 2.0 + (1.0 if bug else 0.0)
+
+    rows, cols = x.shape
+    return pl.pallas_call(
+        body,
+        out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+        grid=(rows // block_rows,),
+        in_specs=[pl.BlockSpec((block_rows, cols), lambda i: (i, 0))],
+        out_specs=pl.BlockSpec((block_rows, cols), lambda i: (i, 0)),
+        interpret=interpret,
+    )(x)
+
+
+def rows_divide(config, sig):
+    return sig.shapes[0][0] % config["block_rows"] == 0
+
+
+def scale_reference(x):
+    return x * 2.0
+
+
+@autotuned(
+    name="scale",
+    space={"block_rows": [8, 12, 16, 24, 32]},
+    constraints=[rows_divide],
+    reference=scale_reference,
+)
+def scale(x, *, block_rows=8, interpret=False):
+    TRACED["scale"].append({"block_rows": block_rows})
+    return _scale_call(x, block_rows, interpret)
+
+
+@autotuned(
+    name="buggy_scale",
+    space={"block_rows": [8, 16, 32]},
+    constraints=[rows_divide],
+    reference=scale_reference,
+)
+def buggy_scale(x, *, block_rows=8, interpret=False):
+    """Right everywhere except at block_rows=32, which also happens to run fastest."""
+    TRACED["buggy_scale"].append({"block_rows": block_rows})
+    return _scale_call(x, block_rows, interpret, bug=block_rows == 32)
+
+
+def make_input(rows=64, cols=128, dtype=jnp.float32):
+    return jax.random.normal(jax.random.key(0), (rows, cols), dtype)
