@@ -144,6 +144,9 @@ def normalize_url(url: str | os.PathLike | None) -> str:
         _make_private_dir(path.parent)
         return f"sqlite:///{path}"
     url = os.fspath(url)
+    if url.startswith(("postgresql://", "postgres://")):
+        # the driver of the `postgres` extra; SQLAlchemy 2.0 would pick psycopg2 for a bare URL
+        return "postgresql+psycopg://" + url.split("://", 1)[1]
     if "://" in url:
         return url
     return f"sqlite:///{Path(url).expanduser().resolve()}"

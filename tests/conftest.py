@@ -30,3 +30,39 @@ def subprocess_env(db_url) -> dict[str, str]:
     tests = str(Path(__file__).parent)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (tests, env.get("PYTHONPATH")) if p)
     return env
+
+
+PG_ADMIN_URL = os.environ.get("PALLAS_AUTOTUNE_PG_URL", "postgresql://postgres@127.0.0.1:5432/test")
+
+
+@pytest.fixture
+def pg_url() -> str:
+    """A fresh, empty PostgreSQL database on the real server, dropped afterwards.
+
+    Skips with the reason where no server answers, unless PALLAS_AUTOTUNE_REQUIRE_POSTGRES=1
+    (CI), where a missing server is a failure.
+    """
+    import uuid
+
+    import sqlalchemy
+
+    try:
+        admin = sqlalchemy.create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
+        with admin.connect() as conn:
+            conn.exec_driver_sql("SELECT 1")
+    except Exception as e:
+        reason = f"PostgreSQL not reachable at {PG_ADMIN_URL} ({type(e).__name__})"
+        if os.environ.get("PALLAS_AUTOTUNE_REQUIRE_POSTGRES") == "1":
+            pytest.fail(f"{reason}, and PALLAS_AUTOTUNE_REQUIRE_POSTGRES=1")
+        pytest.skip(reason)
+    name = f"pat_{uuid.uuid4().hex[:12]}"
+    with admin.connect() as conn:
+        conn.exec_driver_sql(f'CREATE DATABASE "{name}"')
+    url = PG_ADMIN_URL.rsplit("/", 1)[0] + f"/{name}"
+    yield url
+    with admin.connect() as conn:
+        conn.exec_driver_sql(
+            f"SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{name}'"
+        )
+        conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}"')
+    admin.dispose()
