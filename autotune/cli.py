@@ -35,7 +35,7 @@ def parse_shapes(text: str) -> list[tuple[int, ...]]:
             shapes.append(())
             continue
         dims = part.lower().split("x")
-        if not part or not all(d.isdigit() for d in dims):
+        if not part or not all(d.isascii() and d.isdigit() for d in dims):
             raise SignatureError(
                 f"malformed --shape {text!r}: write e.g. 256x256,256x128 (one per argument)"
             )

@@ -55,9 +55,15 @@ def short_dtype(name: str) -> str:
 
 
 def parse_dtype(text: str) -> str:
-    """Accept 'f32', 'float32', 'bf16', ... and return the canonical name."""
+    """Accept 'f32', 'float32', 'bf16', ... and return the canonical name (numbers and bool
+    only: numpy also parses 'i4,i4', 'U10' or 'O', which no kernel argument is)."""
+    import jax.numpy as jnp
+
     text = text.strip()
-    return dtype_name(_LONG.get(text, text))
+    dtype = jnp.dtype(dtype_name(_LONG.get(text, text)))
+    if not (jnp.issubdtype(dtype, jnp.number) or dtype == jnp.bool_):
+        raise SignatureError(f"unknown dtype {text!r}: use a name such as float32 or bfloat16")
+    return dtype.name
 
 
 @dataclass(frozen=True)
