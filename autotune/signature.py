@@ -60,8 +60,11 @@ def parse_dtype(text: str) -> str:
     import jax.numpy as jnp
 
     text = text.strip()
-    dtype = jnp.dtype(dtype_name(_LONG.get(text, text)))
-    if not (jnp.issubdtype(dtype, jnp.number) or dtype == jnp.bool_):
+    try:
+        dtype = jnp.dtype(_LONG.get(text, text))
+    except (TypeError, ValueError, SyntaxError):
+        dtype = None
+    if dtype is None or not (jnp.issubdtype(dtype, jnp.number) or dtype == jnp.bool_):
         raise SignatureError(f"unknown dtype {text!r}: use a name such as float32 or bfloat16")
     return dtype.name
 
