@@ -121,7 +121,8 @@ def _db_call(what: str, fn: Callable[[], Any]) -> Any:
     except Exception as e:  # a tampered row can fail below SQLAlchemy's error types too
         if _STATE.settings.strict:
             raise _as_autotune_error(e) from e
-        _warn_once(f"{what}:{e}", f"pallas-autotune: {what} failed: {e}; using the fallback")
+        # the cause is the error, not the operation: a bad row fails lookup and nearest alike
+        _warn_once(f"db:{e}", f"pallas-autotune: {what} failed: {e}; using the fallback")
         return None
 
 
