@@ -245,10 +245,12 @@ class TuningDB:
                 )
                 self._writer = self.engine
             self._prepare()
-        except DatabaseError:
+        except BaseException as e:
+            if hasattr(self, "engine"):
+                self.engine.dispose()
+            if isinstance(e, (SQLAlchemyError, sqlite3.Error, OSError)):
+                raise DatabaseError(f"cannot open tuning database {self.url}: {_reason(e)}") from e
             raise
-        except (SQLAlchemyError, sqlite3.Error, OSError) as e:
-            raise DatabaseError(f"cannot open tuning database {self.url}: {_reason(e)}") from e
 
     def _prepare(self) -> None:
         """Create, or migrate, the schema; refuse a newer one before writing anything."""

@@ -162,4 +162,3 @@ def format_report(url: str, problems: list[str], counts: dict[str, int]) -> str:
         return f"{head}: no problems found"
     lines = [f"{head}: {len(problems)} problem(s)"] + [f"  - {p}" for p in problems]
     return "\n".join(lines)
-
