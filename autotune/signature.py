@@ -35,7 +35,7 @@ _SHORT = {
     "complex128": "c128",
 }
 _LONG = {short: long for long, short in _SHORT.items()}
-_ARG_RE = re.compile(r"([a-z][a-z0-9_]*)\[([0-9,]*)\]")
+_ARG_RE = re.compile(r"([a-z][a-z0-9_]*)\[((?:[0-9]+(?:,[0-9]+)*)?)\]")
 
 
 def dtype_name(dtype: Any) -> str:
