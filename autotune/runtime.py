@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import operator
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -151,7 +152,7 @@ class AutotunedKernel:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if not kwargs:  # the hot path: positional arrays of a shape resolved before
             try:
-                hit = _STATE.memo.get((self, *[(a.shape, a.dtype) for a in args]))
+                hit = _STATE.memo.get((self, *map(_shape_dtype, args)))
             except (AttributeError, TypeError):  # a non-array argument: the general path
                 hit = None
             if hit is not None:
@@ -161,7 +162,7 @@ class AutotunedKernel:
     def _call(self, args: tuple, kwargs: dict[str, Any]) -> Any:
         overrides = {k: kwargs.pop(k) for k in self.spec.tunables & kwargs.keys()}
         if not kwargs and all(is_array(a) for a in args):
-            memo_key: tuple | None = (self, *[(a.shape, a.dtype) for a in args])  # as __call__
+            memo_key: tuple | None = (self, *map(_shape_dtype, args))  # as in __call__
         else:
             memo_key = (self, "general", _call_shape(args, kwargs))
         try:
@@ -296,6 +297,9 @@ class AutotunedKernel:
 def _broken(space: Any, config: dict, sig: Signature) -> str | None:
     broken = space.violations(config, sig)
     return f"breaks {', '.join(broken)} for {sig.text}" if broken else None
+
+
+_shape_dtype = operator.attrgetter("shape", "dtype")  # in C: the cheapest memo key of an array
 
 
 def _call_shape(args: Sequence[Any], kwargs: Mapping[str, Any]) -> tuple:
