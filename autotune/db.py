@@ -384,7 +384,7 @@ class TuningDB:
         return rows
 
     def _session(self, write: bool = False) -> _GuardedSession:
-        return _GuardedSession(self, self._writer if write else self.engine)
+        return _GuardedSession(self, self._writer if write else self.engine, write)
 
 
 def _add_trials(
@@ -426,12 +426,30 @@ def _dtypes(signature: str) -> set[str]:
 class _GuardedSession:
     """A session in one transaction; any database failure becomes a DatabaseError."""
 
-    def __init__(self, db: TuningDB, bind: Any) -> None:
+    def __init__(self, db: TuningDB, bind: Any, write: bool = False) -> None:
         self.db = db
+        self.write = write
         self.session = Session(bind, expire_on_commit=False)
 
     def __enter__(self) -> Session:
         self.session.begin()
+        if self.write:
+            # a newer pallas-autotune may have upgraded the file since we opened it: never
+            # write into a schema we do not know (on SQLite we hold the write lock already)
+            try:
+                version = self.session.execute(
+                    select(SchemaInfo.version).where(SchemaInfo.id == 1)
+                ).scalar()
+            except BaseException as e:
+                self.__exit__(type(e), e, None)
+                raise
+            if version is not None and version > SCHEMA_VERSION:
+                self.session.rollback()
+                self.session.close()
+                raise DatabaseError(
+                    f"tuning database {self.db.url} was upgraded to schema v{version} by a newer "
+                    f"pallas-autotune (this one writes v{SCHEMA_VERSION}): not written to"
+                )
         return self.session
 
     def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> bool:

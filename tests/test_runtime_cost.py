@@ -11,6 +11,7 @@ import textwrap
 from pathlib import Path
 
 import jax
+import jax.extend
 import jax.numpy as jnp
 import numpy as np
 
@@ -38,7 +39,7 @@ def primitives(jaxpr):
     for eqn in jaxpr.eqns:
         names.append(eqn.primitive.name)
         if eqn.primitive.name != "pallas_call":
-            for sub in jax.core.jaxprs_in_params(eqn.params):
+            for sub in jax.extend.core.jaxprs_in_params(eqn.params):
                 names += primitives(sub)
     return names
 

@@ -112,3 +112,18 @@ def test_failed_migration_leaves_the_old_schema(v1_copy, monkeypatch):
     assert raw_rows(v1_copy) == before  # one transaction: the column went with it
     conn = sqlite3.connect(v1_copy)
     assert "note" not in {r[1] for r in conn.execute("PRAGMA table_info(results)")}
+
+
+def test_open_handle_never_writes_into_a_schema_upgraded_under_it(v1_copy):
+    from autotune.signature import TuningKey
+
+    db = TuningDB(v1_copy)
+    conn = sqlite3.connect(v1_copy)
+    with conn:  # a newer pallas-autotune upgrades the file while we hold it open
+        conn.execute("UPDATE schema_info SET version = 2")
+    conn.close()
+    key = TuningKey("vector_add", "v1kernel0001", "cpu", "cpu", "interpret", "f32[8],f32[8]")
+    with pytest.raises(DatabaseError, match="upgraded to schema v2"):
+        db.record_miss(key)
+    db.close()
+    assert len(raw_rows(v1_copy)["misses"]) == 2
