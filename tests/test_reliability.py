@@ -322,3 +322,28 @@ def test_database_locked_by_another_process(tmp_path, caplog):
     finally:
         locker.kill()
         locker.wait()
+
+
+@pytest.mark.parametrize(
+    "sql, words",
+    [
+        ("UPDATE trials SET status = 'rejected'", "points at trial 1 of status 'rejected'"),
+        ("DELETE FROM trials", "points at trial 1, which does not exist"),
+        ("UPDATE results SET kernel_version = 'old'", "stale: tuned for kernel version old"),
+        ("UPDATE results SET signature = 'f32[1,,2]'", "unreadable key: malformed signature"),
+        (
+            "UPDATE results SET config = '{\"block_rows\":32}'",
+            "config differs from that of its trial",
+        ),
+        (
+            "UPDATE results SET config = '{\"block_rows\":24}'",
+            "breaks rows_divide for its own shape",
+        ),
+    ],
+)
+def test_check_names_what_is_wrong_with_an_entry(tmp_path, capsys, sql, words):
+    path = tmp_path / "tuning.db"
+    store(path, make_input(rows=64))
+    tamper(path, sql)
+    rc, out = db_check(path, capsys)
+    assert rc == 1 and words in out, out
