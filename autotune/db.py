@@ -241,7 +241,9 @@ class TuningDB:
                 self._writer = self.engine.execution_options(sqlite_begin="IMMEDIATE")
             else:
                 self.engine = create_engine(
-                    self.url, pool_pre_ping=True, connect_args=_server_args(self.url, busy_timeout_s)
+                    self.url,
+                    pool_pre_ping=True,
+                    connect_args=_server_args(self.url, busy_timeout_s),
                 )
                 self._writer = self.engine
             self._prepare()
@@ -501,4 +503,7 @@ def _server_args(url: str, busy_timeout_s: float) -> dict[str, Any]:
     if not url.startswith("postgresql+psycopg"):
         return {}
     ms = int(busy_timeout_s * 1000)
-    return {"connect_timeout": max(2, math.ceil(busy_timeout_s)), "options": f"-c lock_timeout={ms}"}
+    return {
+        "connect_timeout": max(2, math.ceil(busy_timeout_s)),
+        "options": f"-c lock_timeout={ms}",
+    }
