@@ -347,3 +347,16 @@ def test_check_names_what_is_wrong_with_an_entry(tmp_path, capsys, sql, words):
     tamper(path, sql)
     rc, out = db_check(path, capsys)
     assert rc == 1 and words in out, out
+
+
+@pytest.mark.postgres
+def test_check_reads_a_postgres_database(pg_url, capsys):
+    store(pg_url, make_input(rows=64))
+    rc, out = db_check(pg_url, capsys)
+    assert rc == 0 and "1 results, 1 trials" in out and "no problems found" in out, out
+    engine = TuningDB(pg_url).engine
+    with engine.begin() as conn:
+        conn.exec_driver_sql("UPDATE results SET config = '[16]'")
+    engine.dispose()
+    rc, out = db_check(pg_url, capsys)
+    assert rc == 1 and "config is a JSON list, not an object" in out, out
