@@ -35,7 +35,7 @@ def parse_shapes(text: str) -> list[tuple[int, ...]]:
             shapes.append(())
             continue
         dims = part.lower().split("x")
-        if not part or not all(d.isdigit() for d in dims):
+        if not part or not all(d.isascii() and d.isdigit() for d in dims):
             raise SignatureError(
                 f"malformed --shape {text!r}: write e.g. 256x256,256x128 (one per argument)"
             )
@@ -104,6 +104,7 @@ def build_parser() -> argparse.ArgumentParser:
         q.add_argument("--dtype")
         q.add_argument("--format", choices=FORMATS, default="table")
         q.add_argument("--db", default=None)
+    add_db_check_parser(dsub)
     return p
 
 
@@ -189,6 +190,8 @@ def cmd_kernels(args: argparse.Namespace) -> int:
 def cmd_db(args: argparse.Namespace) -> int:
     from autotune.db import TuningDB
 
+    if args.db_command == "check":
+        return cmd_db_check(args)
     filters = {
         "kernel": args.kernel,
         "device_kind": args.device_kind,
@@ -199,6 +202,22 @@ def cmd_db(args: argparse.Namespace) -> int:
         rows = db.query(**filters) if args.db_command == "list" else db.trials(**filters)
     print(render(rows, args.format))
     return 0
+
+
+def add_db_check_parser(dsub: Any) -> None:
+    c = dsub.add_parser("check", help="report, in words, every problem the runtime would meet")
+    c.add_argument("--db", default=None)
+
+
+def cmd_db_check(args: argparse.Namespace) -> int:
+    """Exit 0 when the database is sound, 1 when it has problems (each printed on a line)."""
+    from autotune.db import normalize_url
+    from autotune.dbcheck import check_database, format_report
+
+    url = normalize_url(args.db)
+    problems, counts = check_database(url)
+    print(format_report(url, problems, counts))
+    return 1 if problems else 0
 
 
 COMMANDS = {"tune": cmd_tune, "kernels": cmd_kernels, "db": cmd_db}

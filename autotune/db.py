@@ -3,15 +3,22 @@
 Any SQLAlchemy URL works; the default is a SQLite file in the user's cache directory (WAL mode,
 busy timeout), and a PostgreSQL URL serves a team. Configs are stored as JSON text and read back
 as data: callers re-validate them against the current space before use.
+
+Schema versions: `schema_info` holds the version a database was written with. Opening one of an
+older version runs `MIGRATIONS` in place, in one transaction; one of a newer version is refused
+before anything is written. On SQLite every write transaction starts with BEGIN IMMEDIATE, so
+concurrent writers queue on the busy timeout instead of failing on a stale read snapshot.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import math
 import os
 import socket
 import sqlite3
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -26,8 +33,12 @@ from sqlalchemy import (
     UniqueConstraint,
     create_engine,
     event,
+    insert,
+    inspect,
     select,
+    update,
 )
+from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
@@ -35,7 +46,8 @@ from autotune.errors import DatabaseError, SignatureError
 from autotune.settings import default_db_path
 from autotune.signature import TuningKey, parse_args, short_dtype
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 1  # v1: the first released schema (tests/fixtures/v1.db)
+DEFAULT_BUSY_TIMEOUT_S = 30.0  # tools wait this long for another writer; the runtime much less
 KEY_COLUMNS = (
     "kernel",
     "kernel_version",
@@ -135,6 +147,24 @@ class Miss(_KeyColumns, Base):
     last_seen: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
 
+# MIGRATIONS[v](conn) upgrades a database of schema v to v + 1, inside the opening transaction.
+# Tables that are new in the current models are created after the migrations run, so a bump
+# that only adds tables needs `MIGRATIONS[v] = lambda conn: None`; one that adds a column to an
+# existing table: `MIGRATIONS[1] = lambda conn: add_column(conn, Result, "new_column")`.
+MIGRATIONS: dict[int, Callable[[Connection], None]] = {}
+
+
+def add_column(conn: Connection, model: type[Base], name: str) -> None:
+    """ALTER TABLE ... ADD COLUMN for a column declared on `model` (a migration step)."""
+    from sqlalchemy.schema import CreateColumn
+
+    column = model.__table__.c[name]
+    ddl = CreateColumn(column).compile(dialect=conn.dialect)
+    table = conn.dialect.identifier_preparer.format_table(model.__table__)
+    # identifiers and types come from our own model metadata, never from data
+    conn.exec_driver_sql(f"ALTER TABLE {table} ADD COLUMN {ddl}")
+
+
 def normalize_url(url: str | os.PathLike | None) -> str:
     """An SQLAlchemy URL from a URL, a file path, or None ($PALLAS_AUTOTUNE_DB, else the
     default per-user file)."""
@@ -190,7 +220,12 @@ def encode_config(config: dict[str, Any]) -> str:
 class TuningDB:
     """The tuning database behind any SQLAlchemy URL (default: the per-user SQLite file)."""
 
-    def __init__(self, url: str | os.PathLike | None = None) -> None:
+    def __init__(
+        self,
+        url: str | os.PathLike | None = None,
+        *,
+        busy_timeout_s: float = DEFAULT_BUSY_TIMEOUT_S,
+    ) -> None:
         self.url = normalize_url(url)
         file = _sqlite_file(self.url)
         try:
@@ -199,35 +234,58 @@ class TuningDB:
                     raise DatabaseError(
                         f"database directory {file.parent} does not exist: create it or pick another --db"
                     )
-                new = not file.exists()
-                self.engine = create_engine(self.url, connect_args={"timeout": 30})
-                event.listen(self.engine, "connect", _sqlite_pragmas)
+                _create_private_file(file)
+                self.engine = create_engine(self.url, connect_args={"timeout": busy_timeout_s})
+                event.listen(self.engine, "connect", _sqlite_pragmas(busy_timeout_s))
+                event.listen(self.engine, "begin", _sqlite_begin)
+                self._writer = self.engine.execution_options(sqlite_begin="IMMEDIATE")
             else:
-                new = False
-                self.engine = create_engine(self.url, pool_pre_ping=True)
+                self.engine = create_engine(
+                    self.url,
+                    pool_pre_ping=True,
+                    connect_args=_server_args(self.url, busy_timeout_s),
+                )
+                self._writer = self.engine
             self._prepare()
-            if file is not None and new:
-                os.chmod(file, 0o600)
-        except DatabaseError:
+        except BaseException as e:
+            if hasattr(self, "engine"):
+                self.engine.dispose()
+            if isinstance(e, (SQLAlchemyError, sqlite3.Error, OSError)):
+                raise DatabaseError(f"cannot open tuning database {self.url}: {_reason(e)}") from e
             raise
-        except (SQLAlchemyError, sqlite3.Error, OSError) as e:
-            raise DatabaseError(f"cannot open tuning database {self.url}: {_reason(e)}") from e
 
     def _prepare(self) -> None:
-        Base.metadata.create_all(self.engine)
-        with Session(self.engine) as s, s.begin():
-            info = s.get(SchemaInfo, 1)
-            if info is None:
-                try:
-                    with s.begin_nested():
-                        s.add(SchemaInfo(id=1, version=SCHEMA_VERSION))
-                except IntegrityError:  # another process created it first
-                    pass
-            elif info.version > SCHEMA_VERSION:
-                raise DatabaseError(
-                    f"tuning database {self.url} has schema v{info.version}, newer than this "
-                    f"pallas-autotune (v{SCHEMA_VERSION}): upgrade pallas-autotune to use it"
+        """Create, or migrate, the schema; refuse a newer one before writing anything."""
+        with self.engine.connect() as conn:
+            version = self._version(conn)
+        if version == SCHEMA_VERSION:
+            return  # the common case: no write, so a locked database still serves reads
+        with self._writer.begin() as conn:
+            if conn.dialect.name == "postgresql":  # serialise concurrent first opens
+                conn.exec_driver_sql("SELECT pg_advisory_xact_lock(7007)")
+            version = self._version(conn)
+            if version is None:
+                Base.metadata.create_all(conn)
+                conn.execute(insert(SchemaInfo).values(id=1, version=SCHEMA_VERSION))
+            elif version < SCHEMA_VERSION:
+                for v in range(version, SCHEMA_VERSION):
+                    MIGRATIONS[v](conn)
+                Base.metadata.create_all(conn)  # tables new since `version`
+                conn.execute(
+                    update(SchemaInfo).where(SchemaInfo.id == 1).values(version=SCHEMA_VERSION)
                 )
+
+    def _version(self, conn: Connection) -> int | None:
+        """The stored schema version (None: no schema yet); raises if it is newer than ours."""
+        if not inspect(conn).has_table(SchemaInfo.__tablename__):
+            return None
+        version = conn.execute(select(SchemaInfo.version).where(SchemaInfo.id == 1)).scalar()
+        if version is not None and version > SCHEMA_VERSION:
+            raise DatabaseError(
+                f"tuning database {self.url} has schema v{version}, newer than this "
+                f"pallas-autotune (v{SCHEMA_VERSION}): upgrade pallas-autotune to use it"
+            )
+        return version
 
     def close(self) -> None:
         self.engine.dispose()
@@ -244,55 +302,56 @@ class TuningDB:
         self, key: TuningKey, run_id: str, trials: Iterable[dict[str, Any]]
     ) -> list[int]:
         """Store trial records (fields of Trial; `config` a dict); returns their ids."""
-        with self._session() as s:
-            rows = []
-            for t in trials:
-                fields = {k: v for k, v in t.items() if k in Trial.__table__.columns}
-                fields["config"] = encode_config(t["config"])
-                rows.append(Trial(**key.as_dict(), run_id=run_id, **fields))
-            s.add_all(rows)
-            s.flush()
-            return [r.id for r in rows]
+        with self._session(write=True) as s:
+            return _add_trials(s, key, run_id, trials)
 
     def put_best(self, key: TuningKey, entry: dict[str, Any]) -> None:
         """Insert or replace the best entry of a key."""
-        fields = {
-            k: v for k, v in entry.items() if k in Result.__table__.columns and k not in KEY_COLUMNS
-        }
-        fields["config"] = encode_config(entry["config"])
-        fields.setdefault("host", socket.gethostname())
-        fields["tuned_at"] = utcnow()
-        fields.pop("id", None)
-        for _ in range(3):  # a concurrent writer may insert the same key between our read and write
-            try:
-                with self._session() as s:
-                    row = s.scalars(select(Result).filter_by(**key.as_dict())).first()
-                    if row is None:
-                        s.add(Result(**key.as_dict(), **fields))
-                    else:
-                        for k, v in fields.items():
-                            setattr(row, k, v)
-                return
-            except DatabaseError as e:
-                if not isinstance(e.__cause__, IntegrityError):
-                    raise
-        raise DatabaseError(f"could not store the best entry of {key.kernel} {key.signature}")
+        self._retry_unique(key, lambda s: _upsert_best(s, key, entry))
+
+    def record_tuning(
+        self,
+        key: TuningKey,
+        run_id: str,
+        trials: list[dict[str, Any]],
+        best_index: int,
+        entry: dict[str, Any],
+    ) -> list[int]:
+        """Store a run's trials and its best entry (pointing at trials[best_index]) in one
+        transaction: a crash leaves both or neither. Returns the trial ids."""
+
+        def write(s: Session) -> list[int]:
+            ids = _add_trials(s, key, run_id, trials)
+            _upsert_best(s, key, {**entry, "trial_id": ids[best_index]})
+            return ids
+
+        return self._retry_unique(key, write)
 
     def record_miss(self, key: TuningKey) -> None:
-        """Count a lookup miss of `key` (one write; callers call it once per new key)."""
+        """Count a lookup miss of `key` (one atomic write; callers call it once per new key)."""
+
+        def write(s: Session) -> None:
+            counted = s.execute(
+                update(Miss)
+                .filter_by(**key.as_dict())
+                .values(count=Miss.count + 1, last_seen=utcnow())
+                .execution_options(synchronize_session=False)
+            ).rowcount
+            if not counted:
+                s.add(Miss(**key.as_dict()))
+
+        self._retry_unique(key, write)
+
+    def _retry_unique(self, key: TuningKey, write: Callable[[Session], Any]) -> Any:
+        # a concurrent writer may insert the same key between our read and our insert
         for _ in range(3):
             try:
-                with self._session() as s:
-                    row = s.scalars(select(Miss).filter_by(**key.as_dict())).first()
-                    if row is None:
-                        s.add(Miss(**key.as_dict()))
-                    else:
-                        row.count += 1
-                        row.last_seen = utcnow()
-                return
+                with self._session(write=True) as s:
+                    return write(s)
             except DatabaseError as e:
                 if not isinstance(e.__cause__, IntegrityError):
                     raise
+        raise DatabaseError(f"could not store {key.kernel} {key.signature}: concurrent writers")
 
     # ------------------------------------------------------------------ reads
 
@@ -326,8 +385,37 @@ class TuningDB:
             rows = [r for r in rows if want in _dtypes(r["signature"])]
         return rows
 
-    def _session(self) -> _GuardedSession:
-        return _GuardedSession(self)
+    def _session(self, write: bool = False) -> _GuardedSession:
+        return _GuardedSession(self, self._writer if write else self.engine, write)
+
+
+def _add_trials(
+    s: Session, key: TuningKey, run_id: str, trials: Iterable[dict[str, Any]]
+) -> list[int]:
+    rows = []
+    for t in trials:
+        fields = {k: v for k, v in t.items() if k in Trial.__table__.columns}
+        fields["config"] = encode_config(t["config"])
+        rows.append(Trial(**key.as_dict(), run_id=run_id, **fields))
+    s.add_all(rows)
+    s.flush()
+    return [r.id for r in rows]
+
+
+def _upsert_best(s: Session, key: TuningKey, entry: dict[str, Any]) -> None:
+    fields = {
+        k: v for k, v in entry.items() if k in Result.__table__.columns and k not in KEY_COLUMNS
+    }
+    fields["config"] = encode_config(entry["config"])
+    fields.setdefault("host", socket.gethostname())
+    fields["tuned_at"] = utcnow()
+    fields.pop("id", None)
+    row = s.scalars(select(Result).filter_by(**key.as_dict())).first()
+    if row is None:
+        s.add(Result(**key.as_dict(), **fields))
+    else:
+        for k, v in fields.items():
+            setattr(row, k, v)
 
 
 def _dtypes(signature: str) -> set[str]:
@@ -340,12 +428,30 @@ def _dtypes(signature: str) -> set[str]:
 class _GuardedSession:
     """A session in one transaction; any database failure becomes a DatabaseError."""
 
-    def __init__(self, db: TuningDB) -> None:
+    def __init__(self, db: TuningDB, bind: Any, write: bool = False) -> None:
         self.db = db
-        self.session = Session(db.engine, expire_on_commit=False)
+        self.write = write
+        self.session = Session(bind, expire_on_commit=False)
 
     def __enter__(self) -> Session:
         self.session.begin()
+        if self.write:
+            # a newer pallas-autotune may have upgraded the file since we opened it: never
+            # write into a schema we do not know (on SQLite we hold the write lock already)
+            try:
+                version = self.session.execute(
+                    select(SchemaInfo.version).where(SchemaInfo.id == 1)
+                ).scalar()
+            except BaseException as e:
+                self.__exit__(type(e), e, None)
+                raise
+            if version is not None and version > SCHEMA_VERSION:
+                self.session.rollback()
+                self.session.close()
+                raise DatabaseError(
+                    f"tuning database {self.db.url} was upgraded to schema v{version} by a newer "
+                    f"pallas-autotune (this one writes v{SCHEMA_VERSION}): not written to"
+                )
         return self.session
 
     def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> bool:
@@ -368,8 +474,36 @@ def _reason(e: BaseException) -> str:
     return str(orig or e).splitlines()[0]
 
 
-def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
-    cur = dbapi_conn.cursor()
-    cur.execute("PRAGMA busy_timeout=30000")
-    cur.execute("PRAGMA journal_mode=WAL")
-    cur.close()
+def _create_private_file(file: Path) -> None:
+    """Create a new database file 0600 before SQLite opens it (its -wal and -shm files copy
+    the mode); an empty file is a valid empty SQLite database."""
+    with contextlib.suppress(FileExistsError):
+        os.close(os.open(file, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+
+
+def _sqlite_pragmas(busy_timeout_s: float) -> Callable[[Any, Any], None]:
+    def on_connect(dbapi_conn: Any, _record: Any) -> None:
+        # transactions are begun by _sqlite_begin, not by the driver (SQLAlchemy's recipe)
+        dbapi_conn.isolation_level = None
+        cur = dbapi_conn.cursor()
+        cur.execute(f"PRAGMA busy_timeout={int(busy_timeout_s * 1000)}")  # an int we computed
+        cur.execute("PRAGMA journal_mode=WAL")
+        cur.close()
+
+    return on_connect
+
+
+def _sqlite_begin(conn: Connection) -> None:
+    mode = conn.get_execution_options().get("sqlite_begin", "DEFERRED")
+    conn.exec_driver_sql("BEGIN IMMEDIATE" if mode == "IMMEDIATE" else "BEGIN")
+
+
+def _server_args(url: str, busy_timeout_s: float) -> dict[str, Any]:
+    """PostgreSQL: wait at most the busy timeout for a lock, and for the server to answer."""
+    if not url.startswith("postgresql+psycopg"):
+        return {}
+    ms = int(busy_timeout_s * 1000)
+    return {
+        "connect_timeout": max(2, math.ceil(busy_timeout_s)),
+        "options": f"-c lock_timeout={ms}",
+    }

@@ -2,12 +2,15 @@
 
 The lookup runs once per distinct call signature in a process (at trace time under jax.jit);
 later calls with the same shapes and dtypes cost one dict lookup before the jitted kernel runs.
+The database can never break model code: any failure to open, read or trust it warns once per
+cause and the call runs the fallback (or raises AutotuneError in strict mode).
 """
 
 from __future__ import annotations
 
 import functools
 import logging
+import operator
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -23,6 +26,11 @@ from autotune.signature import Signature, TuningKey, is_array, parse_args, shape
 from autotune.space import Constraint
 
 log = logging.getLogger(__name__)
+
+# How long a lookup's write (recording a miss, creating a new file) waits for another process's
+# write transaction before giving up with a warning. Reads never wait in SQLite's WAL mode; tools
+# (tuner, CLI) keep the database's long default.
+RUNTIME_BUSY_TIMEOUT_S = 0.5
 
 
 @dataclass(frozen=True)
@@ -42,6 +50,7 @@ class _Runtime:
 
     settings: Settings = field(default_factory=Settings.from_env)
     db: Any = None  # TuningDB once opened; False after it failed to open
+    # (kernel, *call shape) -> (Resolution, executable); see AutotunedKernel.__call__
     memo: dict[tuple, tuple[Resolution, Callable]] = field(default_factory=dict)
     warned: set[str] = field(default_factory=set)
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -85,15 +94,24 @@ def _warn_once(cause: str, message: str) -> None:
 def _database() -> Any:
     """The runtime's TuningDB, opened on first use; None if it cannot be opened (warned once)."""
     if _STATE.db is None:
-        from autotune.db import TuningDB
+        from autotune.db import TuningDB, _sqlite_file, normalize_url
 
         try:
-            _STATE.db = TuningDB(_STATE.settings.db_url)
-        except AutotuneError as e:
+            file = _sqlite_file(normalize_url(_STATE.settings.db_url))
+            missing = file is not None and not file.exists()
+            _STATE.db = TuningDB(_STATE.settings.db_url, busy_timeout_s=RUNTIME_BUSY_TIMEOUT_S)
+        except Exception as e:  # whatever the database does, model code goes on
             if _STATE.settings.strict:
-                raise
+                raise _as_autotune_error(e) from e
             _warn_once(f"open:{e}", f"pallas-autotune: {e}; using default configurations")
             _STATE.db = False
+        else:
+            if missing:
+                _warn_once(
+                    "created",
+                    f"pallas-autotune: tuning database {file} did not exist: created it empty; "
+                    "calls use the fallback until kernels are tuned (`autotune tune ...`)",
+                )
     return _STATE.db or None
 
 
@@ -101,11 +119,21 @@ def _db_call(what: str, fn: Callable[[], Any]) -> Any:
     """Run a database read or write for model code: failures warn once (or raise if strict)."""
     try:
         return fn()
-    except DatabaseError as e:
+    except Exception as e:  # a tampered row can fail below SQLAlchemy's error types too
         if _STATE.settings.strict:
-            raise
-        _warn_once(f"{what}:{e}", f"pallas-autotune: {what} failed: {e}; using the fallback")
+            raise _as_autotune_error(e) from e
+        # the cause is the error, not the operation: a bad row fails lookup and nearest alike
+        _warn_once(f"db:{e}", f"pallas-autotune: {what} failed: {e}; using the fallback")
         return None
+
+
+def _as_autotune_error(e: Exception) -> AutotuneError:
+    if isinstance(e, AutotuneError):
+        return e
+    return DatabaseError(
+        f"tuning database {_STATE.settings.db_url or '(default)'}: {type(e).__name__}: {e} "
+        "(strict mode): check it with `autotune db check`"
+    )
 
 
 class AutotunedKernel:
@@ -122,8 +150,21 @@ class AutotunedKernel:
     # ------------------------------------------------------------------ calling
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if not kwargs:  # the hot path: positional arrays of a shape resolved before
+            try:
+                hit = _STATE.memo.get((self, *map(_shape_dtype, args)))
+            except (AttributeError, TypeError):  # a non-array argument: the general path
+                hit = None
+            if hit is not None:
+                return hit[1](*args)
+        return self._call(args, kwargs)
+
+    def _call(self, args: tuple, kwargs: dict[str, Any]) -> Any:
         overrides = {k: kwargs.pop(k) for k in self.spec.tunables & kwargs.keys()}
-        memo_key = (self.spec.name, self.spec.version, _call_shape(args, kwargs))
+        if not kwargs and all(is_array(a) for a in args):
+            memo_key: tuple | None = (self, *map(_shape_dtype, args))  # as in __call__
+        else:
+            memo_key = (self, "general", _call_shape(args, kwargs))
         try:
             hit = _STATE.memo.get(memo_key)
         except TypeError:  # an unhashable static argument: resolve without the memo
@@ -242,7 +283,8 @@ class AutotunedKernel:
             except AutotuneError:
                 continue
             if d is not None:
-                scored.append((d, r["signature"], r))
+                # rounded: hosts whose libm differs in the last bit still agree on ties
+                scored.append((round(d, 9), r["signature"], r))
         for _, signature, r in sorted(scored, key=lambda t: (t[0], t[1])):
             config = r["config"]
             if space.check_stored(config) is None and _broken(space, config, sig) is None:
@@ -255,6 +297,9 @@ class AutotunedKernel:
 def _broken(space: Any, config: dict, sig: Signature) -> str | None:
     broken = space.violations(config, sig)
     return f"breaks {', '.join(broken)} for {sig.text}" if broken else None
+
+
+_shape_dtype = operator.attrgetter("shape", "dtype")  # in C: the cheapest memo key of an array
 
 
 def _call_shape(args: Sequence[Any], kwargs: Mapping[str, Any]) -> tuple:

@@ -35,7 +35,7 @@ _SHORT = {
     "complex128": "c128",
 }
 _LONG = {short: long for long, short in _SHORT.items()}
-_ARG_RE = re.compile(r"([a-z][a-z0-9_]*)\[([0-9,]*)\]")
+_ARG_RE = re.compile(r"([a-z][a-z0-9_]*)\[((?:[0-9]+(?:,[0-9]+)*)?)\]")
 
 
 def dtype_name(dtype: Any) -> str:
@@ -55,9 +55,18 @@ def short_dtype(name: str) -> str:
 
 
 def parse_dtype(text: str) -> str:
-    """Accept 'f32', 'float32', 'bf16', ... and return the canonical name."""
+    """Accept 'f32', 'float32', 'bf16', ... and return the canonical name (numbers and bool
+    only: numpy also parses 'i4,i4', 'U10' or 'O', which no kernel argument is)."""
+    import jax.numpy as jnp
+
     text = text.strip()
-    return dtype_name(_LONG.get(text, text))
+    try:
+        dtype = jnp.dtype(_LONG.get(text, text))
+    except (TypeError, ValueError, SyntaxError):
+        dtype = None
+    if dtype is None or not (jnp.issubdtype(dtype, jnp.number) or dtype == jnp.bool_):
+        raise SignatureError(f"unknown dtype {text!r}: use a name such as float32 or bfloat16")
+    return dtype.name
 
 
 @dataclass(frozen=True)

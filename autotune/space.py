@@ -110,17 +110,29 @@ class Space:
         The database is data: a config read back is checked for shape, names, types and
         membership before it reaches a kernel.
         """
+        if config is None:
+            return "config is not valid JSON"
         if not isinstance(config, dict):
-            return f"config is a {type(config).__name__}, not an object"
+            return f"config is a JSON {type(config).__name__}, not an object"
         unknown = sorted(set(config) - set(self.names))
         if unknown:
-            return f"unknown parameter(s) {', '.join(map(repr, unknown))}"
+            return f"unknown parameter(s) {', '.join(_short(u) for u in unknown)}"
         for p in self.params:
             if p.name not in config:
                 return f"parameter {p.name!r} is missing"
             if not p.admits(config[p.name]):
-                return f"{p.name}={config[p.name]!r} is not a candidate of the current space"
+                value = config[p.name]
+                return (
+                    f"{p.name}={_short(value)} ({type(value).__name__}) is not a candidate "
+                    "of the current space"
+                )
         return None
+
+
+def _short(value: Any, limit: int = 60) -> str:
+    """A repr fit for a one-line message, however large a tampered value is."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} chars)"
 
 
 def _name(fn: Callable) -> str:
@@ -257,6 +269,8 @@ def load_space_file(path: Path) -> tuple[str, dict[str, tuple[Param, ...]]]:
         doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         raise SpaceError(f"{path}: not valid TOML: {e}") from e
+    except RecursionError:  # tomllib recurses into nested arrays and inline tables
+        raise SpaceError(f"{path}: not valid TOML: nested too deeply") from None
     return text, parse_sections(str(path), doc)
 
 

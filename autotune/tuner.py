@@ -258,11 +258,15 @@ def _store(
         records = [t.as_dict() for t in result.trials]
         if default_trial not in result.trials:
             records.append(default_trial.as_dict())
-        ids = handle.add_trials(result.key, result.run_id, records)
         best_index = next(i for i, t in enumerate(result.trials) if t.config == result.best_config)
         best = result.trials[best_index]
-        handle.put_best(
+        # one transaction: a crash leaves the trials and the best entry that points at one
+        # of them together, or neither
+        handle.record_tuning(
             result.key,
+            result.run_id,
+            records,
+            best_index,
             {
                 "config": result.best_config,
                 "time_s": result.best_time_s,
@@ -270,7 +274,6 @@ def _store(
                 "speedup": result.speedup,
                 "n_trials": len(result.trials),
                 "n_rejected": result.n_rejected,
-                "trial_id": ids[best_index],
                 "run_id": result.run_id,
                 "strategy": strategy,
                 "timer": best.timer or "wall",

@@ -1,0 +1,164 @@
+"""`autotune db check`: read a tuning database without writing to it and say, in words, what
+the runtime would refuse or warn about."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from autotune.device import BACKENDS
+from autotune.errors import AutotuneError
+
+RESULT_COLUMNS = (
+    "id",
+    "kernel",
+    "kernel_version",
+    "platform",
+    "device_kind",
+    "backend",
+    "signature",
+    "static",
+    "config",
+    "trial_id",
+)
+TRIAL_COLUMNS = ("id", "kernel", "kernel_version", "platform", "device_kind", "backend")
+TRIAL_COLUMNS += ("signature", "static", "config", "status")
+
+
+def check_database(url: Any) -> tuple[list[str], dict[str, int]]:
+    """Problems found (one sentence each) and row counts; never writes to the database."""
+    from sqlalchemy import create_engine, inspect, text
+
+    from autotune.db import SCHEMA_VERSION, _sqlite_file, normalize_url
+
+    url = normalize_url(url)
+    file = _sqlite_file(url)
+    if file is not None:
+        if not file.is_file():
+            return [f"{file} does not exist or is not a file"], {}
+        # read-only: a check must not create, migrate or repair anything
+        engine = create_engine(f"sqlite:///file:{file}?mode=ro&uri=true")
+    else:
+        engine = create_engine(url)
+    problems: list[str] = []
+    counts: dict[str, int] = {}
+    try:
+        with engine.connect() as conn:
+            if file is not None:
+                verdict = [r[0] for r in conn.exec_driver_sql("PRAGMA integrity_check")]
+                if verdict != ["ok"]:
+                    problems.append(f"SQLite integrity check failed: {'; '.join(verdict[:5])}")
+            tables = set(inspect(conn).get_table_names())
+            missing = {"schema_info", "results", "trials", "misses"} - tables
+            if missing:
+                return problems + [
+                    f"not a tuning database: no table(s) {', '.join(sorted(missing))}"
+                ], {}
+            version = conn.execute(text("SELECT version FROM schema_info WHERE id = 1")).scalar()
+            if version is None:
+                problems.append("schema_info has no version row")
+            elif version > SCHEMA_VERSION:
+                return problems + [
+                    f"schema v{version} is newer than this pallas-autotune (v{SCHEMA_VERSION}): "
+                    "the runtime will not use it; upgrade pallas-autotune"
+                ], {}
+            results = _rows(conn, "results", RESULT_COLUMNS)
+            trials = {r["id"]: r for r in _rows(conn, "trials", TRIAL_COLUMNS)}
+            counts = {
+                "results": len(results),
+                "trials": len(trials),
+                "misses": conn.execute(text("SELECT count(*) FROM misses")).scalar() or 0,
+            }
+    except Exception as e:  # a corrupt file fails anywhere above
+        reason = str(getattr(e, "orig", None) or e).splitlines()[0]
+        return problems + [f"cannot read the database: {reason}"], counts
+    finally:
+        engine.dispose()
+    for r in results:
+        where = f"best entry {r['id']} ({_text(r['kernel'])} {_text(r['signature'])} on {_text(r['device_kind'])})"
+        problems += [f"{where}: {p}" for p in _entry_problems(r, trials)]
+    return problems, counts
+
+
+def _rows(conn: Any, table: str, columns: tuple[str, ...]) -> list[dict[str, Any]]:
+    from sqlalchemy import column, select
+    from sqlalchemy import table as table_
+
+    stmt = select(*map(column, columns)).select_from(table_(table)).order_by(column("id"))
+    return [dict(zip(columns, row)) for row in conn.execute(stmt)]
+
+
+def _text(value: Any, limit: int = 60) -> str:
+    s = str(value)
+    return s if len(s) <= limit else f"{s[:limit]}... ({len(s)} chars)"
+
+
+def _entry_problems(r: dict[str, Any], trials: dict[int, dict[str, Any]]) -> list[str]:
+    """Why the runtime would not serve this best entry (or would not trust where it came from)."""
+    from autotune import registry
+    from autotune.db import decode_config
+    from autotune.signature import Signature, parse_args, parse_static
+
+    problems = []
+    platform, backend, kind = r["platform"], r["backend"], r["device_kind"]
+    if platform not in BACKENDS:
+        problems.append(f"unknown platform {_text(platform)!r}")
+    elif backend != BACKENDS[platform]:
+        problems.append(f"backend {_text(backend)!r} does not belong to platform {platform}")
+    elif (platform == "cpu" and kind != "cpu") or (
+        platform == "tpu" and not str(kind).startswith("TPU")
+    ):
+        problems.append(f"device kind {_text(kind)!r} is not a {platform} device")
+    config = decode_config(r["config"])
+    try:
+        args, static = parse_args(r["signature"]), parse_static(r["static"])
+    except AutotuneError as e:
+        problems.append(f"unreadable key: {e}")
+        args = None
+    kernel = registry.registered().get(r["kernel"])
+    if kernel is None:
+        problems.append("kernel is not registered here: its config was not validated")
+    elif r["kernel_version"] != kernel.spec.version:
+        problems.append(
+            f"stale: tuned for kernel version {_text(r['kernel_version'])}, the kernel is now "
+            f"{kernel.spec.version}; not served: re-tune it"
+        )
+    elif platform in kernel.spec.spaces:
+        space = kernel.spec.space(platform)
+        problem = space.check_stored(config)
+        if problem is None and args is not None:
+            broken = space.violations(config, Signature(args, static, platform, str(kind)))
+            problem = f"breaks {', '.join(broken)} for its own shape" if broken else None
+        if problem:
+            problems.append(f"config not served: {problem}")
+    trial = trials.get(r["trial_id"]) if r["trial_id"] is not None else None
+    if r["trial_id"] is None:
+        problems.append("no trial recorded for it")
+    elif trial is None:
+        problems.append(f"points at trial {r['trial_id']}, which does not exist")
+    elif trial["status"] != "ok":
+        problems.append(f"points at trial {r['trial_id']} of status {trial['status']!r}")
+    elif any(
+        trial[k] != r[k]
+        for k in (
+            "kernel",
+            "kernel_version",
+            "platform",
+            "device_kind",
+            "backend",
+            "signature",
+            "static",
+        )
+    ):
+        problems.append(f"points at trial {r['trial_id']} of another key")
+    elif decode_config(trial["config"]) != config:
+        problems.append(f"config differs from that of its trial {r['trial_id']}")
+    return problems
+
+
+def format_report(url: str, problems: list[str], counts: dict[str, int]) -> str:
+    summary = ", ".join(f"{n} {name}" for name, n in counts.items())
+    head = f"{url}: {summary}" if summary else url
+    if not problems:
+        return f"{head}: no problems found"
+    lines = [f"{head}: {len(problems)} problem(s)"] + [f"  - {p}" for p in problems]
+    return "\n".join(lines)

@@ -1,0 +1,158 @@
+"""Nothing is lost: many writer processes on one database, and tuning processes killed with
+SIGKILL at random points."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import sqlite3
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from autotune.db import TuningDB
+
+ROOT = Path(__file__).parent.parent
+N_PROCS, N_ROWS = 8, 100
+
+WRITER = textwrap.dedent(
+    """
+    import sys
+    from autotune.db import TuningDB
+    from autotune.signature import TuningKey
+    url, p, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+    db = TuningDB(url)
+    shared = TuningKey("shared", "v1", "cpu", "cpu", "interpret", "f32[1]")
+    entry = dict(time_s=1e-3, n_trials=1, n_rejected=0, run_id=f"p{p}", strategy="grid",
+                 timer="wall", jax_version="x", jaxlib_version="x")
+    for i in range(n):
+        key = TuningKey("conc", "v1", "cpu", "cpu", "interpret", f"f32[{p},{i}]")
+        db.put_best(key, dict(entry, config={"p": p, "i": i}))
+        db.record_miss(key)
+        db.record_miss(shared)
+    print("done")
+    """
+)
+
+
+def env():
+    e = dict(os.environ, JAX_PLATFORMS="cpu")
+    e["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(ROOT / "tests")])
+    return e
+
+
+def run_writers(url):
+    # no schema yet: the children also race to create it
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", WRITER, url, str(p), str(N_ROWS)],
+            env=env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for p in range(N_PROCS)
+    ]
+    for proc in procs:
+        out, err = proc.communicate(timeout=600)
+        assert proc.returncode == 0 and out.strip() == "done" and not err.strip(), err[-2000:]
+    with TuningDB(url) as db:
+        results = db.query(kernel="conc")
+        misses = {m["signature"]: m["count"] for m in db.misses()}
+    assert sorted((r["config"]["p"], r["config"]["i"]) for r in results) == [
+        (p, i) for p in range(N_PROCS) for i in range(N_ROWS)
+    ]
+    assert all(r["signature"] == f"f32[{r['config']['p']},{r['config']['i']}]" for r in results)
+    assert misses.pop("f32[1]") == N_PROCS * N_ROWS  # no increment lost
+    assert len(misses) == N_PROCS * N_ROWS and set(misses.values()) == {1}
+
+
+def test_eight_writers_on_one_sqlite_file(tmp_path):
+    run_writers(str(tmp_path / "shared.db"))
+
+
+@pytest.mark.postgres
+def test_eight_writers_on_one_postgres_database(pg_url):
+    run_writers(pg_url)
+
+
+# --------------------------------------------------------------------------- crash safety
+
+STORER = textwrap.dedent(
+    """
+    import sys
+    from autotune.db import TuningDB
+    from autotune.signature import TuningKey
+    db = TuningDB(sys.argv[1])
+    i = 0
+    print("ready", flush=True)
+    while True:  # what tuner._store does, as fast as it can, until killed
+        key = TuningKey("crash", "v1", "cpu", "cpu", "interpret", f"f32[{i % 50}]")
+        trials = [{"config": {"b": b}, "status": "ok", "time_s": 1.0 / (b + i)} for b in range(1, 9)]
+        db.record_tuning(key, f"run{i}", trials, i % 8, dict(
+            config={"b": i % 8 + 1}, time_s=1e-3, n_trials=8, n_rejected=0, run_id=f"run{i}",
+            strategy="grid", timer="wall", jax_version="x", jaxlib_version="x"))
+        i += 1
+    """
+)
+
+TUNER = textwrap.dedent(
+    """
+    import itertools, autotune
+    from toy_kernels import make_input, scale
+    print("ready", flush=True)
+    for rows in itertools.cycle((8, 16, 24, 32, 48, 64, 96)):
+        autotune.tune(scale, [make_input(rows=rows)], n_trials=2, strategy="random")
+    """
+)
+
+
+def kill_at_random(script, path, rounds, window, rng):
+    for _ in range(rounds):
+        proc = subprocess.Popen(
+            [sys.executable, "-c", script, str(path)],
+            env=dict(env(), PALLAS_AUTOTUNE_DB=str(path)),
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert proc.stdout.readline().strip() == "ready"
+        time.sleep(rng.uniform(*window))
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        assert proc.returncode == -signal.SIGKILL
+
+
+def assert_consistent(path):
+    conn = sqlite3.connect(path)
+    assert conn.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
+    key = "kernel, kernel_version, platform, device_kind, backend, signature, static"
+    results = conn.execute(f"SELECT id, trial_id, config, {key} FROM results").fetchall()
+    for rid, trial_id, config, *rkey in results:
+        trial = conn.execute(
+            f"SELECT status, config, {key} FROM trials WHERE id = ?", (trial_id,)
+        ).fetchone()
+        assert trial is not None, f"best entry {rid} points at missing trial {trial_id}"
+        status, tconfig, *tkey = trial
+        assert status == "ok" and tconfig == config and tkey == rkey
+    conn.close()
+    return len(results)
+
+
+def test_sigkill_during_stores_never_leaves_a_dangling_best(tmp_path):
+    path = tmp_path / "crash.db"
+    kill_at_random(STORER, path, rounds=8, window=(0.05, 0.6), rng=random.Random(7))
+    assert assert_consistent(path) > 0
+
+
+@pytest.mark.slow
+def test_sigkill_during_real_tuning_runs(tmp_path):
+    path = tmp_path / "crash.db"
+    kill_at_random(TUNER, path, rounds=3, window=(1.0, 5.0), rng=random.Random(11))
+    assert_consistent(path)
+    with TuningDB(path) as db:  # and the survivors are served as usual
+        assert all(r["config"]["block_rows"] in (8, 12, 16, 24, 32) for r in db.query())

@@ -1,0 +1,84 @@
+"""The database and the space files are data: nothing in the package executes them, SQL is
+parameterised, and the default database is private to the user."""
+
+from __future__ import annotations
+
+import ast
+import os
+import re
+import stat
+from pathlib import Path
+
+import pytest
+
+from autotune import TuningDB
+
+ROOT = Path(__file__).parent.parent
+SOURCES = sorted(p for d in ("autotune", "kernels") for p in (ROOT / d).rglob("*.py"))
+FORBIDDEN = re.compile(
+    r"\b(pickle|cPickle|dill|marshal|shelve|cloudpickle|jsonpickle)\b"
+    r"|(?<![.\w])(eval|exec|compile|__import__)\(|yaml\.(unsafe_)?load\(|builtins\.(eval|exec)"
+)
+SQL_CALLS = {"execute", "exec_driver_sql", "executescript", "text", "DDL"}
+# SQL built from our own identifiers, never from data: (file, enclosing function) -> why
+ALLOWED_DYNAMIC_SQL = {
+    ("db.py", "add_column"): "table and column DDL compiled from the model metadata",
+    ("db.py", "on_connect"): "PRAGMA busy_timeout takes no parameter; the value is an int",
+}
+
+
+def test_sources_were_found():
+    assert len(SOURCES) > 10 and any(p.name == "db.py" for p in SOURCES)
+
+
+@pytest.mark.parametrize("path", SOURCES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_no_pickle_eval_or_exec(path):
+    for n, line in enumerate(path.read_text().splitlines(), 1):
+        code = line.split("#", 1)[0]
+        assert not FORBIDDEN.search(code), f"{path.name}:{n}: {line.strip()}"
+
+
+@pytest.mark.parametrize("path", SOURCES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_sql_text_is_always_a_literal(path):
+    """Values reach SQL only as bound parameters: no SQL string is formatted."""
+    found = formatted_sql(ast.parse(path.read_text()))
+    assert [f for f in found if (path.name, f[0]) not in ALLOWED_DYNAMIC_SQL] == []
+
+
+def test_the_sql_check_catches_formatted_sql():
+    snippet = "def f(c, x):\n    c.execute(f'SELECT {x}')\n    c.execute('SELECT ?', (x,))\n"
+    assert formatted_sql(ast.parse(snippet)) == [("f", 2)]
+
+
+def formatted_sql(tree):
+    """(function, line) of every SQL call whose text is built by formatting."""
+    found = []
+    for name, call in _calls(tree, "<module>"):
+        callee = getattr(call.func, "attr", getattr(call.func, "id", None))
+        if callee not in SQL_CALLS or not call.args:
+            continue
+        arg = call.args[0]
+        if isinstance(arg, (ast.JoinedStr, ast.BinOp)) or (
+            isinstance(arg, ast.Call) and getattr(arg.func, "attr", "") == "format"
+        ):
+            found.append((name, call.lineno))
+    return found
+
+
+def _calls(node, name):
+    """(innermost enclosing function name, call) for every call under `node`."""
+    for child in ast.iter_child_nodes(node):
+        inner = child.name if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)) else name
+        if isinstance(child, ast.Call):
+            yield name, child
+        yield from _calls(child, inner)
+
+
+def test_new_database_files_are_private(tmp_path):
+    path = tmp_path / "tuning.db"
+    db = TuningDB(path)
+    with db.engine.connect() as conn:  # open a connection so the -wal file exists
+        conn.exec_driver_sql("SELECT 1")
+        for p in (path, Path(f"{path}-wal"), Path(f"{path}-shm")):
+            assert stat.S_IMODE(os.stat(p).st_mode) == 0o600, p
+    db.close()
