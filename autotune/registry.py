@@ -147,11 +147,6 @@ def make_spec(
 ) -> KernelSpec:
     if not isinstance(name, str) or not name:
         raise KernelError("a kernel needs a non-empty name: autotuned(name='my_kernel', ...)")
-    bind_text = ""
-    if isinstance(bind, Mapping):
-        bind_text = repr(sorted((k, _describe(v)) for k, v in bind.items()))
-        bind, derived = structured_bind(fn, name, bind)
-        defaults = {**derived, **(defaults or {})}
     module_dir = _module_dir(fn)
     if isinstance(space, Mapping):
         where = f"space of kernel {name!r}"
@@ -169,6 +164,11 @@ def make_spec(
 
     params = inspect.signature(fn).parameters
     names = {p.name for ps in spaces.values() for p in ps}
+    bind_text = ""
+    if isinstance(bind, Mapping):
+        bind_text = repr(sorted((k, _describe(v)) for k, v in bind.items()))
+        bind, derived = structured_bind(fn, name, bind, names)
+        defaults = {**derived, **(defaults or {})}
     if bind is None:
         missing = sorted(n for n in names if n not in params)
         if missing:
@@ -222,17 +222,22 @@ def make_spec(
 
 
 def structured_bind(
-    fn: Callable, name: str, layout: Mapping[str, Any]
+    fn: Callable, name: str, layout: Mapping[str, Any], names: set[str]
 ) -> tuple[Callable[[dict[str, Any]], dict[str, Any]], dict[str, Any]]:
     """A bind function and defaults from a declarative layout of structured arguments.
 
     `layout` maps a kernel argument to a tuple of flat parameter names (the argument is a tuple,
     e.g. block_shape=("block_m", "block_n")) or to a dataclass type (its fields of the same
     names as tunable parameters are filled in; the argument's default instance gives the rest).
-    The defaults are read from the kernel's own argument defaults.
+    Tunable parameters that are plain arguments of the kernel (`names` not in `layout`) pass
+    through. The defaults are read from the kernel's own argument defaults.
     """
     params = inspect.signature(fn).parameters
-    makers, defaults = {}, {}
+    flat = sorted(n for n in names if n in params and n not in layout)
+    makers: dict[str, Callable] = {n: (lambda c, n=n: c[n]) for n in flat}
+    defaults = {
+        n: params[n].default for n in flat if params[n].default is not inspect.Parameter.empty
+    }
     for arg, target in layout.items():
         if arg not in params:
             raise SpaceError(

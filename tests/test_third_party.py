@@ -113,3 +113,18 @@ def test_bad_declarative_bind_is_a_clear_error():
         autotune.register(scaled_matmul, name="bad_bind", space=SPACE, bind={"block_shape": 128})
     with pytest.raises(SpaceError, match="does not take"):
         autotune.register(scaled_matmul, name="bad_bind", space=SPACE, bind={"blocks": BlockSizes})
+
+
+def test_declarative_bind_passes_plain_tunable_arguments_through():
+    from jax.experimental.pallas.ops.tpu.matmul import matmul as jax_tpu_matmul
+
+    kernel = autotune.register(
+        jax_tpu_matmul,
+        name="jax_tpu_matmul",
+        space={"block_m": [128, 256], "block_n": [128], "block_k": [128, 256]},
+        bind={"block_shape": ("block_m", "block_n")},
+        defaults={"block_m": 128, "block_n": 128},  # block_shape has no default to read
+    )
+    assert kernel.spec.defaults == {"block_m": 128, "block_n": 128, "block_k": 256}
+    config = {"block_m": 256, "block_n": 128, "block_k": 128}
+    assert kernel.spec.kernel_kwargs(config) == {"block_shape": (256, 128), "block_k": 128}
