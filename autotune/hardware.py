@@ -88,3 +88,14 @@ def clamp_block(block: int, dim: int, platform: str) -> int:
     """A block no larger than its dimension needs: the dimension itself, or on GPU, where
     Triton blocks are powers of two, the power of two that covers it."""
     return min(block, next_pow2(dim) if platform == "gpu" else dim)
+
+
+def kernel_platform(interpret: bool) -> str:
+    """The platform a kernel lays its blocks out for: "cpu" in interpret mode, else the
+    default backend's ("tpu", "gpu")."""
+    if interpret:
+        return "cpu"
+    import jax
+
+    backend = jax.default_backend()
+    return "gpu" if backend in ("gpu", "cuda", "rocm") else backend

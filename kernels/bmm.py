@@ -14,6 +14,7 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 
 from autotune import autotuned
+from autotune.hardware import clamp_block, kernel_platform
 from kernels import matmul as mm
 
 
@@ -49,7 +50,10 @@ def bmm(
     (b, m, k), n = x.shape, y.shape[2]
     if x.size == 0 or y.size == 0:  # an empty batch, or K = 0: the sum over nothing
         return jnp.zeros((b, m, n), x.dtype)
-    bm, bn, bk = min(block_m, m), min(block_n, n), min(block_k, k)
+    platform = kernel_platform(interpret)
+    bm, bn, bk = (
+        clamp_block(b, d, platform) for b, d in ((block_m, m), (block_n, n), (block_k, k))
+    )
     mp, np_, kp = (pl.cdiv(d, blk) * blk for d, blk in ((m, bm), (n, bn), (k, bk)))
     xp = jnp.pad(x, ((0, 0), (0, mp - m), (0, kp - k))) if (mp, kp) != (m, k) else x
     yp = jnp.pad(y, ((0, 0), (0, kp - k), (0, np_ - n))) if (kp, np_) != (k, n) else y

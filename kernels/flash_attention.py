@@ -25,11 +25,12 @@ from autotune.hardware import (
     clamp_block,
     gpu_smem_bytes,
     is_pow2,
+    kernel_platform,
     next_pow2,
     tpu_block_ok,
     tpu_vmem_bytes,
 )
-from kernels.rowwise import F32, gpu_compiler_params, target_platform
+from kernels.rowwise import F32, gpu_compiler_params
 
 # A finite "minus infinity" for masked scores: exp(MASK - m) is exactly 0 for any real max m,
 # and a block with every key masked cannot turn the running max into NaN.
@@ -215,6 +216,6 @@ def flash_attention(
         block_k=block_k,
         num_warps=num_warps,
         num_stages=num_stages,
-        platform=target_platform(interpret),
+        platform=kernel_platform(interpret),
         interpret=interpret,
     )

@@ -12,6 +12,7 @@ import jax
 import jax.numpy as jnp
 
 from autotune import autotuned
+from autotune.hardware import kernel_platform
 from kernels.rowwise import (
     F32,
     RowLayout,
@@ -20,7 +21,6 @@ from kernels.rowwise import (
     gpu_compiler_params,
     lane_mask,
     rowwise_call,
-    target_platform,
 )
 
 
@@ -117,7 +117,7 @@ def rms_norm(
         eps=eps,
         block_rows=block_rows,
         num_warps=num_warps,
-        platform=target_platform(interpret),
+        platform=kernel_platform(interpret),
         interpret=interpret,
     )
 
@@ -147,6 +147,6 @@ def layer_norm(
         eps=eps,
         block_rows=block_rows,
         num_warps=num_warps,
-        platform=target_platform(interpret),
+        platform=kernel_platform(interpret),
         interpret=interpret,
     )

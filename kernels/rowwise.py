@@ -28,14 +28,6 @@ from autotune.hardware import (
 F32 = jnp.float32
 
 
-def target_platform(interpret: bool) -> str:
-    """The platform a kernel is laid out for: "cpu" in interpret mode, else the backend's."""
-    if interpret:
-        return "cpu"
-    backend = jax.default_backend()
-    return "gpu" if backend in ("gpu", "cuda", "rocm") else backend
-
-
 @dataclass(frozen=True)
 class RowLayout:
     rows: int

@@ -11,6 +11,7 @@ import jax
 import jax.numpy as jnp
 
 from autotune import autotuned
+from autotune.hardware import kernel_platform
 from kernels.rowwise import (
     F32,
     RowLayout,
@@ -19,7 +20,6 @@ from kernels.rowwise import (
     gpu_compiler_params,
     lane_mask,
     rowwise_call,
-    target_platform,
 )
 
 
@@ -70,6 +70,6 @@ def softmax(
         x,
         block_rows=block_rows,
         num_warps=num_warps,
-        platform=target_platform(interpret),
+        platform=kernel_platform(interpret),
         interpret=interpret,
     )

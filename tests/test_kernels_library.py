@@ -1,10 +1,13 @@
 """softmax, rms_norm, layer_norm and bmm against their plain-JAX references, in interpret mode."""
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import pytest
-from kernel_checks import close, rand, tpu_configs_lower
+from kernel_checks import TPU, close, rand, tpu_configs_lower
 
+from autotune import registry
 from kernels import (
     bmm,
     bmm_reference,
@@ -145,3 +148,31 @@ def test_every_admitted_tpu_config_of_bmm_lowers(shape, dtype):
         return min(c["block_m"], m), min(c["block_n"], n), min(c["block_k"], k)
 
     assert tpu_configs_lower(bmm, args, {}, effective) >= 1
+
+
+# ------------------------------------------------------------ GPU constraints (no GPU here)
+
+GPU = dataclasses.replace(
+    TPU, platform="gpu", device_kind="NVIDIA H100 80GB HBM3", backend="triton"
+)
+
+
+@pytest.mark.parametrize(
+    "kernel, shapes",
+    [
+        ("matmul", [(96, 200), (200, 72)]),
+        ("bmm", [(2, 96, 200), (2, 200, 72)]),
+        ("softmax", [(3, 5, 200)]),
+        ("layer_norm", [(3, 5, 200), (200,), (200,)]),
+        ("flash_attention", [(1, 2, 50, 24)] * 3),
+    ],
+)
+def test_gpu_spaces_admit_power_of_two_layouts_for_odd_shapes(kernel, shapes):
+    # Only the constraint logic runs here: no GPU to compile on. A block larger than an odd
+    # dim clamps to the power of two above it (the dim is padded), so the defaults stay valid
+    # (in bfloat16: float32 128-tiles at two stages would exceed shared memory).
+    spec = registry.resolve(kernel).spec
+    sig = spec.signature([S(s, jnp.bfloat16) for s in shapes], {}, GPU)
+    space = spec.space("gpu")
+    defaults = {n: spec.defaults[n] for n in space.names}
+    assert space.violations(defaults, sig) == []
