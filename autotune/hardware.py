@@ -73,3 +73,29 @@ def tpu_block_1d_ok(block: int, dim: int, bitwidth: int) -> bool:
 
 def is_pow2(n: int) -> bool:
     return n > 0 and n & (n - 1) == 0
+
+
+# Triton keeps a block in registers: its element count is capped (triton's TRITON_MAX_TENSOR_NUMEL).
+TRITON_MAX_NUMEL = 1 << 20
+
+
+def next_pow2(n: int) -> int:
+    """The smallest power of two >= n (1 for n <= 1)."""
+    return 1 << max(n - 1, 0).bit_length()
+
+
+def clamp_block(block: int, dim: int, platform: str) -> int:
+    """A block no larger than its dimension needs: the dimension itself, or on GPU, where
+    Triton blocks are powers of two, the power of two that covers it."""
+    return min(block, next_pow2(dim) if platform == "gpu" else dim)
+
+
+def kernel_platform(interpret: bool) -> str:
+    """The platform a kernel lays its blocks out for: "cpu" in interpret mode, else the
+    default backend's ("tpu", "gpu")."""
+    if interpret:
+        return "cpu"
+    import jax
+
+    backend = jax.default_backend()
+    return "gpu" if backend in ("gpu", "cuda", "rocm") else backend

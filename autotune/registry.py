@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import importlib
 import inspect
@@ -142,7 +143,7 @@ def make_spec(
     constraints: Sequence[Constraint] = (),
     reference: Callable | None = None,
     defaults: Mapping[str, Any] | None = None,
-    bind: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+    bind: Callable[[dict[str, Any]], dict[str, Any]] | Mapping[str, Any] | None = None,
 ) -> KernelSpec:
     if not isinstance(name, str) or not name:
         raise KernelError("a kernel needs a non-empty name: autotuned(name='my_kernel', ...)")
@@ -163,6 +164,11 @@ def make_spec(
 
     params = inspect.signature(fn).parameters
     names = {p.name for ps in spaces.values() for p in ps}
+    bind_text = ""
+    if isinstance(bind, Mapping):
+        bind_text = repr(sorted((k, _describe(v)) for k, v in bind.items()))
+        bind, derived = structured_bind(fn, name, bind, names)
+        defaults = {**derived, **(defaults or {})}
     if bind is None:
         missing = sorted(n for n in names if n not in params)
         if missing:
@@ -197,7 +203,7 @@ def make_spec(
         _source(fn),
         space_text,
         *map(_source, constraints),
-        _source(bind) if bind else "",
+        bind_text or (_source(bind) if bind else ""),
     ):
         hasher.update(part.encode())
         hasher.update(b"\0")
@@ -212,6 +218,63 @@ def make_spec(
         bind=bind,
         bound_names=bound_names,
         takes_interpret="interpret" in params,
+    )
+
+
+def structured_bind(
+    fn: Callable, name: str, layout: Mapping[str, Any], names: set[str]
+) -> tuple[Callable[[dict[str, Any]], dict[str, Any]], dict[str, Any]]:
+    """A bind function and defaults from a declarative layout of structured arguments.
+
+    `layout` maps a kernel argument to a tuple of flat parameter names (the argument is a tuple,
+    e.g. block_shape=("block_m", "block_n")) or to a dataclass type (its fields of the same
+    names as tunable parameters are filled in; the argument's default instance gives the rest).
+    Tunable parameters that are plain arguments of the kernel (`names` not in `layout`) pass
+    through. The defaults are read from the kernel's own argument defaults.
+    """
+    params = inspect.signature(fn).parameters
+    flat = sorted(n for n in names if n in params and n not in layout)
+    makers: dict[str, Callable] = {n: (lambda c, n=n: c[n]) for n in flat}
+    defaults = {
+        n: params[n].default for n in flat if params[n].default is not inspect.Parameter.empty
+    }
+    for arg, target in layout.items():
+        if arg not in params:
+            raise SpaceError(
+                f"{name}: bind= names argument {arg!r}, which the kernel does not take"
+            )
+        default = params[arg].default
+        has_default = default is not inspect.Parameter.empty
+        if isinstance(target, tuple) and all(isinstance(t, str) for t in target):
+            if has_default and isinstance(default, tuple) and len(default) == len(target):
+                defaults.update(zip(target, default))
+            makers[arg] = lambda c, names=target: tuple(c[n] for n in names)
+        elif isinstance(target, type) and dataclasses.is_dataclass(target):
+            fields = [f.name for f in dataclasses.fields(target)]
+            if has_default and isinstance(default, target):
+                defaults.update({f: getattr(default, f) for f in fields})
+            base = default if has_default and isinstance(default, target) else None
+
+            def make(c, cls=target, fields=fields, base=base):
+                given = {f: c[f] for f in fields if f in c}
+                return dataclasses.replace(base, **given) if base is not None else cls(**given)
+
+            makers[arg] = make
+        else:
+            raise SpaceError(
+                f"{name}: bind={{{arg!r}: {target!r}}} is neither a tuple of parameter names "
+                "nor a dataclass type: write e.g. bind={'block_shape': ('block_m', 'block_n')}"
+            )
+
+    def bind(config: dict[str, Any]) -> dict[str, Any]:
+        return {arg: make(config) for arg, make in makers.items()}
+
+    return bind, defaults
+
+
+def _describe(target: Any) -> str:
+    return (
+        f"{target.__module__}.{target.__qualname__}" if isinstance(target, type) else repr(target)
     )
 
 

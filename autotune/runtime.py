@@ -337,13 +337,15 @@ def autotuned(
     constraints: Sequence[Constraint] = (),
     reference: Callable | None = None,
     defaults: Mapping[str, Any] | None = None,
-    bind: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+    bind: Callable[[dict[str, Any]], dict[str, Any]] | Mapping[str, Any] | None = None,
 ) -> Callable[[Callable], AutotunedKernel]:
     """Declare a kernel's tunable parameters and register it under `name`.
 
     `space` is a dict of candidate lists or the name of a file in search_spaces/; the kernel's
     keyword defaults are the default configuration (or `defaults=` with `bind=`, which maps the
-    flat config onto structured arguments such as a tuple or a dataclass of block sizes).
+    flat config onto structured arguments such as a tuple or a dataclass of block sizes; a dict
+    such as {"block_shape": ("block_m", "block_n"), "block_sizes": BlockSizes} does so
+    declaratively and reads the defaults from the kernel's own).
     """
 
     def decorate(fn: Callable) -> AutotunedKernel:

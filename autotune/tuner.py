@@ -222,6 +222,8 @@ def _measure(
     try:
         output = jax.block_until_ready(compiled(*args))
     except Exception as e:
+        if not kernel.spec.takes_interpret:
+            _reset_tpu_interpret_state()
         return TrialRecord(config, "runtime_error", compile_s=compile_s, error=_one_line(e))
     verdict = compare(output, oracle)
     if not verdict.ok:
@@ -236,6 +238,14 @@ def _measure(
     return TrialRecord(
         config, "ok", compile_s=compile_s, max_error=verdict.max_error, **timing.as_trial_fields()
     )
+
+
+def _reset_tpu_interpret_state() -> None:
+    """TPU interpret mode keeps its simulated memory after a kernel raised; the next
+    candidate needs it cleared."""
+    from jax.experimental.pallas import tpu as pltpu
+
+    pltpu.reset_tpu_interpret_mode_state()
 
 
 def _one_line(e: BaseException) -> str:

@@ -3,7 +3,26 @@
 Importing this package registers them by name.
 """
 
+from kernels.bmm import bmm, bmm_reference
+from kernels.flash_attention import attention_reference, flash_attention
 from kernels.matmul import matmul, matmul_reference
+from kernels.norms import layer_norm, layer_norm_reference, rms_norm, rms_norm_reference
+from kernels.softmax import softmax, softmax_reference
 from kernels.vector_add import vector_add, vector_add_reference
 
-__all__ = ["matmul", "matmul_reference", "vector_add", "vector_add_reference"]
+__all__ = [
+    "attention_reference",
+    "bmm",
+    "bmm_reference",
+    "flash_attention",
+    "layer_norm",
+    "layer_norm_reference",
+    "matmul",
+    "matmul_reference",
+    "rms_norm",
+    "rms_norm_reference",
+    "softmax",
+    "softmax_reference",
+    "vector_add",
+    "vector_add_reference",
+]

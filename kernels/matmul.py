@@ -2,7 +2,8 @@
 
 Shapes that are not multiples of the block sizes are zero-padded up to them (zeros add nothing
 to a dot product) and the result is sliced back, so every block size is valid for every shape;
-a block larger than its dimension is clamped to the dimension.
+a block larger than its dimension is clamped to the dimension (on GPU, to the power of two
+that covers it: Triton blocks are powers of two).
 """
 
 from __future__ import annotations
@@ -14,14 +15,22 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 
 from autotune import autotuned
-from autotune.hardware import gpu_smem_bytes, is_pow2, tpu_block_ok, tpu_vmem_bytes
+from autotune.hardware import (
+    clamp_block,
+    gpu_smem_bytes,
+    is_pow2,
+    kernel_platform,
+    tpu_block_ok,
+    tpu_vmem_bytes,
+)
 
 ACC_DTYPE = jnp.float32
 
 
 def _blocks(config: dict, sig) -> tuple[int, int, int, int, int, int]:
     (m, k), (_, n) = sig.shapes[0], sig.shapes[1]
-    bm, bn, bk = (min(config[p], d) for p, d in (("block_m", m), ("block_n", n), ("block_k", k)))
+    dims = (("block_m", m), ("block_n", n), ("block_k", k))
+    bm, bn, bk = (clamp_block(config[p], d, sig.platform) for p, d in dims)
     return m, n, k, bm, bn, bk
 
 
@@ -82,7 +91,10 @@ def matmul(
     if x.dtype != y.dtype:
         raise ValueError(f"matmul needs one dtype, got {x.dtype=} and {y.dtype=}")
     (m, k), n = x.shape, y.shape[1]
-    bm, bn, bk = min(block_m, m), min(block_n, n), min(block_k, k)
+    platform = kernel_platform(interpret)
+    bm, bn, bk = (
+        clamp_block(b, d, platform) for b, d in ((block_m, m), (block_n, n), (block_k, k))
+    )
     mp, np_, kp = (pl.cdiv(d, b) * b for d, b in ((m, bm), (n, bn), (k, bk)))
     xp = jnp.pad(x, ((0, mp - m), (0, kp - k))) if (mp, kp) != (m, k) else x
     yp = jnp.pad(y, ((0, kp - k), (0, np_ - n))) if (kp, np_) != (k, n) else y

@@ -1,0 +1,72 @@
+"""Batched matmul: x [B, M, K] @ y [B, K, N], one grid axis per batch entry, tiled as matmul.
+
+The batch axis is squeezed out of every block, so each step runs matmul's kernel body on one
+(M, N) output tile; padding, clamping and the per-platform rules are matmul's.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import jax
+import jax.numpy as jnp
+from jax.experimental import pallas as pl
+
+from autotune import autotuned
+from autotune.hardware import clamp_block, kernel_platform
+from kernels import matmul as mm
+
+
+def fits_platform(config: dict, sig) -> bool:
+    """matmul's rules for one batch entry's [M, K] x [K, N]."""
+    if len(sig.shapes) != 2 or any(len(s) != 3 for s in sig.shapes):
+        return True  # the kernel itself rejects such calls with a clear message
+    per_entry = tuple(dataclasses.replace(a, shape=a.shape[1:]) for a in sig.args)
+    return mm.fits_platform(config, dataclasses.replace(sig, args=per_entry))
+
+
+def bmm_reference(x: jax.Array, y: jax.Array) -> jax.Array:
+    return jnp.einsum("bmk,bkn->bmn", x, y, preferred_element_type=mm.ACC_DTYPE).astype(x.dtype)
+
+
+@autotuned(name="bmm", space="bmm", constraints=[fits_platform], reference=bmm_reference)
+def bmm(
+    x: jax.Array,
+    y: jax.Array,
+    *,
+    block_m: int = 128,
+    block_n: int = 128,
+    block_k: int = 128,
+    num_warps: int = 4,
+    num_stages: int = 2,
+    interpret: bool = False,
+) -> jax.Array:
+    """x @ y per batch entry for x [B, M, K] and y [B, K, N] of one float dtype."""
+    if x.ndim != 3 or y.ndim != 3 or x.shape[0] != y.shape[0] or x.shape[2] != y.shape[1]:
+        raise ValueError(f"bmm needs x [B, M, K] and y [B, K, N], got {x.shape=} and {y.shape=}")
+    if x.dtype != y.dtype:
+        raise ValueError(f"bmm needs one dtype, got {x.dtype=} and {y.dtype=}")
+    (b, m, k), n = x.shape, y.shape[2]
+    if x.size == 0 or y.size == 0:  # an empty batch, or K = 0: the sum over nothing
+        return jnp.zeros((b, m, n), x.dtype)
+    platform = kernel_platform(interpret)
+    bm, bn, bk = (
+        clamp_block(b, d, platform) for b, d in ((block_m, m), (block_n, n), (block_k, k))
+    )
+    mp, np_, kp = (pl.cdiv(d, blk) * blk for d, blk in ((m, bm), (n, bn), (k, bk)))
+    xp = jnp.pad(x, ((0, 0), (0, mp - m), (0, kp - k))) if (mp, kp) != (m, k) else x
+    yp = jnp.pad(y, ((0, 0), (0, kp - k), (0, np_ - n))) if (kp, np_) != (k, n) else y
+    out = pl.pallas_call(
+        functools.partial(mm._kernel, block_k=bk, n_k=kp // bk),
+        out_shape=jax.ShapeDtypeStruct((b, mp, np_), x.dtype),
+        grid=(b, mp // bm, np_ // bn),
+        in_specs=[
+            pl.BlockSpec((None, bm, kp), lambda t, i, j: (t, i, 0)),
+            pl.BlockSpec((None, kp, bn), lambda t, i, j: (t, 0, j)),
+        ],
+        out_specs=pl.BlockSpec((None, bm, bn), lambda t, i, j: (t, i, j)),
+        compiler_params=mm._compiler_params(num_warps, num_stages, interpret),
+        interpret=interpret,
+    )(xp, yp)
+    return out[:, :m, :n] if (mp, np_) != (m, n) else out

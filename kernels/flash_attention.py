@@ -1,0 +1,221 @@
+"""Flash attention forward: softmax(q k^T * sm_scale [+ causal mask]) v, online softmax in float32.
+
+Inputs are [batch, heads, seq, head_dim]. A grid step holds `block_q` query rows and walks the
+keys `block_k` at a time, keeping the running max, sum and output in float32 (so the scores
+matrix never exists in full). Sequences that are not multiples of the blocks are zero-padded:
+padded query rows are computed and dropped, padded keys are masked out of the softmax. Causal
+masking is top-left aligned (query i sees keys 0..i), and a causal step stops at the last key
+block its rows can see. On GPU head_dim is zero-padded to a power of two (zeros change no dot
+product).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import jax
+import jax.numpy as jnp
+from jax.experimental import pallas as pl
+
+from autotune import autotuned
+from autotune.hardware import (
+    TPU_LANES,
+    TPU_SUBLANES,
+    clamp_block,
+    gpu_smem_bytes,
+    is_pow2,
+    kernel_platform,
+    next_pow2,
+    tpu_block_ok,
+    tpu_vmem_bytes,
+)
+from kernels.rowwise import F32, gpu_compiler_params
+
+# A finite "minus infinity" for masked scores: exp(MASK - m) is exactly 0 for any real max m,
+# and a block with every key masked cannot turn the running max into NaN.
+MASK_VALUE = -0.7 * float(jnp.finfo(F32).max)
+
+
+def _layout(shapes, config: dict, platform: str) -> tuple[int, int, int, int, int]:
+    """(block_q, block_k, padded seq_q, padded seq_k, padded head_dim)."""
+    (_, _, sq, d), (_, _, sk, _) = shapes[0], shapes[1]
+    bq = clamp_block(config["block_q"], sq, platform)
+    bk = clamp_block(config["block_k"], sk, platform)
+    dp = next_pow2(d) if platform == "gpu" else d
+    return bq, bk, pl.cdiv(sq, bq) * bq, pl.cdiv(sk, bk) * bk, dp
+
+
+def fits_platform(config: dict, sig) -> bool:
+    """TPU: (8, 128) tiling of the q block and of the (block_q, block_k) score tile, and the
+    double-buffered q, k, v, out blocks plus float32 state in VMEM (a step holds one head's
+    whole K and V); GPU: power-of-two tiles of at least 16 (tl.dot), stages of q, k and v
+    tiles within shared memory."""
+    if len(sig.shapes) != 3 or any(len(s) != 4 for s in sig.shapes):
+        return True  # the kernel itself rejects such calls with a clear message
+    bq, bk, sqp, skp, dp = _layout(sig.shapes, config, sig.platform)
+    itemsize = jnp.dtype(sig.dtypes[0]).itemsize
+    if sig.platform == "tpu":
+        vmem = 2 * (2 * bq * dp + 2 * skp * dp) * itemsize + (2 * bq * bk + bq * dp + 2 * bq) * 4
+        return (
+            tpu_block_ok((bq, dp), (sqp, dp))
+            and (bk % TPU_LANES == 0 or bk == skp)  # lanes of the score tile
+            and (bk % TPU_SUBLANES == 0 or bk == skp)  # sublanes of the k, v slices
+            and vmem <= tpu_vmem_bytes(sig.device_kind)
+        )
+    if sig.platform == "gpu":
+        stages = config.get("num_stages", 2)
+        smem = (bq * dp + stages * 2 * bk * dp) * itemsize
+        return all(is_pow2(b) and b >= 16 for b in (bq, bk, dp)) and smem <= gpu_smem_bytes(
+            sig.device_kind
+        )
+    return True
+
+
+def attention_reference(
+    q: jax.Array,
+    k: jax.Array,
+    v: jax.Array,
+    *,
+    causal: bool = False,
+    sm_scale: float | None = None,
+) -> jax.Array:
+    scale = 1.0 / math.sqrt(q.shape[-1]) if sm_scale is None else sm_scale
+    s = jnp.einsum("bhqd,bhkd->bhqk", q.astype(F32), k.astype(F32)) * scale
+    if causal:
+        sq, sk = q.shape[2], k.shape[2]
+        s = jnp.where(jnp.tril(jnp.ones((sq, sk), bool)), s, -jnp.inf)
+    p = jax.nn.softmax(s, axis=-1)
+    return jnp.einsum("bhqk,bhkd->bhqd", p, v.astype(F32)).astype(q.dtype)
+
+
+def _kernel(q_ref, k_ref, v_ref, o_ref, *, sm_scale, causal, block_k, seq_k, n_k):
+    block_q = q_ref.shape[0]
+    q_start = pl.program_id(2) * block_q
+    q = q_ref[...]
+    rows = q_start + jax.lax.broadcasted_iota(jnp.int32, (block_q, block_k), 0)
+    lanes = jax.lax.broadcasted_iota(jnp.int32, (block_q, block_k), 1)
+
+    def step(j, carry):
+        m, denom, acc = carry
+        k = k_ref[pl.ds(j * block_k, block_k), :]
+        v = v_ref[pl.ds(j * block_k, block_k), :]
+        s = jax.lax.dot_general(q, k, (((1,), (1,)), ((), ())), preferred_element_type=F32)
+        s = s * sm_scale
+        cols = j * block_k + lanes
+        if seq_k % block_k:  # padded keys (zeros) would otherwise take a share of the softmax
+            s = jnp.where(cols < seq_k, s, MASK_VALUE)
+        if causal:
+            s = jnp.where(cols <= rows, s, MASK_VALUE)
+        m_new = jnp.maximum(m, s.max(axis=-1, keepdims=True))
+        alpha = jnp.exp(m - m_new)
+        p = jnp.exp(s - m_new)
+        denom = alpha * denom + p.sum(axis=-1, keepdims=True)
+        pv = jnp.dot(p.astype(v.dtype), v, preferred_element_type=F32)
+        return m_new, denom, alpha * acc + pv
+
+    # Key 0 is in block 0 and visible to every row, so each row's denominator is positive.
+    n_steps = jnp.minimum(n_k, pl.cdiv(q_start + block_q, block_k)) if causal else n_k
+    init = (
+        jnp.full((block_q, 1), -jnp.inf, F32),
+        jnp.zeros((block_q, 1), F32),
+        jnp.zeros(o_ref.shape, F32),
+    )
+    _, denom, acc = jax.lax.fori_loop(0, n_steps, step, init)
+    o_ref[...] = (acc / denom).astype(o_ref.dtype)
+
+
+def _check(q: jax.Array, k: jax.Array, v: jax.Array) -> None:
+    if q.ndim != 4 or k.ndim != 4 or v.ndim != 4:
+        raise ValueError(
+            f"flash_attention needs q, k, v of shape [batch, heads, seq, head_dim], "
+            f"got {q.shape=} {k.shape=} {v.shape=}"
+        )
+    if k.shape != v.shape or q.shape[:2] != k.shape[:2] or q.shape[3] != k.shape[3]:
+        raise ValueError(
+            f"flash_attention needs k and v of one shape, with q's batch, heads and head_dim, "
+            f"got {q.shape=} {k.shape=} {v.shape=}"
+        )
+    if not (q.dtype == k.dtype == v.dtype) or not jnp.issubdtype(q.dtype, jnp.floating):
+        raise ValueError(
+            f"flash_attention needs q, k, v of one float dtype, got {q.dtype=} {k.dtype=} {v.dtype=}"
+        )
+    if k.shape[2] == 0 and q.shape[2] > 0:
+        raise ValueError(f"flash_attention needs at least one key, got {k.shape=}")
+
+
+def attention_on(
+    q: jax.Array,
+    k: jax.Array,
+    v: jax.Array,
+    *,
+    causal: bool,
+    sm_scale: float | None,
+    block_q: int,
+    block_k: int,
+    num_warps: int,
+    num_stages: int,
+    platform: str,
+    interpret: bool,
+) -> jax.Array:
+    """The kernel laid out for `platform` (tests run the GPU layout in interpret mode)."""
+    _check(q, k, v)
+    if q.size == 0:
+        return q
+    (b, h, sq, d), sk = q.shape, k.shape[2]
+    config = {"block_q": block_q, "block_k": block_k}
+    bq, bk, sqp, skp, dp = _layout((q.shape, k.shape), config, platform)
+    scale = 1.0 / math.sqrt(d) if sm_scale is None else float(sm_scale)
+
+    def pad(x, s, sp):
+        return jnp.pad(x, ((0, 0), (0, 0), (0, sp - s), (0, dp - d))) if (sp, dp) != (s, d) else x
+
+    q_spec = pl.BlockSpec((None, None, bq, dp), lambda i, j, t: (i, j, t, 0))
+    kv_spec = pl.BlockSpec((None, None, skp, dp), lambda i, j, t: (i, j, 0, 0))
+    out = pl.pallas_call(
+        functools.partial(
+            _kernel, sm_scale=scale, causal=bool(causal), block_k=bk, seq_k=sk, n_k=skp // bk
+        ),
+        out_shape=jax.ShapeDtypeStruct((b, h, sqp, dp), q.dtype),
+        grid=(b, h, sqp // bq),
+        in_specs=[q_spec, kv_spec, kv_spec],
+        out_specs=q_spec,
+        compiler_params=gpu_compiler_params(num_warps, platform, num_stages),
+        interpret=interpret,
+    )(pad(q, sq, sqp), pad(k, sk, skp), pad(v, sk, skp))
+    return out[:, :, :sq, :d] if (sqp, dp) != (sq, d) else out
+
+
+@autotuned(
+    name="flash_attention",
+    space="flash_attention",
+    constraints=[fits_platform],
+    reference=attention_reference,
+)
+def flash_attention(
+    q: jax.Array,
+    k: jax.Array,
+    v: jax.Array,
+    *,
+    causal: bool = False,
+    sm_scale: float | None = None,
+    block_q: int = 128,
+    block_k: int = 128,
+    num_warps: int = 4,
+    num_stages: int = 2,
+    interpret: bool = False,
+) -> jax.Array:
+    """Attention of q [B, H, Sq, D] over k, v [B, H, Sk, D]; sm_scale defaults to 1/sqrt(D)."""
+    return attention_on(
+        q,
+        k,
+        v,
+        causal=causal,
+        sm_scale=sm_scale,
+        block_q=block_q,
+        block_k=block_k,
+        num_warps=num_warps,
+        num_stages=num_stages,
+        platform=kernel_platform(interpret),
+        interpret=interpret,
+    )

@@ -1,0 +1,152 @@
+"""rms_norm and layer_norm over the last axis, with a per-column weight (and bias).
+
+Statistics are computed in float32, `block_rows` rows per grid step; leading axes are flattened
+into rows (kernels/rowwise.py pads and masks).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+
+from autotune import autotuned
+from autotune.hardware import kernel_platform
+from kernels.rowwise import (
+    F32,
+    RowLayout,
+    check_rows,
+    fits_rowwise,
+    gpu_compiler_params,
+    lane_mask,
+    rowwise_call,
+)
+
+
+def fits_platform(config: dict, sig) -> bool:
+    """The row-block rules of kernels/rowwise.py (x, the centred x and the output in float32)."""
+    return fits_rowwise(config, sig, f32_temps=3)
+
+
+def rms_norm_reference(x: jax.Array, weight: jax.Array, *, eps: float = 1e-6) -> jax.Array:
+    xf = x.astype(F32)
+    rms = jax.lax.rsqrt(jnp.mean(xf * xf, axis=-1, keepdims=True) + eps)
+    return (xf * rms * weight.astype(F32)).astype(x.dtype)
+
+
+def layer_norm_reference(
+    x: jax.Array, weight: jax.Array, bias: jax.Array, *, eps: float = 1e-5
+) -> jax.Array:
+    xf = x.astype(F32)
+    mean = jnp.mean(xf, axis=-1, keepdims=True)
+    var = jnp.mean((xf - mean) ** 2, axis=-1, keepdims=True)
+    y = (xf - mean) * jax.lax.rsqrt(var + eps)
+    return (y * weight.astype(F32) + bias.astype(F32)).astype(x.dtype)
+
+
+def _rms_kernel(x_ref, w_ref, o_ref, *, n_cols: int, eps: float):
+    x = x_ref[...].astype(F32)  # padded lanes are zeros: they add nothing to the sum
+    ms = jnp.sum(x * x, axis=-1, keepdims=True) / n_cols
+    o_ref[...] = (x * jax.lax.rsqrt(ms + eps) * w_ref[...].astype(F32)).astype(o_ref.dtype)
+
+
+def _layer_kernel(x_ref, w_ref, b_ref, o_ref, *, n_cols: int, eps: float):
+    x = x_ref[...].astype(F32)
+    mean = jnp.sum(x, axis=-1, keepdims=True) / n_cols
+    centred = x - mean
+    if n_cols != x.shape[-1]:  # a padded lane is 0 - mean, not 0: keep it out of the variance
+        centred = jnp.where(lane_mask(x.shape, n_cols), centred, 0.0)
+    var = jnp.sum(centred * centred, axis=-1, keepdims=True) / n_cols
+    y = centred * jax.lax.rsqrt(var + eps)
+    o_ref[...] = (y * w_ref[...].astype(F32) + b_ref[...].astype(F32)).astype(o_ref.dtype)
+
+
+def _check_vectors(name: str, x: jax.Array, **vectors: jax.Array) -> None:
+    for vname, v in vectors.items():
+        if v.shape != (x.shape[-1],):
+            raise ValueError(f"{name} needs {vname} of shape ({x.shape[-1]},), got {v.shape=}")
+
+
+def norm_on(
+    name: str,
+    x: jax.Array,
+    vectors: list[jax.Array],
+    *,
+    eps: float,
+    block_rows: int,
+    num_warps: int,
+    platform: str,
+    interpret: bool,
+) -> jax.Array:
+    """rms_norm (one vector: weight) or layer_norm (weight, bias) laid out for `platform`."""
+    rows, cols = check_rows(name, x)
+    if x.size == 0:
+        return x
+    layout = RowLayout.of(rows, cols, block_rows, platform)
+    body = _rms_kernel if name == "rms_norm" else _layer_kernel
+    out = rowwise_call(
+        functools.partial(body, n_cols=cols, eps=float(eps)),
+        x.reshape(rows, cols),
+        vectors,
+        layout,
+        compiler_params=gpu_compiler_params(num_warps, platform),
+        interpret=interpret,
+    )
+    return layout.unpad(out, x.shape)
+
+
+@autotuned(
+    name="rms_norm", space="rms_norm", constraints=[fits_platform], reference=rms_norm_reference
+)
+def rms_norm(
+    x: jax.Array,
+    weight: jax.Array,
+    *,
+    eps: float = 1e-6,
+    block_rows: int = 64,
+    num_warps: int = 4,
+    interpret: bool = False,
+) -> jax.Array:
+    """x / sqrt(mean(x**2, last axis) + eps) * weight, in float32, returned in x's dtype."""
+    _check_vectors("rms_norm", x, weight=weight)
+    return norm_on(
+        "rms_norm",
+        x,
+        [weight],
+        eps=eps,
+        block_rows=block_rows,
+        num_warps=num_warps,
+        platform=kernel_platform(interpret),
+        interpret=interpret,
+    )
+
+
+@autotuned(
+    name="layer_norm",
+    space="layer_norm",
+    constraints=[fits_platform],
+    reference=layer_norm_reference,
+)
+def layer_norm(
+    x: jax.Array,
+    weight: jax.Array,
+    bias: jax.Array,
+    *,
+    eps: float = 1e-5,
+    block_rows: int = 64,
+    num_warps: int = 4,
+    interpret: bool = False,
+) -> jax.Array:
+    """(x - mean) / sqrt(var + eps) * weight + bias over the last axis, in float32."""
+    _check_vectors("layer_norm", x, weight=weight, bias=bias)
+    return norm_on(
+        "layer_norm",
+        x,
+        [weight, bias],
+        eps=eps,
+        block_rows=block_rows,
+        num_warps=num_warps,
+        platform=kernel_platform(interpret),
+        interpret=interpret,
+    )

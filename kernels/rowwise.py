@@ -1,0 +1,122 @@
+"""What softmax, rms_norm and layer_norm share: each row of the last axis is independent.
+
+Leading axes are flattened into rows; a grid step handles `block_rows` whole rows. Rows are
+zero-padded up to a multiple of the block and sliced back (padded rows are computed and dropped).
+On GPU the row length is also padded, to the power of two Triton needs, and the kernels mask
+the padded lanes out of every reduction.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import jax
+import jax.numpy as jnp
+from jax.experimental import pallas as pl
+
+from autotune.hardware import (
+    TRITON_MAX_NUMEL,
+    clamp_block,
+    gpu_smem_bytes,
+    is_pow2,
+    next_pow2,
+    tpu_block_ok,
+    tpu_vmem_bytes,
+)
+
+F32 = jnp.float32
+
+
+@dataclass(frozen=True)
+class RowLayout:
+    rows: int
+    cols: int
+    block_rows: int
+    rows_padded: int
+    cols_padded: int
+
+    @classmethod
+    def of(cls, rows: int, cols: int, block_rows: int, platform: str) -> RowLayout:
+        br = clamp_block(block_rows, rows, platform)
+        cols_p = next_pow2(cols) if platform == "gpu" else cols
+        return cls(rows, cols, br, pl.cdiv(rows, br) * br, cols_p)
+
+    def pad(self, x2d: jax.Array) -> jax.Array:
+        pad = ((0, self.rows_padded - self.rows), (0, self.cols_padded - self.cols))
+        return jnp.pad(x2d, pad) if any(p for _, p in pad) else x2d
+
+    def pad_vector(self, w: jax.Array) -> jax.Array:
+        """A per-column vector (weight, bias) as a (1, cols) array: 2-D blocks lower everywhere."""
+        w = w.reshape(1, self.cols)
+        return jnp.pad(w, ((0, 0), (0, self.cols_padded - self.cols))) if self.padded_lanes else w
+
+    @property
+    def padded_lanes(self) -> bool:
+        return self.cols_padded != self.cols
+
+    def unpad(self, out: jax.Array, shape: tuple[int, ...]) -> jax.Array:
+        if (self.rows_padded, self.cols_padded) != (self.rows, self.cols):
+            out = out[: self.rows, : self.cols]
+        return out.reshape(shape)
+
+
+def lane_mask(shape: tuple[int, int], n_cols: int) -> jax.Array:
+    return jax.lax.broadcasted_iota(jnp.int32, shape, 1) < n_cols
+
+
+def check_rows(name: str, x: jax.Array) -> tuple[int, int]:
+    if x.ndim < 1:
+        raise ValueError(f"{name} needs an array with a last axis, got {x.shape=}")
+    if not jnp.issubdtype(x.dtype, jnp.floating):
+        raise ValueError(f"{name} needs a floating-point array, got {x.dtype=}")
+    cols = x.shape[-1]
+    return math.prod(x.shape[:-1]), cols
+
+
+def rowwise_call(kernel, x: jax.Array, vectors: list[jax.Array], layout: RowLayout, **params):
+    """Run `kernel(x_ref, *vector_refs, o_ref)` over row blocks of x [rows, cols]."""
+    br, cols_p = layout.block_rows, layout.cols_padded
+    row_spec = pl.BlockSpec((br, cols_p), lambda i: (i, 0))
+    vec_spec = pl.BlockSpec((1, cols_p), lambda i: (0, 0))
+    return pl.pallas_call(
+        kernel,
+        out_shape=jax.ShapeDtypeStruct((layout.rows_padded, cols_p), x.dtype),
+        grid=(layout.rows_padded // br,),
+        in_specs=[row_spec] + [vec_spec] * len(vectors),
+        out_specs=row_spec,
+        **params,
+    )(layout.pad(x), *(layout.pad_vector(v) for v in vectors))
+
+
+def fits_rowwise(config: dict, sig, *, f32_temps: int = 3) -> bool:
+    """TPU: (8, 128) tiling of the row block and double-buffered in/out blocks plus float32
+    temporaries in VMEM; GPU: power-of-two blocks within Triton's element cap, the float32
+    working tile within shared memory (where Triton's reductions go)."""
+    if not sig.shapes or len(sig.shapes[0]) < 1:
+        return True  # the kernel itself rejects such calls with a clear message
+    shape = sig.shapes[0]
+    layout = RowLayout.of(math.prod(shape[:-1]), shape[-1], config["block_rows"], sig.platform)
+    itemsize = jnp.dtype(sig.dtypes[0]).itemsize
+    tile = layout.block_rows * layout.cols_padded
+    if sig.platform == "tpu":
+        vmem = 2 * 2 * tile * itemsize + f32_temps * tile * 4
+        return tpu_block_ok(
+            (layout.block_rows, layout.cols_padded), (layout.rows_padded, layout.cols_padded)
+        ) and vmem <= tpu_vmem_bytes(sig.device_kind)
+    if sig.platform == "gpu":
+        return (
+            is_pow2(layout.block_rows)
+            and tile <= TRITON_MAX_NUMEL
+            and tile * 4 <= gpu_smem_bytes(sig.device_kind)
+        )
+    return True
+
+
+def gpu_compiler_params(num_warps: int, platform: str, num_stages: int = 1):
+    """Triton knobs on GPU; the TPU and interpret paths take the compiler's defaults."""
+    if platform != "gpu":
+        return None
+    from jax.experimental.pallas import triton as pltriton
+
+    return pltriton.CompilerParams(num_warps=num_warps, num_stages=num_stages)

@@ -1,0 +1,75 @@
+"""Numerically stable softmax over the last axis, `block_rows` rows per grid step.
+
+Any leading axes are flattened into rows; see kernels/rowwise.py for padding and masking.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+
+from autotune import autotuned
+from autotune.hardware import kernel_platform
+from kernels.rowwise import (
+    F32,
+    RowLayout,
+    check_rows,
+    fits_rowwise,
+    gpu_compiler_params,
+    lane_mask,
+    rowwise_call,
+)
+
+
+def fits_platform(config: dict, sig) -> bool:
+    """The row-block rules of kernels/rowwise.py (x, exp(x - max) and the output in float32)."""
+    return fits_rowwise(config, sig, f32_temps=3)
+
+
+def softmax_reference(x: jax.Array) -> jax.Array:
+    return jax.nn.softmax(x.astype(F32), axis=-1).astype(x.dtype)
+
+
+def _kernel(x_ref, o_ref, *, n_cols: int):
+    x = x_ref[...].astype(F32)
+    if n_cols != x.shape[-1]:  # padded lanes must not enter the max or the sum
+        x = jnp.where(lane_mask(x.shape, n_cols), x, -jnp.inf)
+    e = jnp.exp(x - x.max(axis=-1, keepdims=True))
+    o_ref[...] = (e / e.sum(axis=-1, keepdims=True)).astype(o_ref.dtype)
+
+
+def softmax_on(
+    x: jax.Array, *, block_rows: int, num_warps: int, platform: str, interpret: bool
+) -> jax.Array:
+    """The kernel laid out for `platform` (tests run the GPU layout in interpret mode)."""
+    rows, cols = check_rows("softmax", x)
+    if x.size == 0:
+        return x
+    layout = RowLayout.of(rows, cols, block_rows, platform)
+    out = rowwise_call(
+        functools.partial(_kernel, n_cols=cols),
+        x.reshape(rows, cols),
+        [],
+        layout,
+        compiler_params=gpu_compiler_params(num_warps, platform),
+        interpret=interpret,
+    )
+    return layout.unpad(out, x.shape)
+
+
+@autotuned(
+    name="softmax", space="softmax", constraints=[fits_platform], reference=softmax_reference
+)
+def softmax(
+    x: jax.Array, *, block_rows: int = 64, num_warps: int = 4, interpret: bool = False
+) -> jax.Array:
+    """softmax(x) over the last axis, computed in float32, returned in x's dtype."""
+    return softmax_on(
+        x,
+        block_rows=block_rows,
+        num_warps=num_warps,
+        platform=kernel_platform(interpret),
+        interpret=interpret,
+    )
