@@ -11,7 +11,6 @@ from __future__ import annotations
 import functools
 import logging
 import operator
-import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -53,7 +52,6 @@ class _Runtime:
     # (kernel, *call shape) -> (Resolution, executable); see AutotunedKernel.__call__
     memo: dict[tuple, tuple[Resolution, Callable]] = field(default_factory=dict)
     warned: set[str] = field(default_factory=set)
-    lock: threading.Lock = field(default_factory=threading.Lock)
 
 
 _STATE = _Runtime()
