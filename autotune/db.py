@@ -28,7 +28,7 @@ from sqlalchemy import (
     event,
     select,
 )
-from sqlalchemy.exc import IntegrityError, SQLAlchemyError
+from sqlalchemy.exc import IntegrityError, OperationalError, SQLAlchemyError
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
 from autotune.errors import DatabaseError, SignatureError
@@ -256,13 +256,7 @@ class TuningDB:
 
     def put_best(self, key: TuningKey, entry: dict[str, Any]) -> None:
         """Insert or replace the best entry of a key."""
-        fields = {
-            k: v for k, v in entry.items() if k in Result.__table__.columns and k not in KEY_COLUMNS
-        }
-        fields["config"] = encode_config(entry["config"])
-        fields.setdefault("host", socket.gethostname())
-        fields["tuned_at"] = utcnow()
-        fields.pop("id", None)
+        fields = _best_fields(entry)
         for _ in range(3):  # a concurrent writer may insert the same key between our read and write
             try:
                 with self._session() as s:
@@ -275,6 +269,35 @@ class TuningDB:
                 return
             except DatabaseError as e:
                 if not isinstance(e.__cause__, IntegrityError):
+                    raise
+        raise DatabaseError(f"could not store the best entry of {key.kernel} {key.signature}")
+
+    def put_best_among(
+        self, key: TuningKey, entry: dict[str, Any], trial_ids: Iterable[int | None]
+    ) -> bool:
+        """Store `entry` as the best of `key`, unless the stored entry is one of `trial_ids`
+        (another worker of the same study) and at least as fast; True if it was stored.
+
+        Compared and written in one transaction (the row locked where the database can), so
+        workers of one study that finish in any order keep the fastest trial of them all.
+        """
+        ids = {i for i in trial_ids if i is not None}
+        fields = _best_fields(entry)
+        for _ in range(5):  # a concurrent writer may insert the key, or hold SQLite's write lock
+            try:
+                with self._session() as s:
+                    stmt = select(Result).filter_by(**key.as_dict()).with_for_update()
+                    row = s.scalars(stmt).first()
+                    if row is None:
+                        s.add(Result(**key.as_dict(), **fields))
+                    elif row.trial_id in ids and row.time_s <= fields["time_s"]:
+                        return False
+                    else:
+                        for k, v in fields.items():
+                            setattr(row, k, v)
+                return True
+            except DatabaseError as e:
+                if not isinstance(e.__cause__, (IntegrityError, OperationalError)):
                     raise
         raise DatabaseError(f"could not store the best entry of {key.kernel} {key.signature}")
 
@@ -328,6 +351,17 @@ class TuningDB:
 
     def _session(self) -> _GuardedSession:
         return _GuardedSession(self)
+
+
+def _best_fields(entry: dict[str, Any]) -> dict[str, Any]:
+    fields = {
+        k: v for k, v in entry.items() if k in Result.__table__.columns and k not in KEY_COLUMNS
+    }
+    fields["config"] = encode_config(entry["config"])
+    fields.setdefault("host", socket.gethostname())
+    fields["tuned_at"] = utcnow()
+    fields.pop("id", None)
+    return fields
 
 
 def _dtypes(signature: str) -> set[str]:
