@@ -11,6 +11,7 @@ import json
 import os
 import socket
 import sqlite3
+import time
 from collections.abc import Iterable
 from datetime import datetime, timezone
 from pathlib import Path
@@ -28,7 +29,7 @@ from sqlalchemy import (
     event,
     select,
 )
-from sqlalchemy.exc import IntegrityError, OperationalError, SQLAlchemyError
+from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError, SQLAlchemyError
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
 from autotune.errors import DatabaseError, SignatureError
@@ -205,13 +206,24 @@ class TuningDB:
             else:
                 new = False
                 self.engine = create_engine(self.url, pool_pre_ping=True)
-            self._prepare()
+            self._prepare_once_created()
             if file is not None and new:
                 os.chmod(file, 0o600)
         except DatabaseError:
             raise
         except (SQLAlchemyError, sqlite3.Error, OSError) as e:
             raise DatabaseError(f"cannot open tuning database {self.url}: {_reason(e)}") from e
+
+    def _prepare_once_created(self) -> None:
+        """`_prepare`, retried: workers of a fleet that open a new PostgreSQL database together
+        race to create its tables and types, and the losers see them already there."""
+        for attempt in range(5):
+            try:
+                return self._prepare()
+            except (IntegrityError, ProgrammingError):
+                if attempt == 4:
+                    raise
+                time.sleep(0.2 * (attempt + 1))
 
     def _prepare(self) -> None:
         Base.metadata.create_all(self.engine)

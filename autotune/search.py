@@ -15,6 +15,7 @@ import os
 import random
 import socket
 import threading
+import time
 import warnings
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -22,6 +23,7 @@ from typing import Any
 
 import numpy as np
 import optuna
+import sqlalchemy
 from optuna.distributions import BaseDistribution, CategoricalDistribution, IntDistribution
 from optuna.trial import TrialState
 
@@ -170,9 +172,14 @@ def run_search(
         config = enc.decode(trial.params)
         cid = _config_id(config)
         index = valid_ids.get(cid)
-        if shared and index is not None and cid not in measured and shared.taken(trial, cid, enc):
-            # another worker claimed it at the same moment; neither measures twice (see taken)
+        fresh = index is not None and cid not in measured and cid not in claimed
+        if shared and fresh and shared.taken(trial, cid, enc):
+            # another worker claimed it at the same moment; neither measures twice (see taken).
+            # Queue it again after a random pause, so two workers that both gave it up fall
+            # out of step (the one that finds the other measuring it moves on).
             study.tell(trial, state=TrialState.FAIL)
+            time.sleep(random.uniform(0.0, 0.5))
+            study.enqueue_trial(enc.encode(config))
             continue
         if index is None or cid in measured or cid in claimed:
             # invalid: bad region for the sampler; a repeat: already known, not new evidence
@@ -193,8 +200,12 @@ def run_search(
             study.tell(trial, state=TrialState.PRUNED)
         else:
             study.tell(trial, ev.value)
-    if shared:  # every worker's trials, in the order the study numbered them
-        return list(shared.refresh(enc)[0].values())
+    if shared:  # every worker's trials, once those still being measured are in
+        measured, claimed = shared.refresh(enc)
+        while claimed:
+            time.sleep(0.5)
+            measured, claimed = shared.refresh(enc)
+        return list(measured.values())
     return results
 
 
@@ -220,9 +231,19 @@ class _SharedStudy:
         if not study_name:
             raise SpaceError("a study in a storage needs a study_name")
         self.worker = f"{socket.gethostname()}:{os.getpid()}"
-        self.storage = optuna.storages.RDBStorage(
-            _optuna_url(storage), heartbeat_interval=HEARTBEAT_S, grace_period=3 * HEARTBEAT_S
-        )
+        for attempt in range(5):
+            try:
+                self.storage = optuna.storages.RDBStorage(
+                    _optuna_url(storage),
+                    heartbeat_interval=HEARTBEAT_S,
+                    grace_period=3 * HEARTBEAT_S,
+                )
+                break
+            except sqlalchemy.exc.SQLAlchemyError:
+                # workers starting together race to create Optuna's tables: the loser retries
+                if attempt == 4:
+                    raise
+                time.sleep(0.2 * (attempt + 1))
         self.study = optuna.create_study(
             storage=self.storage,
             study_name=study_name,
