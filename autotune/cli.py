@@ -11,6 +11,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
+from autotune import cli_db
 from autotune.errors import AutotuneError, SignatureError
 from autotune.jobs import parse_dtypes, parse_shapes  # noqa: F401  (re-exported)
 
@@ -80,6 +81,7 @@ def build_parser() -> argparse.ArgumentParser:
         q.add_argument("--dtype")
         q.add_argument("--format", choices=FORMATS, default="table")
         q.add_argument("--db", default=None)
+    cli_db.add_parsers(dsub)
     return p
 
 
@@ -175,6 +177,9 @@ def cmd_kernels(args: argparse.Namespace) -> int:
 def cmd_db(args: argparse.Namespace) -> int:
     from autotune.db import TuningDB
 
+    if args.db_command in cli_db.COMMANDS:
+        with TuningDB(args.db) as db:
+            return cli_db.COMMANDS[args.db_command](args, db, render)
     filters = {
         "kernel": args.kernel,
         "device_kind": args.device_kind,
