@@ -82,6 +82,11 @@ def build_parser() -> argparse.ArgumentParser:
         q.add_argument("--format", choices=FORMATS, default="table")
         q.add_argument("--db", default=None)
     cli_db.add_parsers(dsub)
+
+    r = sub.add_parser("report", help="an HTML report of tuned entries (PNGs with matplotlib)")
+    r.add_argument("--kernel")
+    r.add_argument("--out", required=True, metavar="DIR", help="directory to write into")
+    r.add_argument("--db", default=None)
     return p
 
 
@@ -254,7 +259,17 @@ def cmd_tune_job(args: argparse.Namespace) -> int:
     return 1 if counts["failed"] else 0
 
 
-COMMANDS = {"tune": cmd_tune, "kernels": cmd_kernels, "db": cmd_db}
+def cmd_report(args: argparse.Namespace) -> int:
+    from autotune import report
+    from autotune.db import TuningDB
+
+    with TuningDB(args.db) as db:
+        index, pngs = report.write(db, args.out, kernel=args.kernel)
+    print(f"wrote {index}" + (f" and {len(pngs)} PNG files" if pngs else ""))
+    return 0
+
+
+COMMANDS = {"tune": cmd_tune, "report": cmd_report, "kernels": cmd_kernels, "db": cmd_db}
 
 
 def render(rows: list[dict[str, Any]], fmt: str) -> str:
