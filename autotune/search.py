@@ -258,7 +258,11 @@ class _SharedStudy:
         measured: dict[tuple, Evaluation] = {}
         claimed: set[tuple] = set()
         for t in self.study.get_trials(deepcopy=False):
-            if t.state == TrialState.RUNNING and t.params.keys() == enc.distributions.keys():
+            if (
+                t.state == TrialState.RUNNING
+                and "worker" in t.user_attrs  # a claim whose owner can be found dead (see taken)
+                and t.params.keys() == enc.distributions.keys()
+            ):
                 claimed.add(_config_id(enc.decode(t.params)))
             elif t.state in (TrialState.COMPLETE, TrialState.PRUNED) and "status" in t.user_attrs:
                 cid = _config_id(enc.decode(t.params))
@@ -282,6 +286,7 @@ class _SharedStudy:
         the config stays unmeasured and can be proposed again.
         """
         trial.set_user_attr("worker", self.worker)
+        self.storage.record_heartbeat(trial._trial_id)  # from now on a dead owner is detected
         for t in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
             if (
                 t.number != trial.number
