@@ -129,7 +129,14 @@ def test_pending_tunes_what_model_code_missed(subprocess_env, db_url):
 
 
 @pytest.mark.slow
-def test_kill_9_mid_task_then_rerun_resumes_without_remeasuring(tmp_path, subprocess_env, db_url):
+@pytest.mark.parametrize(
+    "sig, returncode",
+    [(signal.SIGKILL, -signal.SIGKILL), (signal.SIGINT, 130)],
+    ids=["kill-9", "ctrl-c"],
+)
+def test_interrupt_mid_task_then_rerun_resumes_without_remeasuring(
+    tmp_path, subprocess_env, db_url, sig, returncode
+):
     job = write(
         tmp_path,
         """
@@ -147,11 +154,11 @@ def test_kill_9_mid_task_then_rerun_resumes_without_remeasuring(tmp_path, subpro
     for line in proc.stdout:
         seen.append(line)
         if "trial 3/6" in line:
-            os.kill(proc.pid, signal.SIGKILL)  # no cleanup of any kind runs
+            os.kill(proc.pid, sig)  # kill -9: no cleanup of any kind runs
             break
     proc.wait(timeout=60)
     proc.stdout.close()
-    assert proc.returncode == -signal.SIGKILL, "".join(seen)
+    assert proc.returncode == returncode, "".join(seen)
     assert TuningDB(db_url).query() == []  # the task did not finish
 
     storage = f"sqlite:///{tmp_path / 'tuning-studies.db'}"
@@ -181,3 +188,11 @@ def test_kill_9_mid_task_then_rerun_resumes_without_remeasuring(tmp_path, subpro
     # the best of the study's trials (an extra row left by the kill is not one of them)
     assert entry["time_s"] == min(t.value for t in finished)
     assert entry["trial_id"] in {t["id"] for t in trials if t["time_s"] == entry["time_s"]}
+
+
+def test_a_failing_task_is_reported_and_the_job_exits_1(tmp_path, subprocess_env, db_url):
+    job = write(tmp_path, '[[task]]\nkernel = "toy_kernels:scale"\nshapes = ["7x128"]\n')
+    out = run(["tune", "--job", job], subprocess_env, check_rc=1).stdout
+    assert "task 1/1 failed  toy_kernels:scale f32[7,128]: no configuration of scale" in out
+    assert out.strip().endswith("0 tuned, 0 skipped, 1 failed")
+    assert TuningDB(db_url).query() == []
