@@ -229,6 +229,7 @@ def cmd_tune_job(args: argparse.Namespace) -> int:
 
     from autotune import jobs
     from autotune.db import TuningDB
+    from autotune.progress import Display
 
     if args.job and args.pending:
         raise UsageError("give --job FILE or --pending, not both")
@@ -252,7 +253,7 @@ def cmd_tune_job(args: argparse.Namespace) -> int:
             markup=False,
             soft_wrap=True,
         )
-        with jobs.Display(console) as display:
+        with Display(console) as display:
             outcomes = jobs.run_tasks(tasks, db=db, storage=storage, force=args.force, show=display)
     counts = {s: sum(o.status == s for o in outcomes) for s in ("tuned", "skipped", "failed")}
     print(", ".join(f"{n} {s}" for s, n in counts.items()))
