@@ -11,8 +11,9 @@ import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
+from autotune import cli_db
 from autotune.errors import AutotuneError, SignatureError
-from autotune.signature import parse_dtype
+from autotune.jobs import parse_dtypes, parse_shapes  # noqa: F401  (re-exported)
 
 FORMATS = ("table", "json", "csv")
 
@@ -24,35 +25,6 @@ class UsageError(AutotuneError):
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:  # one line, exit 2, no usage dump
         raise UsageError(f"{message} (see `{self.prog} --help`)")
-
-
-def parse_shapes(text: str) -> list[tuple[int, ...]]:
-    """'256x128,128x64' -> [(256, 128), (128, 64)]; '1024' is 1-D; 'scalar' is ()."""
-    shapes = []
-    for part in text.split(","):
-        part = part.strip()
-        if part in ("scalar", "()"):
-            shapes.append(())
-            continue
-        dims = part.lower().split("x")
-        if not part or not all(d.isascii() and d.isdigit() for d in dims):
-            raise SignatureError(
-                f"malformed --shape {text!r}: write e.g. 256x256,256x128 (one per argument)"
-            )
-        shapes.append(tuple(int(d) for d in dims))
-    return shapes
-
-
-def parse_dtypes(text: str, n: int) -> list[str]:
-    """One dtype for every argument, or one per argument: 'float32' or 'bfloat16,float32'."""
-    names = [parse_dtype(t) for t in text.split(",")]
-    if len(names) == 1:
-        return names * n
-    if len(names) != n:
-        raise SignatureError(
-            f"--dtype gives {len(names)} dtypes for {n} shapes: give one, or one per shape"
-        )
-    return names
 
 
 def parse_static(items: Sequence[str]) -> dict[str, Any]:
@@ -75,8 +47,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     t = sub.add_parser("tune", help="tune a kernel for one call signature on this device")
-    t.add_argument("kernel", help="a registered kernel name, or package.module:function")
-    t.add_argument("--shape", required=True, help="argument shapes, e.g. 256x256,256x256")
+    t.add_argument("kernel", nargs="?", help="a registered kernel name, or package.module:function")
+    t.add_argument("--shape", help="argument shapes, e.g. 256x256,256x256")
     t.add_argument(
         "--dtype", default="float32", help="dtype of every argument, or one per argument"
     )
@@ -91,12 +63,17 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="SQLAlchemy URL or file (default: $PALLAS_AUTOTUNE_DB or the user cache)",
     )
+    add_job_arguments(t)
 
     sub.add_parser("kernels", help="list registered kernels and their tunable parameters")
 
     d = sub.add_parser("db", help="query the tuning database")
     dsub = d.add_subparsers(dest="db_command", required=True, parser_class=_Parser)
-    for name, help_ in (("list", "best entries"), ("trials", "every measured trial")):
+    for name, help_ in (
+        ("list", "best entries"),
+        ("trials", "every measured trial"),
+        ("misses", "lookups model code made that the database could not answer"),
+    ):
         q = dsub.add_parser(name, help=help_)
         q.add_argument("--kernel")
         q.add_argument("--device-kind")
@@ -105,6 +82,12 @@ def build_parser() -> argparse.ArgumentParser:
         q.add_argument("--format", choices=FORMATS, default="table")
         q.add_argument("--db", default=None)
     add_db_check_parser(dsub)
+    cli_db.add_parsers(dsub)
+
+    r = sub.add_parser("report", help="an HTML report of tuned entries (PNGs with matplotlib)")
+    r.add_argument("--kernel")
+    r.add_argument("--out", required=True, metavar="DIR", help="directory to write into")
+    r.add_argument("--db", default=None)
     return p
 
 
@@ -131,6 +114,15 @@ def cmd_tune(args: argparse.Namespace) -> int:
 
     if args.trials < 1:
         raise UsageError(f"--trials must be at least 1, got {args.trials}")
+    if args.job or args.pending:
+        return cmd_tune_job(args)
+    if args.kernel is None or args.shape is None:
+        raise UsageError(
+            "the following arguments are required: --shape and a kernel "
+            "(or tune many with --job FILE or --pending)"
+        )
+    if args.shard or args.force:
+        raise UsageError("--shard and --force apply to --job and --pending")
     if "" not in sys.path:  # import paths name the user's modules, found from where they stand
         sys.path.insert(0, "")
     kernel = resolve(args.kernel)
@@ -155,6 +147,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
             seed=args.seed,
             kwargs=static,
             progress=progress,
+            storage=args.storage,
         )
     except TypeError as e:  # the kernel's own signature refused the arguments
         raise UsageError(
@@ -192,6 +185,9 @@ def cmd_db(args: argparse.Namespace) -> int:
 
     if args.db_command == "check":
         return cmd_db_check(args)
+    if args.db_command in cli_db.COMMANDS:
+        with TuningDB(args.db) as db:
+            return cli_db.COMMANDS[args.db_command](args, db, render)
     filters = {
         "kernel": args.kernel,
         "device_kind": args.device_kind,
@@ -199,7 +195,8 @@ def cmd_db(args: argparse.Namespace) -> int:
         "dtype": args.dtype,
     }
     with TuningDB(args.db) as db:
-        rows = db.query(**filters) if args.db_command == "list" else db.trials(**filters)
+        select = {"list": db.query, "trials": db.trials, "misses": db.misses}[args.db_command]
+        rows = select(**filters)
     print(render(rows, args.format))
     return 0
 
@@ -220,7 +217,79 @@ def cmd_db_check(args: argparse.Namespace) -> int:
     return 1 if problems else 0
 
 
-COMMANDS = {"tune": cmd_tune, "kernels": cmd_kernels, "db": cmd_db}
+def add_job_arguments(t: argparse.ArgumentParser) -> None:
+    g = t.add_argument_group("many tasks, many machines")
+    g.add_argument("--job", metavar="FILE", help="tune every task of a TOML job file")
+    g.add_argument(
+        "--pending",
+        action="store_true",
+        help="tune every lookup miss recorded for this device kind (see `autotune db misses`)",
+    )
+    g.add_argument("--kernel", dest="only_kernel", help="with --pending: only this kernel")
+    g.add_argument("--shard", metavar="I/N", help="run share I of N (0 <= I < N) of the tasks")
+    g.add_argument("--force", action="store_true", help="re-tune tasks already tuned")
+    g.add_argument(
+        "--storage",
+        help="Optuna RDB storage URL for the studies (shared by workers; resumable). Default "
+        "with --job/--pending: a SQLite file beside a SQLite tuning database",
+    )
+    g.add_argument(
+        "--import",
+        dest="imports",
+        action="append",
+        default=[],
+        metavar="MODULE",
+        help="import a module that registers kernels (for --pending of your own kernels)",
+    )
+
+
+def cmd_tune_job(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from autotune import jobs
+    from autotune.db import TuningDB
+    from autotune.progress import Display
+
+    if args.job and args.pending:
+        raise UsageError("give --job FILE or --pending, not both")
+    if args.kernel or args.shape:
+        raise UsageError(
+            "--job and --pending take their kernels and shapes from the file or the misses: "
+            "drop the kernel and --shape (with --pending, --kernel K picks one kernel)"
+        )
+    jobs.import_modules(args.imports)
+    with TuningDB(args.db) as db:
+        if args.job:
+            tasks = jobs.load_job(args.job)
+        else:
+            tasks = jobs.pending_tasks(db, kernel=args.only_kernel, trials=args.trials)
+        if args.shard:
+            tasks = jobs.shard(tasks, *jobs.parse_shard(args.shard))
+        storage = args.storage or jobs.default_storage(db.url)
+        console = Console(highlight=False)
+        console.print(
+            f"{len(tasks)} task(s); database {db.url}; studies {storage or 'in memory'}",
+            markup=False,
+            soft_wrap=True,
+        )
+        with Display(console) as display:
+            outcomes = jobs.run_tasks(tasks, db=db, storage=storage, force=args.force, show=display)
+    counts = {s: sum(o.status == s for o in outcomes) for s in ("tuned", "skipped", "failed")}
+    print(", ".join(f"{n} {s}" for s, n in counts.items()))
+    return 1 if counts["failed"] else 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from autotune import report
+    from autotune.db import TuningDB
+
+    with TuningDB(args.db) as db:
+        index, pngs = report.write(db, args.out, kernel=args.kernel)
+    print(f"wrote {index}" + (f" and {len(pngs)} PNG files" if pngs else ""))
+    return 0
+
+
+COMMANDS = {"tune": cmd_tune, "report": cmd_report, "kernels": cmd_kernels, "db": cmd_db}
 
 
 def render(rows: list[dict[str, Any]], fmt: str) -> str:

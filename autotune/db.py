@@ -32,6 +32,7 @@ from sqlalchemy import (
     Text,
     UniqueConstraint,
     create_engine,
+    delete,
     event,
     insert,
     inspect,
@@ -39,7 +40,7 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.engine import Connection
-from sqlalchemy.exc import IntegrityError, SQLAlchemyError
+from sqlalchemy.exc import IntegrityError, OperationalError, SQLAlchemyError
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
 from autotune.errors import DatabaseError, SignatureError
@@ -309,23 +310,34 @@ class TuningDB:
         """Insert or replace the best entry of a key."""
         self._retry_unique(key, lambda s: _upsert_best(s, key, entry))
 
-    def record_tuning(
-        self,
-        key: TuningKey,
-        run_id: str,
-        trials: list[dict[str, Any]],
-        best_index: int,
-        entry: dict[str, Any],
-    ) -> list[int]:
-        """Store a run's trials and its best entry (pointing at trials[best_index]) in one
-        transaction: a crash leaves both or neither. Returns the trial ids."""
+    def put_best_among(
+        self, key: TuningKey, entry: dict[str, Any], trial_ids: Iterable[int | None]
+    ) -> bool:
+        """Store `entry` as the best of `key`, unless the stored entry is one of `trial_ids`
+        (another worker of the same study) and at least as fast; True if it was stored.
 
-        def write(s: Session) -> list[int]:
-            ids = _add_trials(s, key, run_id, trials)
-            _upsert_best(s, key, {**entry, "trial_id": ids[best_index]})
-            return ids
-
-        return self._retry_unique(key, write)
+        Compared and written in one transaction (the row locked where the database can), so
+        workers of one study that finish in any order keep the fastest trial of them all.
+        """
+        ids = {i for i in trial_ids if i is not None}
+        fields = _best_fields(entry)
+        for _ in range(5):  # a concurrent writer may insert the key, or hold SQLite's write lock
+            try:
+                with self._session(write=True) as s:
+                    stmt = select(Result).filter_by(**key.as_dict()).with_for_update()
+                    row = s.scalars(stmt).first()
+                    if row is None:
+                        s.add(Result(**key.as_dict(), **fields))
+                    elif row.trial_id in ids and row.time_s <= fields["time_s"]:
+                        return False
+                    else:
+                        for k, v in fields.items():
+                            setattr(row, k, v)
+                return True
+            except DatabaseError as e:
+                if not isinstance(e.__cause__, (IntegrityError, OperationalError)):
+                    raise
+        raise DatabaseError(f"could not store the best entry of {key.kernel} {key.signature}")
 
     def record_miss(self, key: TuningKey) -> None:
         """Count a lookup miss of `key` (one atomic write; callers call it once per new key)."""
@@ -371,6 +383,74 @@ class TuningDB:
     def misses(self, **filters: Any) -> list[dict[str, Any]]:
         return self._select(Miss, filters)
 
+    # ------------------------------------------------------------------ tools
+
+    def entry(self, entry_id: int) -> dict[str, Any] | None:
+        """One best entry by id, with `trials`: every trial stored under its key."""
+        with self._session() as s:
+            row = s.get(Result, entry_id)
+            record = _row(row) if row else None
+        if record is not None:
+            record["trials"] = self.trials(**{k: record[k] for k in KEY_COLUMNS})
+        return record
+
+    def export(self, **filters: Any) -> dict[str, Any]:
+        """Best entries as a portable document (JSON-serialisable; no database ids)."""
+        entries = [
+            {k: v for k, v in r.items() if k not in ("id", "trial_id")}
+            for r in self.query(**filters)
+        ]
+        return {"format": EXPORT_FORMAT, "schema": SCHEMA_VERSION, "entries": entries}
+
+    def import_entries(self, doc: Any, prefer: str = "faster") -> dict[str, int]:
+        """Add the entries of an exported document; on a key conflict keep the faster entry
+        (prefer="faster") or the more recently tuned one (prefer="newer"). Everything is
+        validated first: a bad document changes nothing."""
+        if prefer not in PREFER:
+            raise DatabaseError(f"unknown preference {prefer!r}: use one of {', '.join(PREFER)}")
+        entries = validate_export(doc)
+        counts = {"added": 0, "replaced": 0, "kept": 0}
+        with self._session(write=True) as s:
+            for e in entries:
+                key = {k: e[k] for k in KEY_COLUMNS}
+                fields = {k: v for k, v in e.items() if k in Result.__table__.columns}
+                fields["config"] = encode_config(e["config"])
+                fields["tuned_at"] = _parse_time(e.get("tuned_at"))
+                row = s.scalars(select(Result).filter_by(**key)).first()
+                if row is None:
+                    s.add(Result(**{**fields, **key}))
+                    counts["added"] += 1
+                elif _better(fields, row, prefer):
+                    for k, v in fields.items():
+                        setattr(row, k, v)
+                    row.trial_id = None  # its trials live in the other database
+                    counts["replaced"] += 1
+                else:
+                    counts["kept"] += 1
+        return counts
+
+    def delete_entries(self, ids: Iterable[int], with_trials: bool = True) -> int:
+        """Delete best entries by id (and the trials stored under their keys); returns how many."""
+        n = 0
+        with self._session(write=True) as s:
+            for entry_id in ids:
+                row = s.get(Result, entry_id)
+                if row is None:
+                    continue
+                if with_trials:
+                    key = {k: getattr(row, k) for k in KEY_COLUMNS}
+                    s.execute(delete(Trial).filter_by(**key))
+                s.delete(row)
+                n += 1
+        return n
+
+    def delete_misses(self, ids: Iterable[int]) -> int:
+        ids = list(ids)
+        with self._session(write=True) as s:
+            if ids:
+                s.execute(delete(Miss).where(Miss.id.in_(ids)))
+        return len(ids)
+
     def _select(self, model: type[Base], filters: dict[str, Any]) -> list[dict[str, Any]]:
         dtype = filters.pop("dtype", None)
         columns = model.__table__.columns
@@ -403,6 +483,69 @@ def _add_trials(
 
 
 def _upsert_best(s: Session, key: TuningKey, entry: dict[str, Any]) -> None:
+    fields = _best_fields(entry)
+    row = s.scalars(select(Result).filter_by(**key.as_dict())).first()
+    if row is None:
+        s.add(Result(**key.as_dict(), **fields))
+    else:
+        for k, v in fields.items():
+            setattr(row, k, v)
+
+
+EXPORT_FORMAT = "pallas-autotune-export"
+PREFER = ("faster", "newer")
+_EXPORT_TYPES = {
+    **{k: str for k in KEY_COLUMNS},
+    "config": dict,
+    "time_s": (int, float),
+    "n_trials": int,
+    "n_rejected": int,
+}
+
+
+def validate_export(doc: Any) -> list[dict[str, Any]]:
+    """The entries of an exported document, or a DatabaseError naming what is wrong."""
+    if not isinstance(doc, dict) or doc.get("format") != EXPORT_FORMAT:
+        raise DatabaseError(f'not a pallas-autotune export (no "format": "{EXPORT_FORMAT}")')
+    entries = doc.get("entries")
+    if not isinstance(entries, list):
+        raise DatabaseError('export has no list of "entries"')
+    for n, e in enumerate(entries, 1):
+        if not isinstance(e, dict):
+            raise DatabaseError(f"export entry {n} is not an object")
+        for name, kind in _EXPORT_TYPES.items():
+            if not isinstance(e.get(name), kind) or isinstance(e.get(name), bool):
+                raise DatabaseError(f"export entry {n}: field {name!r} is missing or malformed")
+        if not e["time_s"] > 0:
+            raise DatabaseError(f"export entry {n}: time_s must be positive, got {e['time_s']}")
+        if e["platform"] not in ("cpu", "tpu", "gpu"):
+            raise DatabaseError(f"export entry {n}: unknown platform {e['platform']!r}")
+        try:
+            parse_args(e["signature"])
+        except SignatureError as err:
+            raise DatabaseError(f"export entry {n}: {err}") from None
+        bad = sorted(k for k in e if k not in Result.__table__.columns)
+        if bad:
+            raise DatabaseError(f"export entry {n}: unknown field(s) {', '.join(bad)}")
+    return entries
+
+
+def _parse_time(text: Any) -> datetime:
+    try:
+        t = datetime.fromisoformat(str(text))
+    except ValueError:
+        return utcnow()
+    return t if t.tzinfo else t.replace(tzinfo=timezone.utc)
+
+
+def _better(new: dict[str, Any], row: Result, prefer: str) -> bool:
+    if prefer == "newer":
+        old = row.tuned_at if row.tuned_at.tzinfo else row.tuned_at.replace(tzinfo=timezone.utc)
+        return new["tuned_at"] > old
+    return new["time_s"] < row.time_s
+
+
+def _best_fields(entry: dict[str, Any]) -> dict[str, Any]:
     fields = {
         k: v for k, v in entry.items() if k in Result.__table__.columns and k not in KEY_COLUMNS
     }
@@ -410,12 +553,7 @@ def _upsert_best(s: Session, key: TuningKey, entry: dict[str, Any]) -> None:
     fields.setdefault("host", socket.gethostname())
     fields["tuned_at"] = utcnow()
     fields.pop("id", None)
-    row = s.scalars(select(Result).filter_by(**key.as_dict())).first()
-    if row is None:
-        s.add(Result(**key.as_dict(), **fields))
-    else:
-        for k, v in fields.items():
-            setattr(row, k, v)
+    return fields
 
 
 def _dtypes(signature: str) -> set[str]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import hashlib
 import logging
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -13,7 +14,7 @@ import numpy as np
 
 from autotune import registry, runtime
 from autotune.device import current_device
-from autotune.errors import KernelError, SignatureError, SpaceError
+from autotune.errors import DatabaseError, KernelError, SignatureError, SpaceError
 from autotune.measure import DEFAULT_POLICY, TimingPolicy, compile_ahead, time_compiled
 from autotune.search import Evaluation, run_search
 from autotune.signature import TuningKey, is_array
@@ -38,6 +39,7 @@ class TrialRecord:
     max_error: float | None = None
     error: str | None = None
     is_default: bool = False
+    db_id: int | None = None  # its row in the trials table, once stored
 
     def as_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -105,12 +107,19 @@ def tune(
     store: bool = True,
     policy: TimingPolicy = DEFAULT_POLICY,
     progress: Callable[[TrialRecord, int, int], None] | None = None,
+    storage: str | None = None,
+    study_name: str | None = None,
 ) -> TuneResult:
     """Tune `fn` (an autotuned kernel, a registered name or 'pkg.module:fn') for these arguments.
 
     Every candidate is compiled ahead of time, checked against the interpret-mode oracle
     (the kernel at its default configuration) and timed; the best verified one is stored in
     `db` (a TuningDB, URL or path; default: the per-user database) with every trial.
+
+    With `storage` (an Optuna RDB URL) the search is a study there, named `study_name` (default:
+    derived from the key, so workers tuning the same key meet in one study): an interrupted run
+    resumes without re-measuring, several workers share the `n_trials` budget, and the best
+    entry is the best trial of all of them.
     """
     kernel = registry.resolve(fn) if isinstance(fn, str) else fn
     if not isinstance(getattr(kernel, "spec", None), registry.KernelSpec):
@@ -131,32 +140,94 @@ def tune(
     default = spec.default_config(sig)
     oracle = _oracle(kernel, default, args, kwargs)
     run_id = uuid.uuid4().hex
+    if storage and store and _same_database(storage, db):
+        raise DatabaseError(  # Optuna's tables (one is `trials`) would collide with ours
+            f"the study storage {storage} is the tuning database itself: give the studies "
+            "their own database (e.g. .../studies beside .../tuning)"
+        )
+    handle = _open_db(db) if store else None
 
     def measure(config: dict[str, Any], is_default: bool = False) -> TrialRecord:
         record = _measure(kernel, config, args, kwargs, oracle, policy)
         record.is_default = is_default or config == default
+        if handle is not None:  # stored at once: an interrupted run loses no measurement
+            (record.db_id,) = handle.add_trials(key, run_id, [record.as_dict()])
         return record
 
-    trials: list[TrialRecord] = []
+    measured_here = 0
 
     def evaluate(config: dict[str, Any]) -> Evaluation:
+        nonlocal measured_here
         record = measure(config)
-        trials.append(record)
+        measured_here += 1
         if progress:
-            progress(record, len(trials), min(n_trials, len(valid)))
-        return Evaluation(config, record.time_s if record.status == "ok" else None, record.status)
+            progress(record, measured_here, min(n_trials, len(valid)))
+        value = record.time_s if record.status == "ok" else None
+        return Evaluation(config, value, record.status, detail=record.as_dict())
 
-    run_search(
-        space,
-        sig,
-        evaluate,
-        n_trials=n_trials,
-        strategy=strategy,
-        seed=seed,
-        initial=[default],
-        valid=valid,
+    try:
+        evaluations = run_search(
+            space,
+            sig,
+            evaluate,
+            n_trials=n_trials,
+            strategy=strategy,
+            seed=seed,
+            initial=[default],
+            valid=valid,
+            storage=storage,
+            study_name=(study_name or study_name_of(key)) if storage else None,
+        )
+        # with a storage, these are every worker's trials of the study, resumed ones included
+        trials = [TrialRecord(**ev.detail) for ev in evaluations]
+        result = _result(spec, sig, key, trials, default, measure, run_id)
+        if handle is not None:
+            result.db_url = _store(handle, result, strategy, device, shared=storage is not None)
+            runtime.clear_memo()
+    finally:
+        if handle is not None and handle is not db:
+            handle.close()
+    return result
+
+
+def study_name_of(key: TuningKey) -> str:
+    """The Optuna study of a key: every worker tuning that key on that device kind joins it."""
+    name = "/".join(
+        (
+            f"{key.kernel}@{key.kernel_version}",
+            key.platform,
+            key.device_kind,
+            key.backend,
+            key.signature,
+            key.static,
+        )
     )
+    if len(name) <= 500:  # Optuna's limit is 512 characters
+        return name
+    return f"{key.kernel}@{key.kernel_version}/" + hashlib.sha256(name.encode()).hexdigest()
 
+
+def _same_database(storage: str, db: Any) -> bool:
+    from autotune.db import normalize_url
+
+    return normalize_url(storage) == (db.url if hasattr(db, "url") else normalize_url(db))
+
+
+def _open_db(db: Any) -> Any:
+    from autotune.db import TuningDB
+
+    return db if isinstance(db, TuningDB) else TuningDB(db)
+
+
+def _result(
+    spec: Any,
+    sig: Any,
+    key: TuningKey,
+    trials: list[TrialRecord],
+    default: dict[str, Any],
+    measure: Callable[..., TrialRecord],
+    run_id: str,
+) -> TuneResult:
     default_trial = next((t for t in trials if t.is_default), None)
     if default_trial is None:  # the default lies outside the space: measure it as the baseline
         default_trial = measure(default, is_default=True)
@@ -167,7 +238,7 @@ def tune(
             f"({', '.join(sorted({t.status for t in trials}))}): see `autotune db trials --kernel {spec.name}`"
         )
     best = min(ok, key=lambda t: (t.time_s, trials.index(t)))
-    result = TuneResult(
+    return TuneResult(
         kernel=spec.name,
         key=key,
         best_config=best.config,
@@ -177,10 +248,6 @@ def tune(
         trials=trials,
         run_id=run_id,
     )
-    if store:
-        result.db_url = _store(db, result, default_trial, strategy, seed, device)
-        runtime.clear_memo()
-    return result
 
 
 def _oracle(kernel: Any, default: dict[str, Any], args: list[Any], kwargs: dict[str, Any]) -> Any:
@@ -253,47 +320,27 @@ def _one_line(e: BaseException) -> str:
     return text if len(text) <= 2000 else text[:2000] + " ..."
 
 
-def _store(
-    db: Any,
-    result: TuneResult,
-    default_trial: TrialRecord,
-    strategy: str,
-    seed: int | None,
-    device: Any,
-) -> str:
-    from autotune.db import TuningDB
-
-    handle = db if isinstance(db, TuningDB) else TuningDB(db)
-    try:
-        records = [t.as_dict() for t in result.trials]
-        if default_trial not in result.trials:
-            records.append(default_trial.as_dict())
-        best_index = next(i for i, t in enumerate(result.trials) if t.config == result.best_config)
-        best = result.trials[best_index]
-        # one transaction: a crash leaves the trials and the best entry that points at one
-        # of them together, or neither
-        handle.record_tuning(
-            result.key,
-            result.run_id,
-            records,
-            best_index,
-            {
-                "config": result.best_config,
-                "time_s": result.best_time_s,
-                "default_time_s": result.default_time_s,
-                "speedup": result.speedup,
-                "n_trials": len(result.trials),
-                "n_rejected": result.n_rejected,
-                "run_id": result.run_id,
-                "strategy": strategy,
-                "timer": best.timer or "wall",
-                "jax_version": device.jax_version,
-                "jaxlib_version": device.jaxlib_version,
-                "runtime_version": device.runtime_version,
-            },
-        )
-        log.info("stored %s %s: %s", result.kernel, result.key.signature, result.best_config)
-        return handle.url
-    finally:
-        if handle is not db:
-            handle.close()
+def _store(handle: Any, result: TuneResult, strategy: str, device: Any, *, shared: bool) -> str:
+    """The best entry (its trials are stored as they are measured)."""
+    best = next(t for t in result.trials if t.config == result.best_config and t.status == "ok")
+    entry = {
+        "config": result.best_config,
+        "time_s": result.best_time_s,
+        "default_time_s": result.default_time_s,
+        "speedup": result.speedup,
+        "n_trials": len(result.trials),
+        "n_rejected": result.n_rejected,
+        "trial_id": best.db_id,
+        "run_id": result.run_id,
+        "strategy": strategy,
+        "timer": best.timer or "wall",
+        "jax_version": device.jax_version,
+        "jaxlib_version": device.jaxlib_version,
+        "runtime_version": device.runtime_version,
+    }
+    if shared:  # workers of one study finish in any order: keep the fastest of them all
+        handle.put_best_among(result.key, entry, {t.db_id for t in result.trials})
+    else:
+        handle.put_best(result.key, entry)
+    log.info("stored %s %s: %s", result.kernel, result.key.signature, result.best_config)
+    return handle.url

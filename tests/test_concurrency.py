@@ -94,9 +94,10 @@ STORER = textwrap.dedent(
     while True:  # what tuner._store does, as fast as it can, until killed
         key = TuningKey("crash", "v1", "cpu", "cpu", "interpret", f"f32[{i % 50}]")
         trials = [{"config": {"b": b}, "status": "ok", "time_s": 1.0 / (b + i)} for b in range(1, 9)]
-        db.record_tuning(key, f"run{i}", trials, i % 8, dict(
+        ids = db.add_trials(key, f"run{i}", trials)  # trials first, as measured
+        db.put_best(key, dict(
             config={"b": i % 8 + 1}, time_s=1e-3, n_trials=8, n_rejected=0, run_id=f"run{i}",
-            strategy="grid", timer="wall", jax_version="x", jaxlib_version="x"))
+            trial_id=ids[i % 8], strategy="grid", timer="wall", jax_version="x", jaxlib_version="x"))
         i += 1
     """
 )

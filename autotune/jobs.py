@@ -1,0 +1,386 @@
+"""Tuning jobs: job files, recorded misses, sharding, and running a list of tasks with progress.
+
+A job file is TOML; each `[[task]]` names a kernel and one or more shapes and dtypes (every
+combination is one task), with an optional trial budget, strategy, seed and static arguments;
+`[defaults]` fills in what a task leaves out:
+
+    import = ["mypkg.kernels"]      # modules that register the user's own kernels
+    [defaults]
+    trials = 32
+    [[task]]
+    kernel = "matmul"
+    shapes = ["256x256,256x256", "512x256,256x128"]
+    dtypes = ["float32", "bfloat16"]
+
+Tasks already tuned for this device kind and kernel version are skipped (unless forced), and a
+task's search is an Optuna study in a storage, so running an interrupted job again resumes it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import json
+import logging
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from autotune.errors import AutotuneError, SignatureError
+from autotune.signature import ArgSpec, format_args, parse_dtype
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib
+
+log = logging.getLogger(__name__)
+STRATEGIES = ("tpe", "random", "grid")
+_TASK_FIELDS = {
+    "kernel",
+    "shape",
+    "shapes",
+    "dtype",
+    "dtypes",
+    "static",
+    "trials",
+    "strategy",
+    "seed",
+}
+
+
+class JobError(AutotuneError):
+    """A job file, a shard or a task cannot be carried out as written."""
+
+
+def parse_shapes(text: str) -> list[tuple[int, ...]]:
+    """'256x128,128x64' -> [(256, 128), (128, 64)]; '1024' is 1-D; 'scalar' is ()."""
+    shapes = []
+    for part in text.split(","):
+        part = part.strip()
+        if part in ("scalar", "()"):
+            shapes.append(())
+            continue
+        dims = part.lower().split("x")
+        if not part or not all(d.isascii() and d.isdigit() for d in dims):
+            raise SignatureError(
+                f"malformed --shape {text!r}: write e.g. 256x256,256x128 (one per argument)"
+            )
+        shapes.append(tuple(int(d) for d in dims))
+    return shapes
+
+
+def parse_dtypes(text: str, n: int) -> list[str]:
+    """One dtype for every argument, or one per argument: 'float32' or 'bfloat16,float32'."""
+    names = [parse_dtype(t) for t in text.split(",")]
+    if len(names) == 1:
+        return names * n
+    if len(names) != n:
+        raise SignatureError(
+            f"--dtype gives {len(names)} dtypes for {n} shapes: give one, or one per shape"
+        )
+    return names
+
+
+@dataclass(frozen=True)
+class Task:
+    """One tuning task: a kernel, the shapes and dtypes of its arguments, and a budget."""
+
+    kernel: str
+    shapes: tuple[tuple[int, ...], ...]
+    dtypes: tuple[str, ...]
+    static: tuple[tuple[str, Any], ...] = ()  # sorted items, so a Task is hashable
+    trials: int = 32
+    strategy: str = "tpe"
+    seed: int | None = None
+
+    @property
+    def static_dict(self) -> dict[str, Any]:
+        return dict(self.static)
+
+    @property
+    def label(self) -> str:
+        args = format_args(tuple(ArgSpec(s, d) for s, d in zip(self.shapes, self.dtypes)))
+        static = f" {json.dumps(self.static_dict, sort_keys=True)}" if self.static else ""
+        return f"{self.kernel} {args}{static}"
+
+    def inputs(self) -> list[Any]:
+        import jax
+
+        return [jax.ShapeDtypeStruct(s, d) for s, d in zip(self.shapes, self.dtypes)]
+
+
+def make_task(
+    kernel: str,
+    shape: str,
+    dtype: str = "float32",
+    static: dict[str, Any] | None = None,
+    trials: int = 32,
+    strategy: str = "tpe",
+    seed: int | None = None,
+) -> Task:
+    if not isinstance(trials, int) or isinstance(trials, bool) or trials < 1:
+        raise JobError(f"trials must be a whole number of at least 1, got {trials!r}")
+    if strategy not in STRATEGIES:
+        raise JobError(f"unknown strategy {strategy!r}: use one of {', '.join(STRATEGIES)}")
+    shapes = parse_shapes(shape)
+    return Task(
+        kernel=kernel,
+        shapes=tuple(shapes),
+        dtypes=tuple(parse_dtypes(dtype, len(shapes))),
+        static=tuple(sorted((static or {}).items())),
+        trials=trials,
+        strategy=strategy,
+        seed=seed,
+    )
+
+
+def load_job(path: str | Path) -> list[Task]:
+    """The tasks of a job file, in file order (imports its `import` modules first)."""
+    path = Path(path)
+    try:
+        doc = tomllib.loads(path.read_text())
+    except OSError as e:
+        raise JobError(f"cannot read job file {path}: {e.strerror or e}") from e
+    except tomllib.TOMLDecodeError as e:
+        raise JobError(f"job file {path} is not valid TOML: {e}") from e
+    unknown = sorted(set(doc) - {"import", "defaults", "task"})
+    if unknown:
+        raise JobError(f"job file {path}: unknown table(s) {', '.join(unknown)} (use [[task]])")
+    import_modules(_strings(doc.get("import", []), f"job file {path}: import"))
+    defaults = doc.get("defaults", {})
+    entries = doc.get("task", [])
+    if not isinstance(defaults, dict) or not isinstance(entries, list) or not entries:
+        raise JobError(
+            f"job file {path} lists no tasks: add [[task]] tables with kernel and shapes"
+        )
+    tasks = []
+    for n, entry in enumerate(entries, 1):
+        where = f"job file {path}, task {n}"
+        spec = {**defaults, **entry}
+        bad = sorted(set(spec) - _TASK_FIELDS)
+        if bad:
+            raise JobError(f"{where}: unknown field(s) {', '.join(bad)}")
+        if not isinstance(spec.get("kernel"), str):
+            raise JobError(f'{where}: needs kernel = "name" (or "package.module:function")')
+        shapes = _strings(spec.get("shapes", spec.get("shape")), f"{where}: shapes")
+        dtypes = _strings(spec.get("dtypes", spec.get("dtype", "float32")), f"{where}: dtypes")
+        static = spec.get("static", {})
+        if not shapes or not isinstance(static, dict):
+            raise JobError(f'{where}: needs shapes = ["256x256,256x256", ...] and static a table')
+        for shape in shapes:
+            for dtype in dtypes:
+                try:
+                    tasks.append(
+                        make_task(
+                            spec["kernel"],
+                            shape,
+                            dtype,
+                            static,
+                            spec.get("trials", 32),
+                            spec.get("strategy", "tpe"),
+                            spec.get("seed"),
+                        )
+                    )
+                except AutotuneError as e:
+                    raise JobError(f"{where}: {e}") from None
+    return tasks
+
+
+def _strings(value: Any, what: str) -> list[str]:
+    if isinstance(value, str):
+        return [value]
+    if value is None:
+        return []
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise JobError(f"{what} must be a string or a list of strings, got {value!r}")
+    return value
+
+
+def import_modules(names: Iterable[str]) -> None:
+    """Import modules that register kernels (found from the current directory too)."""
+    import sys
+
+    if "" not in sys.path:
+        sys.path.insert(0, "")
+    for name in names:
+        try:
+            importlib.import_module(name)
+        except ImportError as e:
+            raise JobError(f"cannot import {name!r} (to register its kernels): {e}") from e
+
+
+def parse_shard(text: str) -> tuple[int, int]:
+    """'2/4' -> (2, 4): shard indices run from 0 to N-1 (a Kubernetes JOB_COMPLETION_INDEX)."""
+    i, sep, n = text.partition("/")
+    if not sep or not i.isdigit() or not n.isdigit() or int(n) < 1 or int(i) >= int(n):
+        raise JobError(f"malformed --shard {text!r}: write i/N with 0 <= i < N, e.g. 0/4")
+    return int(i), int(n)
+
+
+def shard(tasks: Sequence[Task], index: int, count: int) -> list[Task]:
+    """Every count-th task from `index`: the shards of one task list are disjoint, cover it, and
+    are the same on every machine that reads the same job file."""
+    return [t for k, t in enumerate(tasks) if k % count == index]
+
+
+def pending_tasks(db: Any, *, kernel: str | None = None, trials: int = 32) -> list[Task]:
+    """One task per recorded miss on this device kind (most often missed first)."""
+    from autotune.device import current_device
+    from autotune.signature import parse_args, parse_static
+
+    device = current_device()
+    misses = db.misses(
+        kernel=kernel,
+        platform=device.platform,
+        device_kind=device.device_kind,
+        backend=device.backend,
+    )
+    tasks: dict[Task, int] = {}
+    for m in misses:
+        args = parse_args(m["signature"])
+        task = Task(
+            kernel=m["kernel"],
+            shapes=tuple(a.shape for a in args),
+            dtypes=tuple(a.dtype for a in args),
+            static=tuple(sorted(parse_static(m["static"]).items())),
+            trials=trials,
+        )
+        tasks[task] = tasks.get(task, 0) + m["count"]  # misses of older kernel versions add up
+    return sorted(tasks, key=lambda t: -tasks[t])
+
+
+@dataclass
+class Outcome:
+    task: Task
+    status: str  # tuned | skipped | failed
+    detail: str = ""
+    result: Any = None
+
+
+@dataclass
+class JobProgress:
+    """What a job reports as it goes; `show` receives it after every trial and task."""
+
+    n_tasks: int
+    task_index: int = 0
+    task: Task | None = None
+    trial: int = 0
+    n_trials: int = 0
+    best_s: float | None = None
+    started: float = field(default_factory=time.monotonic)
+    trials_done: int = 0
+    budget_left: int = 0  # trials of the tasks after the current one
+
+    @property
+    def elapsed_s(self) -> float:
+        return time.monotonic() - self.started
+
+    @property
+    def eta_s(self) -> float | None:
+        """Remaining time at the mean pace so far (skipped tasks take none)."""
+        if not self.trials_done:
+            return None
+        left = max(self.n_trials - self.trial, 0) + self.budget_left
+        return self.elapsed_s / self.trials_done * left
+
+
+def default_storage(db_url: str) -> str | None:
+    """The study storage beside a SQLite tuning database (tuning.db -> tuning-studies.db)."""
+    from autotune.db import _sqlite_file, normalize_url
+
+    file = _sqlite_file(normalize_url(db_url))
+    return f"sqlite:///{file.with_name(file.stem + '-studies.db')}" if file else None
+
+
+def run_tasks(
+    tasks: Sequence[Task],
+    *,
+    db: Any = None,
+    storage: str | None = None,
+    force: bool = False,
+    show: Callable[[JobProgress, Outcome | None], None] | None = None,
+) -> list[Outcome]:
+    """Tune each task in order; already-tuned ones are skipped unless `force`.
+
+    A task that fails (no valid configuration, a kernel error) is reported and the job goes on.
+    """
+    from autotune import registry
+    from autotune.db import TuningDB
+    from autotune.device import current_device
+    from autotune.tuner import study_name_of, tune
+
+    handle = db if isinstance(db, TuningDB) else TuningDB(db)
+    device = current_device()
+    progress = JobProgress(n_tasks=len(tasks), budget_left=sum(t.trials for t in tasks))
+    outcomes = []
+    try:
+        for i, task in enumerate(tasks, 1):
+            progress.task_index, progress.task = i, task
+            progress.trial, progress.n_trials, progress.best_s = 0, task.trials, None
+            progress.budget_left -= task.trials
+            try:
+                kernel = registry.resolve(task.kernel)
+                spec = kernel.spec
+                sig = spec.signature(task.inputs(), task.static_dict, device)
+                key = spec.key(sig, device)
+                entry = handle.best(key)
+                if entry is not None and not force:
+                    outcome = Outcome(task, "skipped", "already tuned for this device kind")
+                    progress.n_trials = 0
+                else:
+                    study = study_name_of(key)
+                    if force and storage:
+                        _delete_study(storage, study)
+
+                    def on_trial(record: Any, j: int, n: int) -> None:
+                        progress.trial, progress.n_trials = j, n
+                        progress.trials_done += 1
+                        if record.time_s is not None and record.status == "ok":
+                            best = progress.best_s
+                            progress.best_s = min(best, record.time_s) if best else record.time_s
+                        if show:
+                            show(progress, None)
+
+                    result = tune(
+                        kernel,
+                        task.inputs(),
+                        n_trials=task.trials,
+                        db=handle,
+                        strategy=task.strategy,
+                        seed=task.seed,
+                        kwargs=task.static_dict,
+                        progress=on_trial,
+                        storage=storage,
+                        study_name=study,
+                    )
+                    progress.best_s = result.best_time_s
+                    outcome = Outcome(task, "tuned", _summary(result), result)
+            except TypeError as e:  # the kernel's own signature refused the arguments
+                outcome = Outcome(task, "failed", f"the kernel refused these arguments: {e}")
+            except AutotuneError as e:
+                outcome = Outcome(task, "failed", str(e))
+            outcomes.append(outcome)
+            if show:
+                show(progress, outcome)
+    finally:
+        if handle is not db:
+            handle.close()
+    return outcomes
+
+
+def _summary(result: Any) -> str:
+    config = " ".join(f"{k}={v}" for k, v in sorted(result.best_config.items()))
+    speedup = f"{result.speedup:.2f}x" if result.speedup else "n/a"
+    return f"{config} {result.best_time_s * 1e3:.4f} ms, speedup {speedup}, {len(result.trials)} trials"
+
+
+def _delete_study(storage: str, name: str) -> None:
+    import optuna
+
+    from autotune.search import _optuna_url
+
+    with contextlib.suppress(KeyError):  # no such study yet
+        optuna.delete_study(study_name=name, storage=_optuna_url(storage))

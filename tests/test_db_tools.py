@@ -1,0 +1,164 @@
+"""`autotune db show|export|import|merge|stale|prune|stats` on real SQLite files."""
+
+import json
+
+import pytest
+from toy_kernels import scale
+
+from autotune import TuningDB
+from autotune.cli import main
+from autotune.signature import TuningKey
+
+
+def key(signature="f32[64,128]", version=None, device_kind="TPU v5 lite", platform="tpu"):
+    return TuningKey(
+        kernel="scale",
+        kernel_version=version or scale.spec.version,
+        platform=platform,
+        device_kind=device_kind,
+        backend={"tpu": "mosaic_tpu", "cpu": "interpret"}[platform],
+        signature=signature,
+    )
+
+
+def put(db, k, block_rows, time_s, n_trials=4):
+    (trial_id,) = db.add_trials(k, "run", [{"config": {"block_rows": block_rows}, "status": "ok"}])
+    db.put_best(
+        k,
+        {
+            "config": {"block_rows": block_rows},
+            "time_s": time_s,
+            "default_time_s": 2 * time_s,
+            "speedup": 2.0,
+            "n_trials": n_trials,
+            "n_rejected": 0,
+            "trial_id": trial_id,
+            "run_id": "run",
+            "strategy": "tpe",
+            "timer": "wall",
+            "jax_version": "0",
+            "jaxlib_version": "0",
+        },
+    )
+
+
+def cli(capsys, *args):
+    rc = main(list(args))
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+@pytest.fixture
+def filled(db_url):
+    with TuningDB(db_url) as db:
+        put(db, key(), 16, 1e-3)
+        put(db, key("bf16[64,128]"), 32, 2e-3)
+        put(db, key(device_kind="cpu", platform="cpu"), 8, 5e-3)
+    return db_url
+
+
+def test_export_then_import_round_trips_and_conflicts_keep_the_faster(filled, tmp_path, capsys):
+    out_file = tmp_path / "tpu.json"
+    rc, out, _ = cli(capsys, "db", "export", "--device-kind", "TPU v5 lite", "--out", str(out_file))
+    assert rc == 0 and "exported 2 entries" in out
+    doc = json.loads(out_file.read_text())
+    assert doc["format"] == "pallas-autotune-export" and len(doc["entries"]) == 2
+
+    other = str(tmp_path / "other.db")
+    with TuningDB(other) as db:
+        put(db, key(), 24, 0.5e-3)  # faster than the file's entry for the same key
+        put(db, key("bf16[64,128]"), 8, 9e-3)  # slower
+    rc, out, _ = cli(capsys, "db", "import", str(out_file), "--db", other)
+    assert rc == 0 and out.strip() == "0 added, 1 replaced, 1 kept"
+    with TuningDB(other) as db:
+        got = {e["signature"]: e["config"]["block_rows"] for e in db.query()}
+    assert got == {"f32[64,128]": 24, "bf16[64,128]": 32}
+
+    newest = str(tmp_path / "newest.db")
+    with TuningDB(newest) as db:
+        put(db, key(), 12, 7e-3)  # slower, but tuned after everything above
+    rc, out, _ = cli(capsys, "db", "merge", newest, "--db", other)
+    assert out.strip() == "0 added, 0 replaced, 1 kept"
+    rc, out, _ = cli(capsys, "db", "merge", newest, "--db", other, "--prefer", "newer")
+    assert out.strip() == "0 added, 1 replaced, 0 kept"
+    with TuningDB(other) as db:
+        assert {e["signature"]: e["config"]["block_rows"] for e in db.query()}["f32[64,128]"] == 12
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("[1, 2]", "not a pallas-autotune export"),
+        ("{nope", "is not JSON"),
+        ('{"format": "pallas-autotune-export", "entries": [{"kernel": "x"}]}', "entry 1"),
+    ],
+)
+def test_a_bad_import_file_changes_nothing(filled, tmp_path, capsys, text, message):
+    bad = tmp_path / "bad.json"
+    bad.write_text(text)
+    before = TuningDB(filled).query()
+    rc, out, err = cli(capsys, "db", "import", str(bad))
+    assert rc == 2 and out == "" and message in err and len(err.strip().splitlines()) == 1
+    assert TuningDB(filled).query() == before
+
+
+def test_an_import_with_one_bad_entry_imports_none(filled, tmp_path, capsys):
+    doc = TuningDB(filled).export()
+    doc["entries"][1]["time_s"] = -1.0
+    target = str(tmp_path / "t.db")
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(doc))
+    rc, _, err = cli(capsys, "db", "import", str(bad), "--db", target)
+    assert rc == 2 and "entry 2: time_s must be positive" in err
+    assert TuningDB(target).query() == []
+
+
+def test_merge_from_another_database_with_filters(filled, tmp_path, capsys):
+    target = str(tmp_path / "t.db")
+    rc, out, _ = cli(capsys, "db", "merge", filled, "--db", target, "--dtype", "bf16")
+    assert rc == 0 and out.strip() == "1 added, 0 replaced, 0 kept"
+    (entry,) = TuningDB(target).query()
+    assert entry["signature"] == "bf16[64,128]" and entry["trial_id"] is None
+
+
+def test_stale_and_prune(filled, capsys, db_url):
+    with TuningDB(db_url) as db:
+        put(db, key("f32[8,128]", version="0ld0ld0ld0ld"), 8, 1e-3)
+        db.record_miss(key())  # answered since: it has an entry
+        db.record_miss(key("f32[999,128]"))  # still open
+    rc, out, _ = cli(capsys, "db", "stale", "--format", "json")
+    (stale,) = json.loads(out)
+    assert stale["kernel_version"] == "0ld0ld0ld0ld"
+    assert stale["current_version"] == scale.spec.version
+    rc, out, _ = cli(capsys, "db", "prune", "--dry-run")
+    assert "would delete 1 stale entries and 1 answered misses" in out
+    assert len(TuningDB(db_url).query()) == 4
+    rc, out, _ = cli(capsys, "db", "prune")
+    assert rc == 0 and "deleted 1 stale entries" in out
+    with TuningDB(db_url) as db:
+        assert len(db.query()) == 3 and db.trials(signature="f32[8,128]") == []
+        assert [m["signature"] for m in db.misses()] == ["f32[999,128]"]
+
+
+def test_show_and_stats(filled, capsys, db_url):
+    (entry,) = TuningDB(db_url).query(device_kind="cpu")
+    rc, out, _ = cli(capsys, "db", "show", str(entry["id"]), "--format", "json")
+    shown = json.loads(out)
+    assert shown["config"] == {"block_rows": 8} and len(shown["trials"]) == 1
+    assert shown["trials"][0]["id"] == entry["trial_id"]
+    rc, _, err = cli(capsys, "db", "show", "999")
+    assert rc == 2 and "no entry with id 999" in err
+    rc, out, _ = cli(capsys, "db", "stats", "--format", "json")
+    stats = {(r["kernel"], r["device_kind"]): r for r in json.loads(out)}
+    assert stats[("scale", "TPU v5 lite")]["entries"] == 2
+    assert stats[("scale", "TPU v5 lite")]["trials"] == 2
+    assert stats[("scale", "cpu")]["median_speedup"] == 2.0
+    rc, out, _ = cli(capsys, "db", "stats", "--format", "csv")
+    assert out.splitlines()[0].startswith("kernel,device_kind,entries,trials,misses")
+
+
+def test_python_api_queries_with_the_same_filters(filled):
+    db = TuningDB(filled)
+    assert len(db.query(kernel="scale", device_kind="TPU v5 lite")) == 2
+    assert [e["signature"] for e in db.query(dtype="bfloat16")] == ["bf16[64,128]"]
+    assert [e["platform"] for e in db.query(platform="cpu")] == ["cpu"]

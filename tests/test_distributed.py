@@ -1,0 +1,87 @@
+"""Three tuning workers on one task, sharing one study on the real PostgreSQL server."""
+
+import collections
+import json
+import subprocess
+import sys
+
+import optuna
+import pytest
+import sqlalchemy
+
+from autotune import TuningDB
+
+pytestmark = [pytest.mark.postgres, pytest.mark.slow]
+WORKERS = 3
+BUDGET = 15
+
+
+@pytest.fixture
+def pg_storage_url(pg_url):
+    """A second fresh database on the same server, for the Optuna studies."""
+    server, name = pg_url.rsplit("/", 1)
+    studies = f"{name}_studies"
+    admin = sqlalchemy.create_engine(f"{server}/{name}", isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.exec_driver_sql(f'CREATE DATABASE "{studies}"')
+    yield f"{server}/{studies}"
+    with admin.connect() as conn:
+        conn.exec_driver_sql(
+            f"SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{studies}'"
+        )
+        conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{studies}"')
+    admin.dispose()
+
+
+def test_three_workers_share_one_study_and_store_its_best_trial(
+    subprocess_env, pg_url, pg_storage_url
+):
+    cmd = [
+        sys.executable,
+        "-m",
+        "autotune.cli",
+        "tune",
+        "matmul",
+        "--shape",
+        "32x64,64x32",
+        "--trials",
+        str(BUDGET),
+        "--db",
+        pg_url,
+        "--storage",
+        pg_storage_url,
+    ]
+    workers = [
+        subprocess.Popen(cmd, env=subprocess_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        for _ in range(WORKERS)
+    ]
+    for w in workers:
+        out, err = w.communicate(timeout=600)
+        assert w.returncode == 0, err.decode()
+
+    with TuningDB(pg_url) as db:
+        (entry,) = db.query(kernel="matmul")
+        trials = db.trials(kernel="matmul")
+    per_worker = collections.Counter(t["run_id"] for t in trials)
+    assert len(per_worker) == WORKERS, per_worker  # every worker measured some
+    configs = collections.Counter(json.dumps(t["config"], sort_keys=True) for t in trials)
+    duplicates = sum(n - 1 for n in configs.values())
+    assert duplicates == 0, configs  # claims are checked after they are committed
+    # a worker stops when measured + claimed reaches the budget; workers that check at the
+    # same moment may each start one more
+    assert BUDGET <= len(trials) <= BUDGET + WORKERS - 1
+    best = min((t for t in trials if t["status"] == "ok"), key=lambda t: t["time_s"])
+    assert entry["trial_id"] == best["id"] and entry["time_s"] == best["time_s"]
+    assert entry["config"] == best["config"]
+
+    (summary,) = optuna.get_all_study_summaries(pg_storage_url.replace("://", "+psycopg://", 1))
+    assert summary.study_name.startswith("matmul@")
+    study = optuna.load_study(
+        study_name=summary.study_name,
+        storage=pg_storage_url.replace("://", "+psycopg://", 1),
+    )
+    given_up = [t for t in study.trials if t.state == optuna.trial.TrialState.FAIL]
+    print(
+        f"trials per worker {sorted(per_worker.values())}, duplicates {duplicates}, "
+        f"study trials {len(study.trials)} ({len(given_up)} failed: repeats and given-up claims)"
+    )

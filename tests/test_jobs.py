@@ -1,0 +1,198 @@
+"""Job files, sharding, recorded misses and resume: real subprocesses, a real SQLite file."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+
+import optuna
+import pytest
+from test_cli import run
+from toy_kernels import make_input, scale
+
+from autotune import TuningDB, configure
+from autotune.jobs import JobError, load_job, parse_shard, shard
+
+JOB = """
+[defaults]
+trials = 2
+[[task]]
+kernel = "toy_kernels:scale"
+shapes = ["32x128", "16x128"]
+[[task]]
+kernel = "vector_add"
+shape = "256,256"
+seed = 0
+"""
+
+
+def write(tmp_path, text, name="job.toml"):
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(text))
+    return str(path)
+
+
+def test_job_runs_every_task_then_skips_tuned_ones_unless_forced(tmp_path, subprocess_env, db_url):
+    job = write(tmp_path, JOB)
+    out = run(["tune", "--job", job], subprocess_env).stdout
+    assert "task 1/3 trial 2/2" in out and "best " in out and "eta " in out
+    assert "task 3/3 tuned   vector_add f32[256],f32[256]" in out
+    assert out.strip().endswith("3 tuned, 0 skipped, 0 failed")
+    entries = TuningDB(db_url).query()
+    assert sorted(e["signature"] for e in entries) == [
+        "f32[16,128]",
+        "f32[256],f32[256]",
+        "f32[32,128]",
+    ]
+    assert len(TuningDB(db_url).trials()) == 6
+
+    again = run(["tune", "--job", job], subprocess_env).stdout
+    assert again.strip().endswith("0 tuned, 3 skipped, 0 failed")
+    assert len(TuningDB(db_url).trials()) == 6  # nothing measured again
+
+    forced = run(["tune", "--job", job, "--shard", "0/3", "--force"], subprocess_env).stdout
+    assert forced.strip().endswith("1 tuned, 0 skipped, 0 failed")
+    assert len(TuningDB(db_url).trials(signature="f32[32,128]")) == 4  # a fresh study: 2 more
+
+
+def test_shards_split_a_job_deterministically(tmp_path):
+    job = write(
+        tmp_path,
+        """
+        [[task]]
+        kernel = "matmul"
+        shapes = ["32x32,32x32", "64x32,32x32", "64x64,64x64"]
+        dtypes = ["float32", "bfloat16"]
+        """,
+    )
+    tasks = load_job(job)
+    assert len(tasks) == 6 and len(set(tasks)) == 6
+    shards = [shard(tasks, i, 4) for i in range(4)]
+    flat = [t for s in shards for t in s]
+    assert len(flat) == len(set(flat)) and set(flat) == set(tasks)  # disjoint and covering
+    assert [len(s) for s in shards] == [2, 2, 1, 1]
+    assert shards == [shard(load_job(job), i, 4) for i in range(4)]  # same on every machine
+    assert parse_shard("3/4") == (3, 4)
+    for bad in ("4/4", "1", "a/2", "0/0"):
+        with pytest.raises(JobError, match="malformed --shard"):
+            parse_shard(bad)
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("[[task]]\nshapes = ['8']", "needs kernel"),
+        ("[[task]]\nkernel = 'matmul'", "needs shapes"),
+        ("[[task]]\nkernel = 'matmul'\nshapes = ['8x8,8x8']\ntrials = 0", "trials must be"),
+        ("[[task]]\nkernel = 'matmul'\nshapes = ['8y8']", "malformed --shape"),
+        ("[[task]]\nkernel = 'matmul'\nshapes = ['8']\nblock = 2", "unknown field(s) block"),
+        ("[[tasks]]\nkernel = 'matmul'", "unknown table(s) tasks"),
+        ("[[task]\n", "is not valid TOML"),
+        ("import = ['no_such_module_x']\n[[task]]\nkernel = 'm'\nshapes = ['8']", "cannot import"),
+    ],
+)
+def test_bad_job_files_name_the_problem(tmp_path, text, message):
+    with pytest.raises(JobError, match="job file|cannot import") as e:
+        load_job(write(tmp_path, text))
+    assert message in str(e.value)
+
+
+def test_bad_job_file_is_one_line_with_exit_2(tmp_path, subprocess_env):
+    proc = run(["tune", "--job", str(tmp_path / "missing.toml")], subprocess_env, check_rc=2)
+    assert proc.stderr.startswith("autotune: error: cannot read job file") and proc.stdout == ""
+    proc = run(["tune", "matmul", "--job", "x.toml"], subprocess_env, check_rc=2)
+    assert "drop the kernel and --shape" in proc.stderr
+
+
+def test_pending_tunes_what_model_code_missed(subprocess_env, db_url):
+    configure(db=db_url)
+    x = make_input(rows=48)
+    scale(x)
+    scale(x)  # memoised: one miss per new key, not per call
+    scale(make_input(rows=32))
+    misses = json.loads(run(["db", "misses", "--format", "json"], subprocess_env).stdout)
+    assert sorted((m["signature"], m["count"]) for m in misses) == [
+        ("f32[32,128]", 1),
+        ("f32[48,128]", 1),
+    ]
+    out = run(
+        ["tune", "--pending", "--kernel", "scale", "--import", "toy_kernels", "--trials", "2"],
+        subprocess_env,
+    ).stdout
+    assert out.strip().endswith("2 tuned, 0 skipped, 0 failed")
+    configure(db=db_url)
+    assert scale.explain(x)["source"] == "db"
+    again = run(["tune", "--pending", "--import", "toy_kernels"], subprocess_env).stdout
+    assert again.strip().endswith("0 tuned, 2 skipped, 0 failed")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "sig, returncode",
+    [(signal.SIGKILL, -signal.SIGKILL), (signal.SIGINT, 130)],
+    ids=["kill-9", "ctrl-c"],
+)
+def test_interrupt_mid_task_then_rerun_resumes_without_remeasuring(
+    tmp_path, subprocess_env, db_url, sig, returncode
+):
+    job = write(
+        tmp_path,
+        """
+        [[task]]
+        kernel = "matmul"
+        shape = "32x64,64x32"
+        trials = 6
+        seed = 0
+        """,
+    )
+    env = dict(subprocess_env, PYTHONUNBUFFERED="1")
+    cmd = [sys.executable, "-m", "autotune.cli", "tune", "--job", job]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, text=True)
+    seen = []
+    for line in proc.stdout:
+        seen.append(line)
+        if "trial 3/6" in line:
+            os.kill(proc.pid, sig)  # kill -9: no cleanup of any kind runs
+            break
+    proc.wait(timeout=60)
+    proc.stdout.close()
+    assert proc.returncode == returncode, "".join(seen)
+    assert TuningDB(db_url).query() == []  # the task did not finish
+
+    storage = f"sqlite:///{tmp_path / 'tuning-studies.db'}"
+    (summary,) = optuna.get_all_study_summaries(storage)
+    before = optuna.load_study(study_name=summary.study_name, storage=storage)
+    done_before = {
+        json.dumps(t.params, sort_keys=True)
+        for t in before.trials
+        if t.state == optuna.trial.TrialState.COMPLETE
+    }
+    # trial 3 was stored and printed; the kill may land before the study was told of it
+    assert len(done_before) >= 2
+
+    out = run(["tune", "--job", job], subprocess_env).stdout
+    assert out.strip().endswith("1 tuned, 0 skipped, 0 failed")
+    (entry,) = TuningDB(db_url).query()
+    trials = TuningDB(db_url).trials()
+    resumed = [t for t in trials if t["run_id"] != trials[0]["run_id"]]
+    assert len(resumed) == 6 - len(done_before)  # only what the study had left of its budget
+    configs = {json.dumps(t["config"], sort_keys=True) for t in trials}
+    # 6 measurements, plus at most the one in flight at the kill: stored in the tuning database
+    # but not yet told to the study, it is measured again or stays an extra row
+    assert entry["n_trials"] == 6 and len(configs) >= 6 and len(trials) <= 7
+    study = optuna.load_study(study_name=summary.study_name, storage=storage)
+    finished = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
+    assert {json.dumps(t.params, sort_keys=True) for t in finished} >= done_before
+    # the best of the study's trials (an extra row left by the kill is not one of them)
+    assert entry["time_s"] == min(t.value for t in finished)
+    assert entry["trial_id"] in {t["id"] for t in trials if t["time_s"] == entry["time_s"]}
+
+
+def test_a_failing_task_is_reported_and_the_job_exits_1(tmp_path, subprocess_env, db_url):
+    job = write(tmp_path, '[[task]]\nkernel = "toy_kernels:scale"\nshapes = ["7x128"]\n')
+    out = run(["tune", "--job", job], subprocess_env, check_rc=1).stdout
+    assert "task 1/1 failed  toy_kernels:scale f32[7,128]: no configuration of scale" in out
+    assert out.strip().endswith("0 tuned, 0 skipped, 1 failed")
+    assert TuningDB(db_url).query() == []

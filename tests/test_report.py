@@ -1,0 +1,86 @@
+"""`autotune report`: an HTML report with SVG charts, and PNGs where matplotlib is installed."""
+
+import re
+import xml.etree.ElementTree as ET
+
+import pytest
+
+from autotune import TuningDB
+from autotune.cli import main
+from autotune.report import param_importances
+from autotune.signature import TuningKey
+
+KEY = TuningKey("matmul", "v1", "cpu", "cpu", "interpret", "f32[64,64],f32[64,64]")
+
+
+def time_of(config):  # block_m matters a lot, block_k a little
+    return 1e-3 * (1 + config["block_m"] / 16) * (1 + config["block_k"] / 1000)
+
+
+@pytest.fixture
+def tuned(db_url):
+    configs = [{"block_m": m, "block_k": k} for m in (16, 32, 64) for k in (32, 64, 128)]
+    trials = [{"config": c, "status": "ok", "time_s": time_of(c)} for c in configs]
+    trials.append({"config": {"block_m": 8, "block_k": 8}, "status": "rejected"})
+    with TuningDB(db_url) as db:
+        ids = db.add_trials(KEY, "run", trials)
+        best = min(range(len(configs)), key=lambda i: time_of(configs[i]))
+        db.put_best(
+            KEY,
+            {
+                "config": configs[best],
+                "time_s": time_of(configs[best]),
+                "default_time_s": 3 * time_of(configs[best]),
+                "speedup": 3.0,
+                "n_trials": len(trials),
+                "n_rejected": 1,
+                "trial_id": ids[best],
+                "run_id": "run",
+                "strategy": "tpe",
+                "timer": "wall",
+                "jax_version": "0",
+                "jaxlib_version": "0",
+            },
+        )
+    return db_url
+
+
+def test_importances_rank_the_parameter_that_matters_first(tuned):
+    trials = [t for t in TuningDB(tuned).trials() if t["status"] == "ok"]
+    imp = param_importances(trials)
+    assert list(imp) == ["block_m", "block_k"] and imp["block_m"] > 0.9
+    assert sum(imp.values()) == pytest.approx(1.0)
+    assert param_importances(trials[:2]) == {}
+
+
+def test_report_writes_html_with_every_chart(tuned, tmp_path, capsys):
+    out = tmp_path / "report"
+    assert main(["report", "--kernel", "matmul", "--out", str(out)]) == 0
+    assert "wrote" in capsys.readouterr().out
+    page = (out / "index.html").read_text()
+    assert "matmul f32[64,64],f32[64,64] on cpu (interpret)" in page
+    assert "best block_k=32 block_m=16" in page and "speedup 3.00x" in page
+    svgs = re.findall(r"<svg.*?</svg>", page, re.S)
+    titles = [ET.fromstring(s).find("{http://www.w3.org/2000/svg}title").text for s in svgs]
+    assert len(titles) == 4
+    assert titles[0].startswith("optimisation history")
+    assert titles[1].startswith("parameter importances")
+    assert titles[2].startswith("best time (ms) over block_m x block_k")
+    assert titles[3] == "matmul: speedup over the default configuration per shape"
+    assert svgs[2].count("<rect") == 1 + 9  # background + one cell per measured pair
+    assert main(["report", "--kernel", "nothing", "--out", str(tmp_path / "empty")]) == 0
+    assert "No tuned entries match" in (tmp_path / "empty" / "index.html").read_text()
+
+
+def test_report_pngs_with_matplotlib(tuned, tmp_path):
+    pytest.importorskip("matplotlib", reason="PNGs need the `report` extra (matplotlib)")
+    out = tmp_path / "report"
+    assert main(["report", "--out", str(out)]) == 0
+    pngs = sorted(p.name for p in out.glob("*.png"))
+    assert pngs == [
+        "key1_heatmap.png",
+        "key1_history.png",
+        "key1_importance.png",
+        "matmul_speedup.png",
+    ]
+    assert all((out / p).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in pngs)
