@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -12,12 +13,13 @@ from typing import Any
 import numpy as np
 
 from autotune import registry, runtime
-from autotune.device import current_device
 from autotune.errors import KernelError, SignatureError, SpaceError
-from autotune.measure import DEFAULT_POLICY, TimingPolicy, compile_ahead, time_compiled
+from autotune.finalists import Finalist, remeasure
+from autotune.measure import DEFAULT_POLICY, TimingPolicy
 from autotune.search import Evaluation, run_search
 from autotune.signature import TuningKey, is_array
 from autotune.verify import compare
+from autotune.worker import DEFAULT_LIMITS, DeviceWorker, InProcessWorker, WorkerLimits
 
 log = logging.getLogger(__name__)
 
@@ -27,7 +29,7 @@ class TrialRecord:
     """One measured candidate, as stored in the database's trials table."""
 
     config: dict[str, Any]
-    status: str  # ok | rejected | compile_error | runtime_error
+    status: str  # ok | rejected | compile_error | runtime_error | crashed | timeout
     time_s: float | None = None
     time_min_s: float | None = None
     time_p10_s: float | None = None
@@ -54,6 +56,9 @@ class TuneResult:
     trials: list[TrialRecord] = field(default_factory=list)
     run_id: str = ""
     db_url: str | None = None
+    finalists: list[Finalist] = field(default_factory=list)  # the winner first
+    wall_s: float = 0.0  # the whole tuning run, set-up and storing included
+    restarts: int = 0  # device workers started again after a crash or timeout
 
     @property
     def speedup(self) -> float | None:
@@ -62,6 +67,10 @@ class TuneResult:
     @property
     def n_rejected(self) -> int:
         return sum(t.status == "rejected" for t in self.trials)
+
+    @property
+    def n_crashed(self) -> int:
+        return sum(t.status in ("crashed", "timeout") for t in self.trials)
 
 
 def random_inputs(args: Sequence[Any], seed: int = 0) -> list[Any]:
@@ -105,20 +114,72 @@ def tune(
     store: bool = True,
     policy: TimingPolicy = DEFAULT_POLICY,
     progress: Callable[[TrialRecord, int, int], None] | None = None,
+    isolate: bool = False,
+    limits: WorkerLimits = DEFAULT_LIMITS,
+    worker_platforms: str | None = None,
+    finalists: int = 3,
 ) -> TuneResult:
     """Tune `fn` (an autotuned kernel, a registered name or 'pkg.module:fn') for these arguments.
 
     Every candidate is compiled ahead of time, checked against the interpret-mode oracle
     (the kernel at its default configuration) and timed; the best verified one is stored in
     `db` (a TuningDB, URL or path; default: the per-user database) with every trial.
+
+    `isolate=True` measures in a device worker process (see autotune.worker) under `limits`:
+    a candidate that crashes or hangs it becomes a `crashed` / `timeout` trial. The worker gets
+    `JAX_PLATFORMS=worker_platforms` where given, so that this process can keep to the CPU
+    (the CLI does). The `finalists` fastest are re-measured interleaved before the winner is
+    chosen (0: the fastest first measurement wins).
     """
+    start = time.perf_counter()
     kernel = registry.resolve(fn) if isinstance(fn, str) else fn
     if not isinstance(getattr(kernel, "spec", None), registry.KernelSpec):
         raise KernelError(f"{fn!r} is not an autotuned kernel: decorate it with @autotuned(...)")
     spec = kernel.spec
     kwargs = dict(kwargs or {})
-    device = current_device()
     args = random_inputs(args, 0 if seed is None else seed)
+    if isolate:
+        target = fn if isinstance(fn, str) else import_path(kernel)
+        worker: Any = DeviceWorker(target, args, kwargs, policy, limits, worker_platforms)
+    else:
+        worker = InProcessWorker(kernel, args, kwargs, None, policy)
+    with worker:
+        return _tune(
+            spec, worker, args, kwargs, n_trials, db, strategy, seed, store, progress, finalists, start
+        )
+
+
+def import_path(kernel: Any) -> str:
+    """The 'module:function' a worker process imports `kernel` by, checked here."""
+    fn = kernel.spec.fn
+    path = f"{fn.__module__}:{fn.__qualname__}"
+    try:
+        found = registry.resolve(path)
+    except KernelError:
+        found = None
+    if getattr(found, "spec", None) is None or found.spec.name != kernel.spec.name:
+        raise KernelError(
+            f"a device worker cannot import kernel {kernel.spec.name!r} as {path}: pass its "
+            "registered name or 'package.module:function' to tune(), or isolate=False"
+        )
+    return path
+
+
+def _tune(
+    spec: registry.KernelSpec,
+    worker: Any,
+    args: list[Any],
+    kwargs: dict[str, Any],
+    n_trials: int,
+    db: Any,
+    strategy: str,
+    seed: int | None,
+    store: bool,
+    progress: Callable[[TrialRecord, int, int], None] | None,
+    n_finalists: int,
+    start: float,
+) -> TuneResult:
+    device = worker.device
     sig = spec.signature(args, kwargs, device)
     key = spec.key(sig, device)
     space = spec.space(device.platform)
@@ -129,11 +190,15 @@ def tune(
             f"fits {sig.text}: widen search_spaces/{spec.name}.toml or check its constraints"
         )
     default = spec.default_config(sig)
-    oracle = _oracle(kernel, default, args, kwargs)
+    worker_oracle = _oracle(spec, default, args, kwargs)
+    if isinstance(worker, InProcessWorker):
+        worker.oracle = worker_oracle
+    else:
+        worker.set_oracle(worker_oracle)
     run_id = uuid.uuid4().hex
 
     def measure(config: dict[str, Any], is_default: bool = False) -> TrialRecord:
-        record = _measure(kernel, config, args, kwargs, oracle, policy)
+        record = TrialRecord(**worker.measure(config))
         record.is_default = is_default or config == default
         return record
 
@@ -167,28 +232,40 @@ def tune(
             f"({', '.join(sorted({t.status for t in trials}))}): see `autotune db trials --kernel {spec.name}`"
         )
     best = min(ok, key=lambda t: (t.time_s, trials.index(t)))
+    best_time_s = best.time_s
+    default_time_s = default_trial.time_s if default_trial.status == "ok" else None
+    ranked: list[Finalist] = []
+    if n_finalists > 0:
+        ranked = remeasure(worker, ok, default, n_finalists)  # the default among them if ok
+        best = next(t for t in ok if t.config == ranked[0].config)
+        best_time_s = ranked[0].time_s
+        default_time_s = next((f.time_s for f in ranked if f.config == default), default_time_s)
     result = TuneResult(
         kernel=spec.name,
         key=key,
         best_config=best.config,
-        best_time_s=best.time_s,
+        best_time_s=best_time_s,
         default_config=default,
-        default_time_s=default_trial.time_s if default_trial.status == "ok" else None,
+        default_time_s=default_time_s,
         trials=trials,
         run_id=run_id,
+        finalists=ranked,
+        restarts=worker.restarts,
     )
     if store:
         result.db_url = _store(db, result, default_trial, strategy, seed, device)
         runtime.clear_memo()
+    result.wall_s = time.perf_counter() - start
     return result
 
 
-def _oracle(kernel: Any, default: dict[str, Any], args: list[Any], kwargs: dict[str, Any]) -> Any:
+def _oracle(
+    spec: registry.KernelSpec, default: dict[str, Any], args: list[Any], kwargs: dict[str, Any]
+) -> Any:
     """The kernel's output in interpret mode at its default configuration; checked against the
     kernel's plain-JAX reference when it has one."""
     import jax
 
-    spec = kernel.spec
     fn = functools.partial(runtime.interpreted(spec, spec.kernel_kwargs(default)), **kwargs)
     try:
         oracle = jax.block_until_ready(jax.jit(fn)(*args))
@@ -206,41 +283,6 @@ def _oracle(kernel: Any, default: dict[str, Any], args: list[Any], kwargs: dict[
                 f"{spec.name} at its default configuration disagrees with its reference: {verdict.message}"
             )
     return oracle
-
-
-def _measure(
-    kernel: Any, config: dict, args: list, kwargs: dict, oracle: Any, policy: TimingPolicy
-) -> TrialRecord:
-    """Compile, run once and verify, then time one candidate; failures become the record's status."""
-    import jax
-
-    fn = functools.partial(kernel.bound_function(config, interpret=True), **kwargs)
-    try:
-        compiled, compile_s = compile_ahead(fn, args)
-    except Exception as e:
-        return TrialRecord(config, "compile_error", error=_one_line(e))
-    try:
-        output = jax.block_until_ready(compiled(*args))
-    except Exception as e:
-        return TrialRecord(config, "runtime_error", compile_s=compile_s, error=_one_line(e))
-    verdict = compare(output, oracle)
-    if not verdict.ok:
-        return TrialRecord(
-            config,
-            "rejected",
-            compile_s=compile_s,
-            max_error=verdict.max_error,
-            error=verdict.message,
-        )
-    timing = time_compiled(compiled, args, policy)
-    return TrialRecord(
-        config, "ok", compile_s=compile_s, max_error=verdict.max_error, **timing.as_trial_fields()
-    )
-
-
-def _one_line(e: BaseException) -> str:
-    text = f"{type(e).__name__}: {e}"
-    return text if len(text) <= 2000 else text[:2000] + " ..."
 
 
 def _store(
