@@ -93,3 +93,11 @@ def test_user_errors_are_one_line_with_exit_code_2(subprocess_env, db_url, args,
     )
     assert proc.stdout == ""
     assert TuningDB(db_url).query() == [] and TuningDB(db_url).trials() == []
+
+
+def test_check_reports_every_tpu_candidate(subprocess_env):
+    out = run(["check", "vector_add", "--platform", "tpu", "--shape", "5000,5000"], subprocess_env)
+    assert "7 candidates, 7 accepted by the constraints, 0 of those do not lower" in out.stdout
+    assert out.stdout.count(" yes") == 7
+    bad = run(["check", "vector_add", "--shape", "5000"], subprocess_env, check_rc=2)
+    assert "missing a required argument: 'y'" in bad.stderr and "Traceback" not in bad.stderr

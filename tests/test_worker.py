@@ -3,7 +3,7 @@
 import time
 
 import pytest
-from toy_kernels import fragile_scale, make_input, scale
+from toy_kernels import make_input, scale
 
 import autotune
 from autotune import TuningDB
