@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import time
@@ -37,6 +38,7 @@ class TrialRecord:
     n_reps: int | None = None
     timer: str | None = None
     compile_s: float | None = None
+    run_s: float | None = None  # verifying and timing it, warm-up included (not stored)
     max_error: float | None = None
     error: str | None = None
     is_default: bool = False
@@ -59,6 +61,9 @@ class TuneResult:
     finalists: list[Finalist] = field(default_factory=list)  # the winner first
     wall_s: float = 0.0  # the whole tuning run, set-up and storing included
     restarts: int = 0  # device workers started again after a crash or timeout
+    finalists_s: float = 0.0  # the interleaved re-measurement, its compiles included
+    oracle_s: float = 0.0  # compiling and running the default in interpret mode, checking it
+    worker_start_s: float = 0.0  # starting the first device worker (0 in process)
 
     @property
     def speedup(self) -> float | None:
@@ -118,6 +123,7 @@ def tune(
     limits: WorkerLimits = DEFAULT_LIMITS,
     worker_platforms: str | None = None,
     finalists: int = 3,
+    worker: DeviceWorker | None = None,
 ) -> TuneResult:
     """Tune `fn` (an autotuned kernel, a registered name or 'pkg.module:fn') for these arguments.
 
@@ -129,7 +135,8 @@ def tune(
     a candidate that crashes or hangs it becomes a `crashed` / `timeout` trial. The worker gets
     `JAX_PLATFORMS=worker_platforms` where given, so that this process can keep to the CPU
     (the CLI does). The `finalists` fastest are re-measured interleaved before the winner is
-    chosen (0: the fastest first measurement wins).
+    chosen (0: the fastest first measurement wins). A `worker` given (a DeviceWorker) is
+    used and left running, so many tuning tasks share one start-up; it implies isolation.
     """
     start = time.perf_counter()
     kernel = registry.resolve(fn) if isinstance(fn, str) else fn
@@ -138,15 +145,25 @@ def tune(
     spec = kernel.spec
     kwargs = dict(kwargs or {})
     args = random_inputs(args, 0 if seed is None else seed)
-    if isolate:
-        target = fn if isinstance(fn, str) else import_path(kernel)
-        worker: Any = DeviceWorker(target, args, kwargs, policy, limits, worker_platforms)
+    worker_start = time.perf_counter()
+    target = fn if isinstance(fn, str) else import_path(kernel) if isolate or worker else None
+    owned: Any = None
+    restarts_before = worker.restarts if worker is not None else 0
+    if worker is not None:
+        worker.device = worker.set_task(target, args, kwargs, policy)
+    elif isolate:
+        worker = owned = DeviceWorker(target, args, kwargs, policy, limits, worker_platforms)
     else:
-        worker = InProcessWorker(kernel, args, kwargs, None, policy)
-    with worker:
-        return _tune(
-            spec, worker, args, kwargs, n_trials, db, strategy, seed, store, progress, finalists, start
+        worker = owned = InProcessWorker(kernel, args, kwargs, None, policy)
+    start_s = time.perf_counter() - worker_start if target else 0.0
+    with owned or contextlib.nullcontext():
+        result = _tune(
+            spec, worker, args, kwargs, n_trials, db, strategy, seed, store, progress, finalists
         )
+    result.worker_start_s = start_s
+    result.restarts = worker.restarts - restarts_before
+    result.wall_s = time.perf_counter() - start
+    return result
 
 
 def import_path(kernel: Any) -> str:
@@ -177,7 +194,6 @@ def _tune(
     store: bool,
     progress: Callable[[TrialRecord, int, int], None] | None,
     n_finalists: int,
-    start: float,
 ) -> TuneResult:
     device = worker.device
     sig = spec.signature(args, kwargs, device)
@@ -190,7 +206,9 @@ def _tune(
             f"fits {sig.text}: widen search_spaces/{spec.name}.toml or check its constraints"
         )
     default = spec.default_config(sig)
+    oracle_start = time.perf_counter()
     worker_oracle = _oracle(spec, default, args, kwargs)
+    oracle_s = time.perf_counter() - oracle_start
     if isinstance(worker, InProcessWorker):
         worker.oracle = worker_oracle
     else:
@@ -235,6 +253,7 @@ def _tune(
     best_time_s = best.time_s
     default_time_s = default_trial.time_s if default_trial.status == "ok" else None
     ranked: list[Finalist] = []
+    finalists_start = time.perf_counter()
     if n_finalists > 0:
         ranked = remeasure(worker, ok, default, n_finalists)  # the default among them if ok
         best = next(t for t in ok if t.config == ranked[0].config)
@@ -250,12 +269,12 @@ def _tune(
         trials=trials,
         run_id=run_id,
         finalists=ranked,
-        restarts=worker.restarts,
+        finalists_s=time.perf_counter() - finalists_start,
+        oracle_s=oracle_s,
     )
     if store:
         result.db_url = _store(db, result, default_trial, strategy, seed, device)
         runtime.clear_memo()
-    result.wall_s = time.perf_counter() - start
     return result
 
 

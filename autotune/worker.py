@@ -66,6 +66,7 @@ def measure_candidate(
         return {"config": config, "status": "compile_error", "error": one_line(e)}
     if on_compiled:
         on_compiled(compile_s)
+    start = time.perf_counter()
     try:
         output = jax.block_until_ready(compiled(*args))
     except Exception as e:
@@ -73,6 +74,7 @@ def measure_candidate(
             "config": config,
             "status": "runtime_error",
             "compile_s": compile_s,
+            "run_s": time.perf_counter() - start,
             "error": one_line(e),
         }
     verdict = compare(output, oracle)
@@ -81,6 +83,7 @@ def measure_candidate(
             "config": config,
             "status": "rejected",
             "compile_s": compile_s,
+            "run_s": time.perf_counter() - start,
             "max_error": verdict.max_error,
             "error": verdict.message,
         }
@@ -89,6 +92,7 @@ def measure_candidate(
         "config": config,
         "status": "ok",
         "compile_s": compile_s,
+        "run_s": time.perf_counter() - start,
         "max_error": verdict.max_error,
         **timing.as_trial_fields(),
     }
@@ -208,6 +212,36 @@ class DeviceWorker:
         self.device = self._start()
 
     # ---------------------------------------------------------------- requests
+
+    def set_task(
+        self,
+        target: str,
+        args: Sequence[Any],
+        kwargs: Mapping[str, Any],
+        policy: TimingPolicy = DEFAULT_POLICY,
+    ) -> Any:
+        """Measure another kernel or call from now on, in the same worker (no new start-up);
+        returns the worker's DeviceInfo."""
+        import numpy as np
+
+        self._setup = {
+            "target": target,
+            "args": [np.asarray(a) for a in args],
+            "kwargs": dict(kwargs),
+            "oracle": None,
+            "policy": policy,
+        }
+        if self._proc is None:
+            self.restarts += 1
+            return self._start()
+        try:
+            self._send(("setup", self._setup))
+            kind, value = self._recv(time.monotonic() + self.limits.start_s, "set-up")
+        except _Died as d:
+            raise KernelError(f"the device worker for {target!r} {d}") from None
+        if kind != "ready":
+            raise KernelError(f"the device worker cannot set up {target!r}: {value}")
+        return value
 
     def set_oracle(self, oracle: Any) -> None:
         """The output every candidate must match (the kernel's default in interpret mode)."""
@@ -380,44 +414,59 @@ def _serve(inp: Any, out: Any) -> None:
             return ("exit",)
         return pickle.loads(inp.read(struct.unpack("<Q", head)[0]))
 
-    _, setup = recv()
-    try:
-        import jax
-
-        from autotune import registry
-        from autotune.device import current_device
-
-        kernel = registry.resolve(setup["target"])
-        device = current_device()
-        args = [jax.device_put(a) for a in setup["args"]]
-        kwargs, oracle, policy = setup["kwargs"], setup["oracle"], setup["policy"]
-    except Exception as e:
-        send(("setup_error", one_line(e)))
-        return
-    send(("ready", device))
+    task: dict[str, Any] | None = None
     while True:
         message = recv()
-        if message[0] == "measure":
+        if message[0] == "setup":
+            try:
+                task = _load(message[1])
+            except Exception as e:
+                send(("setup_error", one_line(e)))
+                if task is None:
+                    return
+                continue
+            send(("ready", task["device"]))
+        elif message[0] == "oracle":
+            task["oracle"] = message[1]
+        elif message[0] == "measure":
             fields = measure_candidate(
-                kernel,
+                task["kernel"],
                 message[1],
-                args,
-                kwargs,
-                oracle,
-                policy,
+                task["args"],
+                task["kwargs"],
+                task["oracle"],
+                task["policy"],
                 on_compiled=lambda s: send(("compiled", s)),
             )
             send(("result", fields))
-        elif message[0] == "oracle":
-            oracle = message[1]
         elif message[0] == "interleaved":
             _, configs, rounds, reps = message
             try:
-                send(("samples", interleaved_samples(kernel, configs, args, kwargs, rounds, reps)))
+                samples = interleaved_samples(
+                    task["kernel"], configs, task["args"], task["kwargs"], rounds, reps
+                )
+                send(("samples", samples))
             except Exception as e:
                 send(("error", one_line(e)))
         else:
             return
+
+
+def _load(setup: dict[str, Any]) -> dict[str, Any]:
+    """A task's kernel, device-resident inputs and settings, from its set-up message."""
+    import jax
+
+    from autotune import registry
+    from autotune.device import current_device
+
+    return {
+        "kernel": registry.resolve(setup["target"]),
+        "device": current_device(),
+        "args": [jax.device_put(a) for a in setup["args"]],
+        "kwargs": setup["kwargs"],
+        "oracle": setup["oracle"],
+        "policy": setup["policy"],
+    }
 
 
 def main() -> None:

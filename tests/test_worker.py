@@ -68,3 +68,25 @@ def test_kernel_defined_where_a_worker_cannot_import_it_is_refused():
 
     with pytest.raises(KernelError, match="cannot import kernel 'local_scale'"):
         autotune.tune(local_scale, [make_input()], n_trials=1, isolate=True, store=False)
+
+
+def test_one_worker_serves_several_tasks_and_survives_a_crash_between(db_url):
+    with DeviceWorker("toy_kernels:scale", [], {}, FAST, LIMITS) as worker:
+        pid = worker._proc.pid
+        first = autotune.tune(
+            "toy_kernels:scale", [make_input(rows=32)], n_trials=3, db=db_url, worker=worker
+        )
+        assert worker._proc.pid == pid and first.restarts == 0  # no second start-up
+        crashy = autotune.tune(
+            "toy_kernels:fragile_scale",
+            [make_input(rows=16)],  # 8 and 16 divide 16 rows: 16 aborts the worker
+            n_trials=2,
+            db=db_url,
+            strategy="grid",
+            worker=worker,
+        )
+        assert sorted(t.status for t in crashy.trials) == ["crashed", "ok"]
+        again = autotune.tune(
+            "toy_kernels:scale", [make_input(rows=16)], n_trials=2, db=db_url, worker=worker
+        )
+        assert again.restarts == 1 and {t.status for t in again.trials} == {"ok"}
