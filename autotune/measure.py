@@ -75,12 +75,18 @@ def compile_ahead(fn: Callable, args: Sequence[Any]) -> tuple[Callable, float]:
 
 
 def time_compiled(
-    compiled: Callable, args: Sequence[Any], policy: TimingPolicy = TimingPolicy()
+    compiled: Callable,
+    args: Sequence[Any],
+    policy: TimingPolicy = TimingPolicy(),
+    arg_sets: Sequence[Sequence[Any]] = (),
 ) -> Timing:
     """Time one call, repeated per `policy`: on the device where the platform has a device
-    timer and the policy allows it, else wall-clock around `block_until_ready`."""
+    timer and the policy allows it, else wall-clock around `block_until_ready`. Calls rotate
+    among `args` and `arg_sets` (copies of them: see `rotation_sets`)."""
     import jax
 
+    if arg_sets:
+        compiled = _rotating(compiled, [args, *arg_sets])
     for _ in range(policy.warmup):
         jax.block_until_ready(compiled(*args))
     timer = policy.timer
@@ -154,3 +160,25 @@ def device_samples(compiled: Callable, args: Sequence[Any], n: int) -> list[floa
                 times = [e.duration_ns * 1e-9 for e in line.events]
                 return times[-n:] if len(times) >= n else []
     return []
+
+
+def rotation_sets(args: Sequence[Any], cache_bytes: int, max_sets: int = 8) -> list[list[Any]]:
+    """Extra copies of `args` (distinct device buffers), enough that the sets together outgrow
+    a cache of `cache_bytes`: each timed call then reads inputs the previous calls did not."""
+    import jax
+    import jax.numpy as jnp
+
+    size = sum(getattr(a, "nbytes", 0) for a in args)
+    if size == 0 or size >= cache_bytes:
+        return []
+    n = min(max_sets, -(-2 * cache_bytes // size)) - 1
+    return [[jnp.copy(a) if isinstance(a, jax.Array) else a for a in args] for _ in range(n)]
+
+
+def _rotating(compiled: Callable, sets: list[Sequence[Any]]) -> Callable:
+    calls = iter(range(1 << 62))
+
+    def call(*_ignored: Any) -> Any:
+        return compiled(*sets[next(calls) % len(sets)])
+
+    return call

@@ -337,7 +337,7 @@ def _store(
                 "timer": best.timer or "wall",
                 "jax_version": device.jax_version,
                 "jaxlib_version": device.jaxlib_version,
-                "runtime_version": device.runtime_version,
+                "runtime_version": device.runtime_summary,
             },
         )
         log.info("stored %s %s: %s", result.kernel, result.key.signature, result.best_config)

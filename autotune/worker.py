@@ -27,7 +27,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from autotune.errors import KernelError
-from autotune.measure import DEFAULT_POLICY, TimingPolicy, compile_ahead, time_compiled
+from autotune.hardware import gpu_l2_bytes
+from autotune.measure import (
+    DEFAULT_POLICY,
+    TimingPolicy,
+    compile_ahead,
+    rotation_sets,
+    time_compiled,
+)
 from autotune.verify import compare
 
 
@@ -51,8 +58,10 @@ def measure_candidate(
     oracle: Any,
     policy: TimingPolicy = DEFAULT_POLICY,
     on_compiled: Callable[[float], None] | None = None,
+    arg_sets: Sequence[Sequence[Any]] = (),
 ) -> dict[str, Any]:
-    """Compile, run once and verify, then time one candidate: the fields of its trial record.
+    """Compile, run once and verify, then time one candidate (rotating among `args` and
+    `arg_sets`): the fields of its trial record.
 
     Failures become the record's status, never an exception.
     """
@@ -87,7 +96,7 @@ def measure_candidate(
             "max_error": verdict.max_error,
             "error": verdict.message,
         }
-    timing = time_compiled(compiled, args, policy)
+    timing = time_compiled(compiled, args, policy, arg_sets)
     return {
         "config": config,
         "status": "ok",
@@ -126,6 +135,13 @@ def interleaved_samples(
     return samples
 
 
+def cache_bytes(device: Any) -> int:
+    """The cache that could flatter a repeated call's inputs: the GPU's L2. TPUs stream inputs
+    from HBM into VMEM on every call, and on the CPU (interpret mode) figures are never served,
+    so neither rotates."""
+    return gpu_l2_bytes(device.device_kind) if device.platform == "gpu" else 0
+
+
 def one_line(e: BaseException) -> str:
     text = f"{type(e).__name__}: {e}"
     return text if len(text) <= 2000 else text[:2000] + " ..."
@@ -147,11 +163,18 @@ class InProcessWorker:
         self.kernel, self.args, self.kwargs = kernel, list(args), dict(kwargs)
         self.oracle, self.policy = oracle, policy
         self.device = current_device()
+        self.arg_sets = rotation_sets(self.args, cache_bytes(self.device))
         self.restarts = 0
 
     def measure(self, config: Mapping[str, Any]) -> dict[str, Any]:
         return measure_candidate(
-            self.kernel, config, self.args, self.kwargs, self.oracle, self.policy
+            self.kernel,
+            config,
+            self.args,
+            self.kwargs,
+            self.oracle,
+            self.policy,
+            arg_sets=self.arg_sets,
         )
 
     def interleaved(
@@ -437,6 +460,7 @@ def _serve(inp: Any, out: Any) -> None:
                 task["oracle"],
                 task["policy"],
                 on_compiled=lambda s: send(("compiled", s)),
+                arg_sets=task["arg_sets"],
             )
             send(("result", fields))
         elif message[0] == "interleaved":
@@ -459,10 +483,13 @@ def _load(setup: dict[str, Any]) -> dict[str, Any]:
     from autotune import registry
     from autotune.device import current_device
 
+    device = current_device()
+    args = [jax.device_put(a) for a in setup["args"]]
     return {
         "kernel": registry.resolve(setup["target"]),
-        "device": current_device(),
-        "args": [jax.device_put(a) for a in setup["args"]],
+        "device": device,
+        "args": args,
+        "arg_sets": rotation_sets(args, cache_bytes(device)),
         "kwargs": setup["kwargs"],
         "oracle": setup["oracle"],
         "policy": setup["policy"],

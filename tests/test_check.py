@@ -40,3 +40,25 @@ def test_a_block_breaking_the_tiling_rule_is_reported():
     assert by_block[8].accepted and by_block[8].lowering_error is None
     assert by_block[12].accepted  # no constraint refuses it, and the lowering does
     assert "divisible by 8 and 128" in by_block[12].lowering_error
+
+
+def test_gpu_constraints_prune_by_shared_memory_and_registers_without_a_gpu():
+    from autotune.device import DeviceInfo
+
+    def accepts(kind, **config):
+        device = DeviceInfo("gpu", kind, "triton", "", "", "")
+        args = [jax.ShapeDtypeStruct((1024, 1024), jnp.float32)] * 2
+        sig = matmul.spec.signature(args, {}, device)
+        full = {"block_m": 64, "block_n": 64, "block_k": 64, "num_warps": 4, "num_stages": 2}
+        return matmul.spec.space("gpu").is_valid(full | config, sig)
+
+    assert accepts("NVIDIA H100 80GB HBM3")
+    # the accumulator of a 256x256 tile over 2 warps needs 1024 registers a thread
+    assert not accepts("NVIDIA H100 80GB HBM3", block_m=256, block_n=256, num_warps=2)
+    assert accepts("NVIDIA H100 80GB HBM3", block_m=128, block_n=128, num_warps=8)
+    # 4 stages of 128x128 + 128x128 f32 tiles: 512 KiB of shared memory, more than any GPU has
+    big = {"block_m": 128, "block_n": 128, "block_k": 128, "num_stages": 4, "num_warps": 8}
+    assert not accepts("NVIDIA H100 80GB HBM3", **big)
+    # 3 stages of 64-tiles of K=128: 192 KiB fits an H100's 227 KiB, not an A100's 163 KiB
+    mid = {"block_m": 64, "block_n": 64, "block_k": 128, "num_stages": 3, "num_warps": 4}
+    assert accepts("NVIDIA H100 80GB HBM3", **mid) and not accepts("NVIDIA A100-SXM4-40GB", **mid)

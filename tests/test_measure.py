@@ -53,3 +53,23 @@ def test_finalists_are_the_fastest_few_the_noise_band_and_the_default():
     trials.append(TrialRecord({"block": 4}, "rejected"))
     chosen = [t.config["block"] for t in select(trials, {"block": 8}, n=1)]
     assert chosen == [64, 32, 8]  # 32 lies in 64's p10..p90 band; 8 is the default
+
+
+def test_inputs_smaller_than_the_cache_rotate_among_distinct_copies():
+    from autotune.measure import rotation_sets
+
+    x = jnp.arange(256, dtype=jnp.float32)  # 1 KiB
+    sets = rotation_sets([x], cache_bytes=4096)
+    assert len(sets) == 7  # 8 sets of 1 KiB: twice the cache
+    pointers = {s[0].unsafe_buffer_pointer() for s in sets} | {x.unsafe_buffer_pointer()}
+    assert len(pointers) == 8 and all(bool((s[0] == x).all()) for s in sets)
+    assert rotation_sets([x], cache_bytes=512) == []  # already larger than the cache
+
+    seen = []
+
+    def call(a):
+        seen.append(a.unsafe_buffer_pointer())
+        return a
+
+    time_compiled(call, [x], TimingPolicy(warmup=0, min_reps=16, max_reps=16), sets)
+    assert len(set(seen)) == 8 and seen[0] != seen[1]
