@@ -59,9 +59,11 @@ def measure_candidate(
     policy: TimingPolicy = DEFAULT_POLICY,
     on_compiled: Callable[[float], None] | None = None,
     arg_sets: Sequence[Sequence[Any]] = (),
+    cache: dict[tuple, Any] | None = None,
 ) -> dict[str, Any]:
     """Compile, run once and verify, then time one candidate (rotating among `args` and
-    `arg_sets`): the fields of its trial record.
+    `arg_sets`): the fields of its trial record. A verified executable is kept in `cache`
+    for the finalists' re-measurement.
 
     Failures become the record's status, never an exception.
     """
@@ -97,6 +99,8 @@ def measure_candidate(
             "error": verdict.message,
         }
     timing = time_compiled(compiled, args, policy, arg_sets)
+    if cache is not None and len(cache) < MAX_CACHED:
+        cache[_config_key(config)] = compiled
     return {
         "config": config,
         "status": "ok",
@@ -114,6 +118,7 @@ def interleaved_samples(
     kwargs: Mapping[str, Any],
     rounds: int,
     reps: int,
+    cache: Mapping[tuple, Any] | None = None,
 ) -> list[list[float]]:
     """Wall-clock samples of each config, timed interleaved (A B C A B C ...) so that drift in
     the machine's state (clocks, temperature, neighbours) falls on every config alike."""
@@ -121,8 +126,10 @@ def interleaved_samples(
 
     compiled = []
     for config in configs:
-        fn = functools.partial(kernel.bound_function(dict(config), interpret=True), **kwargs)
-        exe, _ = compile_ahead(fn, args)
+        exe = (cache or {}).get(_config_key(config))
+        if exe is None:
+            fn = functools.partial(kernel.bound_function(dict(config), interpret=True), **kwargs)
+            exe, _ = compile_ahead(fn, args)
         jax.block_until_ready(exe(*args))  # warm-up
         compiled.append(exe)
     samples: list[list[float]] = [[] for _ in configs]
@@ -133,6 +140,13 @@ def interleaved_samples(
                 jax.block_until_ready(exe(*args))
                 out.append(time.perf_counter() - start)
     return samples
+
+
+MAX_CACHED = 64  # verified executables kept per task, for the finalists
+
+
+def _config_key(config: Mapping[str, Any]) -> tuple:
+    return tuple(sorted((k, type(v).__name__, v) for k, v in config.items()))
 
 
 def cache_bytes(device: Any) -> int:
@@ -164,6 +178,7 @@ class InProcessWorker:
         self.oracle, self.policy = oracle, policy
         self.device = current_device()
         self.arg_sets = rotation_sets(self.args, cache_bytes(self.device))
+        self.compiled: dict[tuple, Any] = {}
         self.restarts = 0
 
     def measure(self, config: Mapping[str, Any]) -> dict[str, Any]:
@@ -175,12 +190,15 @@ class InProcessWorker:
             self.oracle,
             self.policy,
             arg_sets=self.arg_sets,
+            cache=self.compiled,
         )
 
     def interleaved(
         self, configs: Sequence[Mapping[str, Any]], rounds: int, reps: int
     ) -> list[list[float]] | None:
-        return interleaved_samples(self.kernel, configs, self.args, self.kwargs, rounds, reps)
+        return interleaved_samples(
+            self.kernel, configs, self.args, self.kwargs, rounds, reps, self.compiled
+        )
 
     def close(self) -> None:
         pass
@@ -461,13 +479,20 @@ def _serve(inp: Any, out: Any) -> None:
                 task["policy"],
                 on_compiled=lambda s: send(("compiled", s)),
                 arg_sets=task["arg_sets"],
+                cache=task["compiled"],
             )
             send(("result", fields))
         elif message[0] == "interleaved":
             _, configs, rounds, reps = message
             try:
                 samples = interleaved_samples(
-                    task["kernel"], configs, task["args"], task["kwargs"], rounds, reps
+                    task["kernel"],
+                    configs,
+                    task["args"],
+                    task["kwargs"],
+                    rounds,
+                    reps,
+                    task["compiled"],
                 )
                 send(("samples", samples))
             except Exception as e:
@@ -490,6 +515,7 @@ def _load(setup: dict[str, Any]) -> dict[str, Any]:
         "device": device,
         "args": args,
         "arg_sets": rotation_sets(args, cache_bytes(device)),
+        "compiled": {},  # verified executables by config, for the finalists
         "kwargs": setup["kwargs"],
         "oracle": setup["oracle"],
         "policy": setup["policy"],
