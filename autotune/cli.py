@@ -128,11 +128,11 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("kernel", help="a registered kernel name, or package.module:function")
     c.add_argument("--platform", choices=("tpu",), default="tpu")
     c.add_argument("--shape", required=True, help="argument shapes, e.g. 256x256,256x256")
-    c.add_argument("--dtype", default="float32", help="dtype of every argument, or one per argument")
-    c.add_argument("--static", action="append", default=[], metavar="NAME=VALUE")
     c.add_argument(
-        "--device-kind", default=None, help="the TPU whose limits the constraints apply"
+        "--dtype", default="float32", help="dtype of every argument, or one per argument"
     )
+    c.add_argument("--static", action="append", default=[], metavar="NAME=VALUE")
+    c.add_argument("--device-kind", default=None, help="the TPU whose limits the constraints apply")
 
     sub.add_parser("kernels", help="list registered kernels and their tunable parameters")
 

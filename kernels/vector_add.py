@@ -63,7 +63,9 @@ def vector_add(
             f"vector_add needs two 1-D arrays of one shape and dtype, got {x.shape=} {y.shape=}"
         )
     if block <= 0 or block % TPU_LANES:
-        raise ValueError(f"vector_add needs a block that is a multiple of {TPU_LANES}, got {block=}")
+        raise ValueError(
+            f"vector_add needs a block that is a multiple of {TPU_LANES}, got {block=}"
+        )
     n = x.shape[0]
     b = _block(block, n)
     padded = pl.cdiv(n, b) * b
