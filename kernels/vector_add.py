@@ -55,7 +55,7 @@ def _kernel(x_ref, y_ref, o_ref):
     reference=vector_add_reference,
 )
 def vector_add(
-    x: jax.Array, y: jax.Array, *, block: int = 1024, interpret: bool = False
+    x: jax.Array, y: jax.Array, *, block: int = 1024, num_warps: int = 4, interpret: bool = False
 ) -> jax.Array:
     """x + y for 1-D arrays of one shape and dtype; `block` is a multiple of 128."""
     if x.ndim != 1 or x.shape != y.shape or x.dtype != y.dtype:
@@ -79,7 +79,17 @@ def vector_add(
         grid=(padded // b,),
         in_specs=[spec, spec],
         out_specs=spec,
+        compiler_params=_compiler_params(num_warps, interpret),
         interpret=interpret,
     )(x, y)
     out = out.reshape(padded)
     return out[:n] if padded != n else out
+
+
+def _compiler_params(num_warps: int, interpret: bool):
+    """The Triton backend's warps per block on GPU; TPU and interpret mode take the defaults."""
+    if interpret or jax.default_backend() != "gpu":
+        return None
+    from jax.experimental.pallas import triton as pltriton
+
+    return pltriton.CompilerParams(num_warps=num_warps)
