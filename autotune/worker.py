@@ -522,7 +522,20 @@ def _load(setup: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _die_with_parent() -> None:
+    """Linux: a worker hung in a candidate must not outlive a search process killed outright."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # 1: PR_SET_PDEATHSIG
+        if os.getppid() == 1:  # the parent died before prctl took effect
+            os._exit(1)
+
+
 def main() -> None:
+    _die_with_parent()
     # The protocol owns the original stdout; anything the kernel prints goes to stderr.
     out = os.fdopen(os.dup(sys.stdout.fileno()), "wb")
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())

@@ -1,5 +1,9 @@
 """The device worker in real subprocesses: crashes and hangs become trials, never an abort."""
 
+import os
+import signal
+import subprocess
+import sys
 import time
 
 import pytest
@@ -90,3 +94,39 @@ def test_one_worker_serves_several_tasks_and_survives_a_crash_between(db_url):
             "toy_kernels:scale", [make_input(rows=16)], n_trials=2, db=db_url, worker=worker
         )
         assert again.restarts == 1 and {t.status for t in again.trials} == {"ok"}
+
+
+PARENT = """
+from toy_kernels import make_input
+from autotune.worker import DeviceWorker
+w = DeviceWorker("toy_kernels:fragile_scale", [make_input(rows=32)], {})
+print(w._proc.pid, flush=True)
+w.measure({"block_rows": 32})  # hangs for an hour in the worker
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_a_hung_worker_dies_with_a_search_process_killed_outright(subprocess_env):
+    parent = subprocess.Popen(
+        [sys.executable, "-c", PARENT], stdout=subprocess.PIPE, text=True, env=subprocess_env
+    )
+    worker = int(parent.stdout.readline())
+    time.sleep(1.0)
+    parent.kill()
+    parent.wait()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and _alive(worker):
+        time.sleep(0.1)
+    orphaned = _alive(worker)
+    if orphaned:  # leave no hour-long hang behind on the machine
+        os.kill(worker, signal.SIGKILL)
+    assert not orphaned
+
+
+def _alive(pid):
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            state = next(line for line in f if line.startswith("State:"))
+    except FileNotFoundError:
+        return False
+    return "Z" not in state.split()[1]  # a zombie has died; only its reaping is left
