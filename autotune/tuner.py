@@ -83,7 +83,8 @@ def random_inputs(args: Sequence[Any], seed: int = 0) -> list[Any]:
     import jax
     import jax.numpy as jnp
 
-    key = jax.random.key(seed)
+    # NumPy draws them: jax.random would compile a sampler per shape, harness time per task
+    rng = np.random.default_rng(seed)
     out = []
     for a in args:
         if not is_array(a):
@@ -91,14 +92,13 @@ def random_inputs(args: Sequence[Any], seed: int = 0) -> list[Any]:
                 f"tune() takes arrays (or jax.ShapeDtypeStruct) as args, got {type(a).__name__}: pass static arguments in kwargs="
             )
         if isinstance(a, jax.ShapeDtypeStruct):
-            key, sub = jax.random.split(key)
             dt = jnp.dtype(a.dtype)
             if jnp.issubdtype(dt, jnp.floating):
-                a = jax.random.normal(sub, a.shape, jnp.float32).astype(dt)
+                a = jnp.asarray(rng.standard_normal(a.shape, np.float32), dt)
             elif jnp.issubdtype(dt, jnp.integer):
-                a = jax.random.randint(sub, a.shape, -8, 8).astype(dt)
+                a = jnp.asarray(rng.integers(-8, 8, a.shape), dt)
             elif dt == jnp.bool_:
-                a = jax.random.bernoulli(sub, 0.5, a.shape)
+                a = jnp.asarray(rng.random(a.shape) < 0.5)
             else:
                 raise SignatureError(
                     f"cannot make random inputs of dtype {dt.name}: pass concrete arrays"
