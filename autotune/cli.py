@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import argparse
 import csv
+import inspect
 import io
 import json
 import logging
+import os
 import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn
@@ -14,6 +16,7 @@ from typing import Any, NoReturn
 from autotune import cli_db
 from autotune.errors import AutotuneError, SignatureError
 from autotune.jobs import parse_dtypes, parse_shapes  # noqa: F401  (re-exported)
+from autotune.worker import DEFAULT_LIMITS
 
 FORMATS = ("table", "json", "csv")
 
@@ -65,6 +68,45 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_job_arguments(t)
 
+    t.add_argument(
+        "--no-isolate",
+        dest="isolate",
+        action="store_false",
+        help="measure in this process (no device worker: a crashing candidate ends the run)",
+    )
+    t.add_argument(
+        "--compile-timeout",
+        type=float,
+        default=DEFAULT_LIMITS.compile_s,
+        metavar="S",
+        help="seconds one candidate may take to compile before it is a `timeout` trial",
+    )
+    t.add_argument(
+        "--run-timeout",
+        type=float,
+        default=DEFAULT_LIMITS.run_s,
+        metavar="S",
+        help="seconds one candidate may take to verify and time before it is a `timeout` trial",
+    )
+    t.add_argument(
+        "--finalists",
+        type=int,
+        default=3,
+        help="the fastest candidates re-measured interleaved before choosing (0: none)",
+    )
+
+    c = sub.add_parser(
+        "check", help="does every candidate of a kernel's space lower for TPU? (no device needed)"
+    )
+    c.add_argument("kernel", help="a registered kernel name, or package.module:function")
+    c.add_argument("--platform", choices=("tpu",), default="tpu")
+    c.add_argument("--shape", required=True, help="argument shapes, e.g. 256x256,256x256")
+    c.add_argument(
+        "--dtype", default="float32", help="dtype of every argument, or one per argument"
+    )
+    c.add_argument("--static", action="append", default=[], metavar="NAME=VALUE")
+    c.add_argument("--device-kind", default=None, help="the TPU whose limits the constraints apply")
+
     sub.add_parser("kernels", help="list registered kernels and their tunable parameters")
 
     d = sub.add_parser("db", help="query the tuning database")
@@ -107,15 +149,27 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
+    if args.trials < 1:
+        raise UsageError(f"--trials must be at least 1, got {args.trials}")
+    if min(args.compile_timeout, args.run_timeout) <= 0:
+        raise UsageError("--compile-timeout and --run-timeout must be positive")
+    if args.finalists < 0:
+        raise UsageError(f"--finalists must be 0 or more, got {args.finalists}")
+    if args.job or args.pending:
+        return cmd_tune_job(args)
+    worker_platforms = None
+    if args.isolate and "jax" not in sys.modules:
+        # The device belongs to the worker (a TPU admits one process): this process makes
+        # inputs and the interpret-mode oracle on the CPU; the worker sees the platforms asked for.
+        worker_platforms = os.environ.get("JAX_PLATFORMS", "")
+        os.environ["JAX_PLATFORMS"] = "cpu"
+
     import jax
 
     from autotune.registry import resolve
     from autotune.tuner import tune
+    from autotune.worker import WorkerLimits
 
-    if args.trials < 1:
-        raise UsageError(f"--trials must be at least 1, got {args.trials}")
-    if args.job or args.pending:
-        return cmd_tune_job(args)
     if args.kernel is None or args.shape is None:
         raise UsageError(
             "the following arguments are required: --shape and a kernel "
@@ -125,7 +179,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
         raise UsageError("--shard and --force apply to --job and --pending")
     if "" not in sys.path:  # import paths name the user's modules, found from where they stand
         sys.path.insert(0, "")
-    kernel = resolve(args.kernel)
+    resolve(args.kernel)  # a bad name fails here, before a worker starts
+    kernel = args.kernel
     shapes = parse_shapes(args.shape)
     dtypes = parse_dtypes(args.dtype, len(shapes))
     static = parse_static(args.static)
@@ -148,6 +203,10 @@ def cmd_tune(args: argparse.Namespace) -> int:
             kwargs=static,
             progress=progress,
             storage=args.storage,
+            isolate=args.isolate,
+            limits=WorkerLimits(compile_s=args.compile_timeout, run_s=args.run_timeout),
+            worker_platforms=worker_platforms,
+            finalists=args.finalists,
         )
     except TypeError as e:  # the kernel's own signature refused the arguments
         raise UsageError(
@@ -159,10 +218,53 @@ def cmd_tune(args: argparse.Namespace) -> int:
         f"\n{result.kernel} {result.key.signature} on {result.key.device_kind} ({result.key.backend})\n"
         f"  best     {_config_text(result.best_config)}  {result.best_time_s * 1e3:.4f} ms\n"
         f"  default  {_config_text(result.default_config)}  {default}\n"
-        f"  speedup  {speedup}   trials {len(result.trials)}   rejected {result.n_rejected}\n"
+        f"  speedup  {speedup}   trials {len(result.trials)}   rejected {result.n_rejected}"
+        f"   crashed/timeout {result.n_crashed}   worker restarts {result.restarts}\n"
         f"  stored in {result.db_url}"
     )
     return 0
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    import jax
+
+    from autotune.check import DEFAULT_TPU_KIND, check_tpu_space
+    from autotune.registry import resolve
+
+    if "" not in sys.path:
+        sys.path.insert(0, "")
+    kernel = resolve(args.kernel)
+    shapes = parse_shapes(args.shape)
+    dtypes = parse_dtypes(args.dtype, len(shapes))
+    inputs = [jax.ShapeDtypeStruct(s, d) for s, d in zip(shapes, dtypes)]
+    static = parse_static(args.static)
+    try:
+        inspect.signature(kernel.spec.fn).bind(*inputs, **static)
+    except TypeError as e:
+        raise UsageError(
+            f"{args.kernel} cannot be called with --shape {args.shape} --static {static}: {e}"
+        ) from None
+    kind = args.device_kind or DEFAULT_TPU_KIND
+    rows = check_tpu_space(kernel, inputs, static, kind)
+    print(
+        _table(
+            [
+                {
+                    "config": _config_text(r.config),
+                    "constraints": "accept" if r.accepted else "refuse: " + ", ".join(r.violations),
+                    "lowers for tpu": "yes" if r.lowering_error is None else r.lowering_error[:100],
+                }
+                for r in rows
+            ]
+        )
+    )
+    bad = [r for r in rows if r.accepted and r.lowering_error is not None]
+    n_ok = sum(r.accepted for r in rows)
+    print(
+        f"\n{kernel.spec.name} {','.join(args.shape.split(','))} on {kind}: {len(rows)} candidates, "
+        f"{n_ok} accepted by the constraints, {len(bad)} of those do not lower"
+    )
+    return 1 if bad else 0
 
 
 def cmd_kernels(args: argparse.Namespace) -> int:
@@ -289,7 +391,13 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {"tune": cmd_tune, "report": cmd_report, "kernels": cmd_kernels, "db": cmd_db}
+COMMANDS = {
+    "tune": cmd_tune,
+    "check": cmd_check,
+    "report": cmd_report,
+    "kernels": cmd_kernels,
+    "db": cmd_db,
+}
 
 
 def render(rows: list[dict[str, Any]], fmt: str) -> str:

@@ -18,6 +18,14 @@ class DeviceInfo:
     jax_version: str
     jaxlib_version: str
     runtime_version: str  # the platform's runtime/driver as jax reports it, "" if unknown
+    # installed accelerator runtimes that change what a figure means: libtpu, CUDA plugins
+    packages: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def runtime_summary(self) -> str:
+        """The runtime version and the accelerator packages, as one line for the database."""
+        parts = [self.runtime_version] + [f"{n} {v}" for n, v in self.packages]
+        return "; ".join(p for p in parts if p)
 
     @property
     def interpret(self) -> bool:
@@ -44,4 +52,31 @@ def current_device() -> DeviceInfo:
         jax_version=jax.__version__,
         jaxlib_version=jaxlib.__version__,
         runtime_version=runtime,
+        packages=accelerator_packages(),
     )
+
+
+# Distributions whose versions matter for reading a TPU or GPU figure later.
+ACCELERATOR_PACKAGES = (
+    "libtpu",
+    "libtpu-nightly",
+    "jax-cuda12-plugin",
+    "jax-cuda12-pjrt",
+    "jax-cuda13-plugin",
+    "jax-cuda13-pjrt",
+    "jax-rocm7-plugin",
+    "nvidia-cuda-runtime-cu12",
+    "nvidia-cudnn-cu12",
+)
+
+
+def accelerator_packages() -> tuple[tuple[str, str], ...]:
+    from importlib import metadata
+
+    found = []
+    for name in ACCELERATOR_PACKAGES:
+        try:
+            found.append((name, metadata.version(name)))
+        except metadata.PackageNotFoundError:
+            continue
+    return tuple(found)

@@ -36,6 +36,20 @@ GPU_SMEM = {
 }
 GPU_SMEM_DEFAULT = 99 * KiB  # a conservative figure for GPUs not in the table
 GPU_MAX_WARPS = 32  # 1024 threads per block
+GPU_WARP = 32
+# 32-bit registers: 64 Ki per SM on every generation above, at most 255 per thread.
+GPU_REGISTERS_PER_SM = 64 * 1024
+GPU_MAX_REGISTERS_PER_THREAD = 255
+# Last-level (L2) cache, by a device_kind substring: inputs smaller than this are rotated
+# among several copies when timing, so a candidate is not flattered by a warm cache.
+GPU_L2 = {
+    "H200": 50 * MiB,
+    "H100": 50 * MiB,
+    "A100": 40 * MiB,
+    "L4": 48 * MiB,
+    "A10": 6 * MiB,
+}
+GPU_L2_DEFAULT = 50 * MiB
 
 
 def tpu_vmem_bytes(device_kind: str) -> int:
@@ -52,6 +66,20 @@ def gpu_smem_bytes(device_kind: str) -> int:
         if name in device_kind:
             return size
     return GPU_SMEM_DEFAULT
+
+
+def gpu_l2_bytes(device_kind: str) -> int:
+    for name, size in GPU_L2.items():
+        if name in device_kind:
+            return size
+    return GPU_L2_DEFAULT
+
+
+def gpu_registers_ok(accumulator_elems: int, num_warps: int, bytes_per_elem: int = 4) -> bool:
+    """Whether a block's accumulator alone fits in the registers of its threads (Triton keeps
+    it there; beyond this it must spill)."""
+    per_thread = accumulator_elems * bytes_per_elem // 4 / (GPU_WARP * num_warps)
+    return per_thread <= GPU_MAX_REGISTERS_PER_THREAD and num_warps <= GPU_MAX_WARPS
 
 
 def tpu_block_ok(block: tuple[int, ...], array: tuple[int, ...]) -> bool:

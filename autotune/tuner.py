@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import logging
+import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -13,12 +15,13 @@ from typing import Any
 import numpy as np
 
 from autotune import registry, runtime
-from autotune.device import current_device
 from autotune.errors import DatabaseError, KernelError, SignatureError, SpaceError
-from autotune.measure import DEFAULT_POLICY, TimingPolicy, compile_ahead, time_compiled
+from autotune.finalists import Finalist, remeasure
+from autotune.measure import DEFAULT_POLICY, TimingPolicy
 from autotune.search import Evaluation, run_search
 from autotune.signature import TuningKey, is_array
 from autotune.verify import compare
+from autotune.worker import DEFAULT_LIMITS, DeviceWorker, InProcessWorker, WorkerLimits
 
 log = logging.getLogger(__name__)
 
@@ -28,7 +31,7 @@ class TrialRecord:
     """One measured candidate, as stored in the database's trials table."""
 
     config: dict[str, Any]
-    status: str  # ok | rejected | compile_error | runtime_error
+    status: str  # ok | rejected | compile_error | runtime_error | crashed | timeout
     time_s: float | None = None
     time_min_s: float | None = None
     time_p10_s: float | None = None
@@ -36,6 +39,7 @@ class TrialRecord:
     n_reps: int | None = None
     timer: str | None = None
     compile_s: float | None = None
+    run_s: float | None = None  # verifying and timing it, warm-up included (not stored)
     max_error: float | None = None
     error: str | None = None
     is_default: bool = False
@@ -56,6 +60,12 @@ class TuneResult:
     trials: list[TrialRecord] = field(default_factory=list)
     run_id: str = ""
     db_url: str | None = None
+    finalists: list[Finalist] = field(default_factory=list)  # the winner first
+    wall_s: float = 0.0  # the whole tuning run, set-up and storing included
+    restarts: int = 0  # device workers started again after a crash or timeout
+    finalists_s: float = 0.0  # the interleaved re-measurement, its compiles included
+    oracle_s: float = 0.0  # compiling and running the default in interpret mode, checking it
+    worker_start_s: float = 0.0  # starting the first device worker (0 in process)
 
     @property
     def speedup(self) -> float | None:
@@ -65,13 +75,18 @@ class TuneResult:
     def n_rejected(self) -> int:
         return sum(t.status == "rejected" for t in self.trials)
 
+    @property
+    def n_crashed(self) -> int:
+        return sum(t.status in ("crashed", "timeout") for t in self.trials)
+
 
 def random_inputs(args: Sequence[Any], seed: int = 0) -> list[Any]:
     """Concrete arrays for a call: arrays pass through, ShapeDtypeStructs become random data."""
     import jax
     import jax.numpy as jnp
 
-    key = jax.random.key(seed)
+    # NumPy draws them: jax.random would compile a sampler per shape, harness time per task
+    rng = np.random.default_rng(seed)
     out = []
     for a in args:
         if not is_array(a):
@@ -79,14 +94,13 @@ def random_inputs(args: Sequence[Any], seed: int = 0) -> list[Any]:
                 f"tune() takes arrays (or jax.ShapeDtypeStruct) as args, got {type(a).__name__}: pass static arguments in kwargs="
             )
         if isinstance(a, jax.ShapeDtypeStruct):
-            key, sub = jax.random.split(key)
             dt = jnp.dtype(a.dtype)
             if jnp.issubdtype(dt, jnp.floating):
-                a = jax.random.normal(sub, a.shape, jnp.float32).astype(dt)
+                a = jnp.asarray(rng.standard_normal(a.shape, np.float32), dt)
             elif jnp.issubdtype(dt, jnp.integer):
-                a = jax.random.randint(sub, a.shape, -8, 8).astype(dt)
+                a = jnp.asarray(rng.integers(-8, 8, a.shape), dt)
             elif dt == jnp.bool_:
-                a = jax.random.bernoulli(sub, 0.5, a.shape)
+                a = jnp.asarray(rng.random(a.shape) < 0.5)
             else:
                 raise SignatureError(
                     f"cannot make random inputs of dtype {dt.name}: pass concrete arrays"
@@ -107,6 +121,11 @@ def tune(
     store: bool = True,
     policy: TimingPolicy = DEFAULT_POLICY,
     progress: Callable[[TrialRecord, int, int], None] | None = None,
+    isolate: bool = False,
+    limits: WorkerLimits = DEFAULT_LIMITS,
+    worker_platforms: str | None = None,
+    finalists: int = 3,
+    worker: DeviceWorker | None = None,
     storage: str | None = None,
     study_name: str | None = None,
 ) -> TuneResult:
@@ -116,18 +135,90 @@ def tune(
     (the kernel at its default configuration) and timed; the best verified one is stored in
     `db` (a TuningDB, URL or path; default: the per-user database) with every trial.
 
+    `isolate=True` measures in a device worker process (see autotune.worker) under `limits`:
+    a candidate that crashes or hangs it becomes a `crashed` / `timeout` trial. The worker gets
+    `JAX_PLATFORMS=worker_platforms` where given, so that this process can keep to the CPU
+    (the CLI does). The `finalists` fastest are re-measured interleaved before the winner is
+    chosen (0: the fastest first measurement wins). A `worker` given (a DeviceWorker) is
+    used and left running, so many tuning tasks share one start-up; it implies isolation.
+
     With `storage` (an Optuna RDB URL) the search is a study there, named `study_name` (default:
     derived from the key, so workers tuning the same key meet in one study): an interrupted run
     resumes without re-measuring, several workers share the `n_trials` budget, and the best
     entry is the best trial of all of them.
     """
+    start = time.perf_counter()
     kernel = registry.resolve(fn) if isinstance(fn, str) else fn
     if not isinstance(getattr(kernel, "spec", None), registry.KernelSpec):
         raise KernelError(f"{fn!r} is not an autotuned kernel: decorate it with @autotuned(...)")
     spec = kernel.spec
     kwargs = dict(kwargs or {})
-    device = current_device()
     args = random_inputs(args, 0 if seed is None else seed)
+    worker_start = time.perf_counter()
+    target = fn if isinstance(fn, str) else import_path(kernel) if isolate or worker else None
+    owned: Any = None
+    restarts_before = worker.restarts if worker is not None else 0
+    if worker is not None:
+        worker.device = worker.set_task(target, args, kwargs, policy)
+    elif isolate:
+        worker = owned = DeviceWorker(target, args, kwargs, policy, limits, worker_platforms)
+    else:
+        worker = owned = InProcessWorker(kernel, args, kwargs, None, policy)
+    start_s = time.perf_counter() - worker_start if target else 0.0
+    with owned or contextlib.nullcontext():
+        result = _tune(
+            spec,
+            worker,
+            args,
+            kwargs,
+            n_trials,
+            db,
+            strategy,
+            seed,
+            store,
+            progress,
+            finalists,
+            storage,
+            study_name,
+        )
+    result.worker_start_s = start_s
+    result.restarts = worker.restarts - restarts_before
+    result.wall_s = time.perf_counter() - start
+    return result
+
+
+def import_path(kernel: Any) -> str:
+    """The 'module:function' a worker process imports `kernel` by, checked here."""
+    fn = kernel.spec.fn
+    path = f"{fn.__module__}:{fn.__qualname__}"
+    try:
+        found = registry.resolve(path)
+    except KernelError:
+        found = None
+    if getattr(found, "spec", None) is None or found.spec.name != kernel.spec.name:
+        raise KernelError(
+            f"a device worker cannot import kernel {kernel.spec.name!r} as {path}: pass its "
+            "registered name or 'package.module:function' to tune(), or isolate=False"
+        )
+    return path
+
+
+def _tune(
+    spec: registry.KernelSpec,
+    worker: Any,
+    args: list[Any],
+    kwargs: dict[str, Any],
+    n_trials: int,
+    db: Any,
+    strategy: str,
+    seed: int | None,
+    store: bool,
+    progress: Callable[[TrialRecord, int, int], None] | None,
+    n_finalists: int,
+    storage: str | None,
+    study_name: str | None,
+) -> TuneResult:
+    device = worker.device
     sig = spec.signature(args, kwargs, device)
     key = spec.key(sig, device)
     space = spec.space(device.platform)
@@ -138,7 +229,13 @@ def tune(
             f"fits {sig.text}: widen search_spaces/{spec.name}.toml or check its constraints"
         )
     default = spec.default_config(sig)
-    oracle = _oracle(kernel, default, args, kwargs)
+    oracle_start = time.perf_counter()
+    worker_oracle = _oracle(spec, default, args, kwargs)
+    oracle_s = time.perf_counter() - oracle_start
+    if isinstance(worker, InProcessWorker):
+        worker.oracle = worker_oracle
+    else:
+        worker.set_oracle(worker_oracle)
     run_id = uuid.uuid4().hex
     if storage and store and _same_database(storage, db):
         raise DatabaseError(  # Optuna's tables (one is `trials`) would collide with ours
@@ -148,7 +245,7 @@ def tune(
     handle = _open_db(db) if store else None
 
     def measure(config: dict[str, Any], is_default: bool = False) -> TrialRecord:
-        record = _measure(kernel, config, args, kwargs, oracle, policy)
+        record = TrialRecord(**worker.measure(config))
         record.is_default = is_default or config == default
         if handle is not None:  # stored at once: an interrupted run loses no measurement
             (record.db_id,) = handle.add_trials(key, run_id, [record.as_dict()])
@@ -180,7 +277,8 @@ def tune(
         )
         # with a storage, these are every worker's trials of the study, resumed ones included
         trials = [TrialRecord(**ev.detail) for ev in evaluations]
-        result = _result(spec, sig, key, trials, default, measure, run_id)
+        result = _result(spec, sig, key, trials, default, measure, run_id, worker, n_finalists)
+        result.oracle_s = oracle_s
         if handle is not None:
             result.db_url = _store(handle, result, strategy, device, shared=storage is not None)
             runtime.clear_memo()
@@ -227,7 +325,10 @@ def _result(
     default: dict[str, Any],
     measure: Callable[..., TrialRecord],
     run_id: str,
+    worker: Any,
+    n_finalists: int,
 ) -> TuneResult:
+    """The winner among `trials`, after the finalists' interleaved re-measurement."""
     default_trial = next((t for t in trials if t.is_default), None)
     if default_trial is None:  # the default lies outside the space: measure it as the baseline
         default_trial = measure(default, is_default=True)
@@ -238,24 +339,37 @@ def _result(
             f"({', '.join(sorted({t.status for t in trials}))}): see `autotune db trials --kernel {spec.name}`"
         )
     best = min(ok, key=lambda t: (t.time_s, trials.index(t)))
-    return TuneResult(
+    best_time_s = best.time_s
+    default_time_s = default_trial.time_s if default_trial.status == "ok" else None
+    ranked: list[Finalist] = []
+    finalists_start = time.perf_counter()
+    if n_finalists > 0:
+        ranked = remeasure(worker, ok, default, n_finalists)  # the default among them if ok
+        best = next(t for t in ok if t.config == ranked[0].config)
+        best_time_s = ranked[0].time_s
+        default_time_s = next((f.time_s for f in ranked if f.config == default), default_time_s)
+    result = TuneResult(
         kernel=spec.name,
         key=key,
         best_config=best.config,
-        best_time_s=best.time_s,
+        best_time_s=best_time_s,
         default_config=default,
-        default_time_s=default_trial.time_s if default_trial.status == "ok" else None,
+        default_time_s=default_time_s,
         trials=trials,
         run_id=run_id,
+        finalists=ranked,
+        finalists_s=time.perf_counter() - finalists_start,
     )
+    return result
 
 
-def _oracle(kernel: Any, default: dict[str, Any], args: list[Any], kwargs: dict[str, Any]) -> Any:
+def _oracle(
+    spec: registry.KernelSpec, default: dict[str, Any], args: list[Any], kwargs: dict[str, Any]
+) -> Any:
     """The kernel's output in interpret mode at its default configuration; checked against the
     kernel's plain-JAX reference when it has one."""
     import jax
 
-    spec = kernel.spec
     fn = functools.partial(runtime.interpreted(spec, spec.kernel_kwargs(default)), **kwargs)
     try:
         oracle = jax.block_until_ready(jax.jit(fn)(*args))
@@ -275,51 +389,6 @@ def _oracle(kernel: Any, default: dict[str, Any], args: list[Any], kwargs: dict[
     return oracle
 
 
-def _measure(
-    kernel: Any, config: dict, args: list, kwargs: dict, oracle: Any, policy: TimingPolicy
-) -> TrialRecord:
-    """Compile, run once and verify, then time one candidate; failures become the record's status."""
-    import jax
-
-    fn = functools.partial(kernel.bound_function(config, interpret=True), **kwargs)
-    try:
-        compiled, compile_s = compile_ahead(fn, args)
-    except Exception as e:
-        return TrialRecord(config, "compile_error", error=_one_line(e))
-    try:
-        output = jax.block_until_ready(compiled(*args))
-    except Exception as e:
-        if not kernel.spec.takes_interpret:
-            _reset_tpu_interpret_state()
-        return TrialRecord(config, "runtime_error", compile_s=compile_s, error=_one_line(e))
-    verdict = compare(output, oracle)
-    if not verdict.ok:
-        return TrialRecord(
-            config,
-            "rejected",
-            compile_s=compile_s,
-            max_error=verdict.max_error,
-            error=verdict.message,
-        )
-    timing = time_compiled(compiled, args, policy)
-    return TrialRecord(
-        config, "ok", compile_s=compile_s, max_error=verdict.max_error, **timing.as_trial_fields()
-    )
-
-
-def _reset_tpu_interpret_state() -> None:
-    """TPU interpret mode keeps its simulated memory after a kernel raised; the next
-    candidate needs it cleared."""
-    from jax.experimental.pallas import tpu as pltpu
-
-    pltpu.reset_tpu_interpret_mode_state()
-
-
-def _one_line(e: BaseException) -> str:
-    text = f"{type(e).__name__}: {e}"
-    return text if len(text) <= 2000 else text[:2000] + " ..."
-
-
 def _store(handle: Any, result: TuneResult, strategy: str, device: Any, *, shared: bool) -> str:
     """The best entry (its trials are stored as they are measured)."""
     best = next(t for t in result.trials if t.config == result.best_config and t.status == "ok")
@@ -336,7 +405,7 @@ def _store(handle: Any, result: TuneResult, strategy: str, device: Any, *, share
         "timer": best.timer or "wall",
         "jax_version": device.jax_version,
         "jaxlib_version": device.jaxlib_version,
-        "runtime_version": device.runtime_version,
+        "runtime_version": device.runtime_summary,
     }
     if shared:  # workers of one study finish in any order: keep the fastest of them all
         handle.put_best_among(result.key, entry, {t.db_id for t in result.trials})

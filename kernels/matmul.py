@@ -17,6 +17,7 @@ from jax.experimental import pallas as pl
 from autotune import autotuned
 from autotune.hardware import (
     clamp_block,
+    gpu_registers_ok,
     gpu_smem_bytes,
     is_pow2,
     kernel_platform,
@@ -35,7 +36,8 @@ def _blocks(config: dict, sig) -> tuple[int, int, int, int, int, int]:
 
 
 def fits_platform(config: dict, sig) -> bool:
-    """TPU: (8, 128) tiling and the scoped VMEM budget; GPU: power-of-two tiles in shared memory."""
+    """TPU: (8, 128) tiling and the scoped VMEM budget; GPU: power-of-two tiles in shared memory,
+    the float32 accumulator in registers."""
     if len(sig.shapes) != 2 or any(len(s) != 2 for s in sig.shapes):
         return True  # the kernel itself rejects such calls with a clear message
     m, n, k, bm, bn, bk = _blocks(config, sig)
@@ -53,8 +55,10 @@ def fits_platform(config: dict, sig) -> bool:
     if sig.platform == "gpu":
         stages = config.get("num_stages", 2)
         smem = stages * (bm * bk + bk * bn) * itemsize
-        return all(is_pow2(b) and b >= 16 for b in (bm, bn, bk)) and smem <= gpu_smem_bytes(
-            sig.device_kind
+        return (
+            all(is_pow2(b) and b >= 16 for b in (bm, bn, bk))
+            and smem <= gpu_smem_bytes(sig.device_kind)
+            and gpu_registers_ok(bm * bn, config.get("num_warps", 4))
         )
     return True
 

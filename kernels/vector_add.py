@@ -1,5 +1,8 @@
 """The hello-world of Pallas: x + y, blocked over a 1-D grid with a tunable block size.
 
+The vector is laid out as rows of 128 lanes and blocked by whole rows: lane-dense on a TPU,
+and a rank-2 block, whose (8, 128) rule Pallas checks without asking the device (its rank-1
+rule reads the TPU generation, so a rank-1 kernel cannot be lowered for TPU on a CPU host).
 A length that is not a multiple of the block is zero-padded up to it and sliced back.
 """
 
@@ -10,18 +13,28 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 
 from autotune import autotuned
-from autotune.hardware import is_pow2, tpu_block_1d_ok
+from autotune.hardware import TPU_LANES, is_pow2, tpu_block_ok, tpu_vmem_bytes
+
+
+def _block(block: int, n: int) -> int:
+    """Elements per block: whole rows of lanes, no more than the (row-padded) vector."""
+    return min(block, pl.cdiv(n, TPU_LANES) * TPU_LANES)
 
 
 def fits_platform(config: dict, sig) -> bool:
-    """TPU: the rank-1 block rule; GPU (Triton): power-of-two blocks."""
+    """Whole rows of lanes; TPU: the (8, 128) rule on rows and VMEM; GPU: power-of-two blocks."""
     n = sig.shapes[0][0] if sig.shapes and len(sig.shapes[0]) == 1 else None
     if n is None:
         return True  # the kernel itself rejects such calls with a clear message
-    block = min(config["block"], n)
+    if config["block"] % TPU_LANES:
+        return False
+    block = _block(config["block"], n)
     if sig.platform == "tpu":
-        bits = 8 * jnp.dtype(sig.dtypes[0]).itemsize
-        return tpu_block_1d_ok(block, pl.cdiv(n, block) * block, bits)
+        rows = pl.cdiv(n, block) * block // TPU_LANES
+        vmem = 3 * 2 * block * jnp.dtype(sig.dtypes[0]).itemsize  # x, y, out; double-buffered
+        return tpu_block_ok((block // TPU_LANES, TPU_LANES), (rows, TPU_LANES)) and (
+            vmem <= tpu_vmem_bytes(sig.device_kind)
+        )
     if sig.platform == "gpu":
         return is_pow2(block)
     return True
@@ -42,25 +55,41 @@ def _kernel(x_ref, y_ref, o_ref):
     reference=vector_add_reference,
 )
 def vector_add(
-    x: jax.Array, y: jax.Array, *, block: int = 1024, interpret: bool = False
+    x: jax.Array, y: jax.Array, *, block: int = 1024, num_warps: int = 4, interpret: bool = False
 ) -> jax.Array:
-    """x + y for 1-D arrays of one shape and dtype."""
+    """x + y for 1-D arrays of one shape and dtype; `block` is a multiple of 128."""
     if x.ndim != 1 or x.shape != y.shape or x.dtype != y.dtype:
         raise ValueError(
             f"vector_add needs two 1-D arrays of one shape and dtype, got {x.shape=} {y.shape=}"
         )
+    if block <= 0 or block % TPU_LANES:
+        raise ValueError(
+            f"vector_add needs a block that is a multiple of {TPU_LANES}, got {block=}"
+        )
     n = x.shape[0]
-    b = min(block, n)
+    b = _block(block, n)
     padded = pl.cdiv(n, b) * b
     if padded != n:
         x, y = (jnp.pad(a, (0, padded - n)) for a in (x, y))
-    spec = pl.BlockSpec((b,), lambda i: (i,))
+    x, y = (a.reshape(padded // TPU_LANES, TPU_LANES) for a in (x, y))
+    spec = pl.BlockSpec((b // TPU_LANES, TPU_LANES), lambda i: (i, 0))
     out = pl.pallas_call(
         _kernel,
-        out_shape=jax.ShapeDtypeStruct((padded,), x.dtype),
+        out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
         grid=(padded // b,),
         in_specs=[spec, spec],
         out_specs=spec,
+        compiler_params=_compiler_params(num_warps, interpret),
         interpret=interpret,
     )(x, y)
+    out = out.reshape(padded)
     return out[:n] if padded != n else out
+
+
+def _compiler_params(num_warps: int, interpret: bool):
+    """The Triton backend's warps per block on GPU; TPU and interpret mode take the defaults."""
+    if interpret or jax.default_backend() != "gpu":
+        return None
+    from jax.experimental.pallas import triton as pltriton
+
+    return pltriton.CompilerParams(num_warps=num_warps)

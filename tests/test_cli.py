@@ -93,3 +93,21 @@ def test_user_errors_are_one_line_with_exit_code_2(subprocess_env, db_url, args,
     )
     assert proc.stdout == ""
     assert TuningDB(db_url).query() == [] and TuningDB(db_url).trials() == []
+
+
+def test_check_reports_every_tpu_candidate(subprocess_env):
+    out = run(["check", "vector_add", "--platform", "tpu", "--shape", "5000,5000"], subprocess_env)
+    assert "7 candidates, 7 accepted by the constraints, 0 of those do not lower" in out.stdout
+    assert out.stdout.count(" yes") == 7
+    bad = run(["check", "vector_add", "--shape", "5000"], subprocess_env, check_rc=2)
+    assert "missing a required argument: 'y'" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_tune_isolates_by_default_and_records_a_crash(subprocess_env):
+    args = ["tune", "toy_kernels:fragile_scale", "--shape", "16x128", "--strategy", "grid"]
+    out = run([*args, "--trials", "2", "--compile-timeout", "20"], subprocess_env).stdout
+    assert "crashed" in out and "crashed/timeout 1" in out and "block_rows=8" in out
+    trials = json.loads(run(["db", "trials", "--format", "json"], subprocess_env).stdout)
+    assert sorted(t["status"] for t in trials) == ["crashed", "ok"]
+    bad = run([*args, "--run-timeout", "0"], subprocess_env, check_rc=2)
+    assert "--run-timeout must be positive" in bad.stderr

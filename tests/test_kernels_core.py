@@ -45,12 +45,20 @@ def test_matmul_under_jit_and_rejects_bad_shapes():
         matmul(x, rand((32, 16), jnp.float32))
 
 
-@pytest.mark.parametrize("n, block", [(1024, 256), (1000, 256), (3, 64), (1, 1024)])
+@pytest.mark.parametrize(
+    "n, block", [(1024, 256), (1000, 256), (3, 128), (1, 1024), (130, 128), (5000, 2048)]
+)
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
 def test_vector_add_matches_reference(n, block, dtype):
     x, y = rand((n,), dtype, 1), rand((n,), dtype, 2)
     out = vector_add(x, y, block=block)
     close(out, vector_add_reference(x, y), dtype)
+
+
+def test_vector_add_refuses_blocks_that_are_not_whole_rows_of_lanes():
+    x = rand((256,), jnp.float32)
+    with pytest.raises(ValueError, match="multiple of 128, got block=64"):
+        vector_add(x, x, block=64)
 
 
 def test_default_blocks_adapt_on_a_miss():

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import time
+
 import jax
 import jax.numpy as jnp
 from jax.experimental import pallas as pl
@@ -56,6 +59,33 @@ def buggy_scale(x, *, block_rows=8, interpret=False):
     """Right everywhere except at block_rows=32, which also happens to run fastest."""
     TRACED["buggy_scale"].append({"block_rows": block_rows})
     return _scale_call(x, block_rows, interpret, bug=block_rows == 32)
+
+
+HANG_S = 3600.0  # far beyond any worker time limit in the tests
+
+
+def _sleep_then(x):
+    time.sleep(HANG_S)
+    return x
+
+
+@autotuned(
+    name="fragile_scale",
+    space={"block_rows": [8, 16, 32, 64]},
+    constraints=[rows_divide],
+    reference=scale_reference,
+)
+def fragile_scale(x, *, block_rows=8, interpret=False):
+    """For device-worker tests only: aborts the process while tracing block_rows=16, hangs
+    tracing block_rows=32, and hangs at run time at block_rows=64; block_rows=8 is healthy."""
+    if block_rows == 16:
+        os.abort()
+    if block_rows == 32:
+        time.sleep(HANG_S)
+    out = _scale_call(x, block_rows, interpret)
+    if block_rows == 64:
+        out = jax.pure_callback(_sleep_then, jax.ShapeDtypeStruct(x.shape, x.dtype), out)
+    return out
 
 
 def make_input(rows=64, cols=128, dtype=jnp.float32):

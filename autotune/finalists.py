@@ -1,0 +1,82 @@
+"""Choosing the winner: the best few candidates are re-measured interleaved, side by side.
+
+One pass of measurements ranks candidates that were timed minutes apart, each in its own
+machine state; a lucky sample can win. The finalists (the fastest few, any candidate within
+the noise band of the fastest, and the default as the reference) are timed again in rounds,
+A B C A B C ..., and ties within the noise go to the configuration closest to the default,
+so repeated runs pick the same winner.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from autotune.measure import Timing, summarise
+from autotune.registry import config_distance
+
+ROUNDS = 5
+ROUND_S = 0.02  # timed seconds per finalist per round: enough repetitions to average jitter
+MAX_REPS = 50
+MIN_TIE = 0.01  # medians closer than 1% are a tie however quiet the machine
+
+
+@dataclass(frozen=True)
+class Finalist:
+    config: dict[str, Any]
+    first_s: float  # the median of its first measurement
+    timing: Timing | None  # the interleaved re-measurement (None: not re-measured)
+    distance: float  # config_distance to the default
+
+    @property
+    def time_s(self) -> float:
+        return self.timing.median_s if self.timing else self.first_s
+
+
+def select(trials: Sequence[Any], default: Mapping[str, Any], n: int) -> list[Any]:
+    """The ok trials worth re-measuring: the `n` fastest, any within the fastest one's
+    p10..p90 band, and the default's trial."""
+    ok = sorted((t for t in trials if t.status == "ok"), key=lambda t: t.time_s)
+    if not ok:
+        return []
+    best = ok[0]
+    band = best.time_s + (best.time_p90_s - best.time_p10_s)
+    chosen = [t for i, t in enumerate(ok) if i < n or t.time_s <= band]
+    chosen += [t for t in ok if t.config == dict(default) and t not in chosen]
+    return chosen
+
+
+def remeasure(
+    worker: Any, trials: Sequence[Any], default: Mapping[str, Any], n: int = 3
+) -> list[Finalist]:
+    """Re-measure the finalists on `worker` (interleaved); fastest first, ties broken by
+    closeness to the default. Falls back to the first figures if the worker fails."""
+    chosen = select(trials, default, n)
+    if not chosen:
+        return []
+    samples = None
+    if len(chosen) > 1:
+        reps = max(1, min(MAX_REPS, int(ROUND_S / max(chosen[0].time_s, 1e-9))))
+        samples = worker.interleaved([t.config for t in chosen], ROUNDS, reps)
+    finalists = [
+        Finalist(
+            config=t.config,
+            first_s=t.time_s,
+            timing=summarise(samples[i], "wall") if samples else None,
+            distance=config_distance(t.config, default),
+        )
+        for i, t in enumerate(chosen)
+    ]
+    return rank(finalists)
+
+
+def rank(finalists: Sequence[Finalist]) -> list[Finalist]:
+    """The winner first: among those whose median ties the fastest (within the fastest one's
+    half spread, at least MIN_TIE), the closest to the default; then the rest by time."""
+    by_time = sorted(finalists, key=lambda f: f.time_s)
+    fastest = by_time[0]
+    tie = max(MIN_TIE, fastest.timing.spread / 2 if fastest.timing else 0.0)
+    tied = [f for f in by_time if f.time_s <= fastest.time_s * (1 + tie)]
+    winner = min(tied, key=lambda f: (f.distance, f.time_s))
+    return [winner] + [f for f in by_time if f is not winner]

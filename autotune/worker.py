@@ -1,0 +1,552 @@
+"""Measuring candidates: in this process, or in a device worker process that may die.
+
+A `DeviceWorker` is a child process (`python -m autotune.worker`) that owns the device: it
+imports the kernel by name, receives the inputs and the oracle once, then measures one
+candidate per request (compile ahead, run once, verify, time). The search process enforces a
+compile and a run time limit per candidate; a worker that dies (abort, segfault, out of
+memory) or overruns a limit is killed, the candidate is recorded as `crashed` or `timeout`,
+and a fresh worker takes the next one. `InProcessWorker` measures the same way without the
+isolation, for interactive use and tune-on-miss.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import pickle
+import select
+import signal
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from autotune.errors import KernelError
+from autotune.hardware import gpu_l2_bytes
+from autotune.measure import (
+    DEFAULT_POLICY,
+    TimingPolicy,
+    compile_ahead,
+    rotation_sets,
+    time_compiled,
+)
+from autotune.verify import compare
+
+
+@dataclass(frozen=True)
+class WorkerLimits:
+    """Per-candidate time limits of a device worker, in seconds."""
+
+    compile_s: float = 300.0  # tracing, lowering and compiling one candidate
+    run_s: float = 120.0  # the verifying run and every timed repetition of one candidate
+    start_s: float = 300.0  # starting a worker: importing JAX and the kernel, taking the inputs
+
+
+DEFAULT_LIMITS = WorkerLimits()
+
+
+def measure_candidate(
+    kernel: Any,
+    config: Mapping[str, Any],
+    args: Sequence[Any],
+    kwargs: Mapping[str, Any],
+    oracle: Any,
+    policy: TimingPolicy = DEFAULT_POLICY,
+    on_compiled: Callable[[float], None] | None = None,
+    arg_sets: Sequence[Sequence[Any]] = (),
+    cache: dict[tuple, Any] | None = None,
+) -> dict[str, Any]:
+    """Compile, run once and verify, then time one candidate (rotating among `args` and
+    `arg_sets`): the fields of its trial record. A verified executable is kept in `cache`
+    for the finalists' re-measurement.
+
+    Failures become the record's status, never an exception.
+    """
+    import jax
+
+    config = dict(config)
+    fn = functools.partial(kernel.bound_function(config, interpret=True), **kwargs)
+    try:
+        compiled, compile_s = compile_ahead(fn, args)
+    except Exception as e:
+        return {"config": config, "status": "compile_error", "error": one_line(e)}
+    if on_compiled:
+        on_compiled(compile_s)
+    start = time.perf_counter()
+    try:
+        output = jax.block_until_ready(compiled(*args))
+    except Exception as e:
+        if not kernel.spec.takes_interpret:
+            # TPU interpret mode keeps its simulated memory after a kernel raised; the next
+            # candidate needs it cleared
+            from jax.experimental.pallas import tpu as pltpu
+
+            pltpu.reset_tpu_interpret_mode_state()
+        return {
+            "config": config,
+            "status": "runtime_error",
+            "compile_s": compile_s,
+            "run_s": time.perf_counter() - start,
+            "error": one_line(e),
+        }
+    verdict = compare(output, oracle)
+    if not verdict.ok:
+        return {
+            "config": config,
+            "status": "rejected",
+            "compile_s": compile_s,
+            "run_s": time.perf_counter() - start,
+            "max_error": verdict.max_error,
+            "error": verdict.message,
+        }
+    timing = time_compiled(compiled, args, policy, arg_sets)
+    if cache is not None and len(cache) < MAX_CACHED:
+        cache[_config_key(config)] = compiled
+    return {
+        "config": config,
+        "status": "ok",
+        "compile_s": compile_s,
+        "run_s": time.perf_counter() - start,
+        "max_error": verdict.max_error,
+        **timing.as_trial_fields(),
+    }
+
+
+def interleaved_samples(
+    kernel: Any,
+    configs: Sequence[Mapping[str, Any]],
+    args: Sequence[Any],
+    kwargs: Mapping[str, Any],
+    rounds: int,
+    reps: int,
+    cache: Mapping[tuple, Any] | None = None,
+) -> list[list[float]]:
+    """Wall-clock samples of each config, timed interleaved (A B C A B C ...) so that drift in
+    the machine's state (clocks, temperature, neighbours) falls on every config alike."""
+    import jax
+
+    compiled = []
+    for config in configs:
+        exe = (cache or {}).get(_config_key(config))
+        if exe is None:
+            fn = functools.partial(kernel.bound_function(dict(config), interpret=True), **kwargs)
+            exe, _ = compile_ahead(fn, args)
+        jax.block_until_ready(exe(*args))  # warm-up
+        compiled.append(exe)
+    samples: list[list[float]] = [[] for _ in configs]
+    for _ in range(rounds):
+        for exe, out in zip(compiled, samples):
+            for _ in range(reps):
+                start = time.perf_counter()
+                jax.block_until_ready(exe(*args))
+                out.append(time.perf_counter() - start)
+    return samples
+
+
+MAX_CACHED = 64  # verified executables kept per task, for the finalists
+
+
+def _config_key(config: Mapping[str, Any]) -> tuple:
+    return tuple(sorted((k, type(v).__name__, v) for k, v in config.items()))
+
+
+def cache_bytes(device: Any) -> int:
+    """The cache that could flatter a repeated call's inputs: the GPU's L2. TPUs stream inputs
+    from HBM into VMEM on every call, and on the CPU (interpret mode) figures are never served,
+    so neither rotates."""
+    return gpu_l2_bytes(device.device_kind) if device.platform == "gpu" else 0
+
+
+def one_line(e: BaseException) -> str:
+    text = f"{type(e).__name__}: {e}"
+    return text if len(text) <= 2000 else text[:2000] + " ..."
+
+
+class InProcessWorker:
+    """Measures candidates in this process: no isolation, no start-up cost."""
+
+    def __init__(
+        self,
+        kernel: Any,
+        args: Sequence[Any],
+        kwargs: Mapping[str, Any],
+        oracle: Any,
+        policy: TimingPolicy = DEFAULT_POLICY,
+    ) -> None:
+        from autotune.device import current_device
+
+        self.kernel, self.args, self.kwargs = kernel, list(args), dict(kwargs)
+        self.oracle, self.policy = oracle, policy
+        self.device = current_device()
+        self.arg_sets = rotation_sets(self.args, cache_bytes(self.device))
+        self.compiled: dict[tuple, Any] = {}
+        self.restarts = 0
+
+    def measure(self, config: Mapping[str, Any]) -> dict[str, Any]:
+        return measure_candidate(
+            self.kernel,
+            config,
+            self.args,
+            self.kwargs,
+            self.oracle,
+            self.policy,
+            arg_sets=self.arg_sets,
+            cache=self.compiled,
+        )
+
+    def interleaved(
+        self, configs: Sequence[Mapping[str, Any]], rounds: int, reps: int
+    ) -> list[list[float]] | None:
+        return interleaved_samples(
+            self.kernel, configs, self.args, self.kwargs, rounds, reps, self.compiled
+        )
+
+    def close(self) -> None:
+        pass
+
+    def __enter__(self) -> InProcessWorker:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class _Died(Exception):
+    """The worker process ended, or overran its limit and was killed."""
+
+    def __init__(self, status: str, message: str) -> None:
+        super().__init__(message)
+        self.status = status  # "crashed" or "timeout"
+
+
+class DeviceWorker:
+    """A worker process that owns the device; restarted after each crash or timeout.
+
+    `target` is what the worker imports: a registered kernel name or 'package.module:function'.
+    `args` and the oracle (given once known: `set_oracle`) travel as NumPy arrays; `device` is
+    the worker's DeviceInfo. The child sees this process's `sys.path` (so it
+    imports what this process imports) and `JAX_PLATFORMS=platforms` where given.
+    """
+
+    def __init__(
+        self,
+        target: str,
+        args: Sequence[Any],
+        kwargs: Mapping[str, Any],
+        policy: TimingPolicy = DEFAULT_POLICY,
+        limits: WorkerLimits = DEFAULT_LIMITS,
+        platforms: str | None = None,
+    ) -> None:
+        import numpy as np
+
+        self.limits = limits
+        self.platforms = platforms
+        self.restarts = 0
+        self._setup = {
+            "target": target,
+            "args": [np.asarray(a) for a in args],
+            "kwargs": dict(kwargs),
+            "oracle": None,
+            "policy": policy,
+        }
+        self._proc: subprocess.Popen | None = None
+        self._stderr: Any = None
+        self.device = self._start()
+
+    # ---------------------------------------------------------------- requests
+
+    def set_task(
+        self,
+        target: str,
+        args: Sequence[Any],
+        kwargs: Mapping[str, Any],
+        policy: TimingPolicy = DEFAULT_POLICY,
+    ) -> Any:
+        """Measure another kernel or call from now on, in the same worker (no new start-up);
+        returns the worker's DeviceInfo."""
+        import numpy as np
+
+        self._setup = {
+            "target": target,
+            "args": [np.asarray(a) for a in args],
+            "kwargs": dict(kwargs),
+            "oracle": None,
+            "policy": policy,
+        }
+        if self._proc is None:
+            self.restarts += 1
+            return self._start()
+        try:
+            self._send(("setup", self._setup))
+            kind, value = self._recv(time.monotonic() + self.limits.start_s, "set-up")
+        except _Died as d:
+            raise KernelError(f"the device worker for {target!r} {d}") from None
+        if kind != "ready":
+            raise KernelError(f"the device worker cannot set up {target!r}: {value}")
+        return value
+
+    def set_oracle(self, oracle: Any) -> None:
+        """The output every candidate must match (the kernel's default in interpret mode)."""
+        import jax
+        import numpy as np
+
+        self._setup["oracle"] = jax.tree_util.tree_map(np.asarray, oracle)
+        if self._proc is not None:
+            # if it died, the next request starts a fresh worker, which gets it at set-up
+            with contextlib.suppress(_Died):
+                self._send(("oracle", self._setup["oracle"]))
+
+    def measure(self, config: Mapping[str, Any]) -> dict[str, Any]:
+        """The trial fields of one candidate; `crashed` / `timeout` if the worker did not
+        survive it (the next request starts a fresh worker)."""
+        config = dict(config)
+        stage = "compile"
+        try:
+            self._ensure_started()
+            self._send(("measure", config))
+            deadline = time.monotonic() + self.limits.compile_s
+            while True:
+                kind, value = self._recv(deadline, stage)
+                if kind == "compiled":
+                    stage, deadline = "run", time.monotonic() + self.limits.run_s
+                elif kind == "result":
+                    return value
+        except _Died as d:
+            return {"config": config, "status": d.status, "error": str(d)}
+
+    def interleaved(
+        self, configs: Sequence[Mapping[str, Any]], rounds: int, reps: int
+    ) -> list[list[float]] | None:
+        """Interleaved samples of configs that measured fine before; None if the worker did not
+        survive (the caller keeps the first measurements)."""
+        n = len(configs)
+        limit = n * (self.limits.compile_s + self.limits.run_s)
+        try:
+            self._ensure_started()
+            self._send(("interleaved", [dict(c) for c in configs], rounds, reps))
+            kind, value = self._recv(time.monotonic() + limit, "re-measurement")
+            return value if kind == "samples" else None
+        except _Died:
+            return None
+
+    def close(self) -> None:
+        if self._proc is not None:
+            try:
+                self._send(("exit",))
+                self._proc.wait(timeout=5)
+            except (OSError, subprocess.TimeoutExpired, _Died):
+                pass
+            self._kill()
+        if self._stderr is not None:
+            self._stderr.close()
+            self._stderr = None
+
+    def __enter__(self) -> DeviceWorker:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ---------------------------------------------------------------- process
+
+    def _ensure_started(self) -> None:
+        if self._proc is None:
+            self.restarts += 1
+            self._start()
+
+    def _start(self) -> Any:
+        env = dict(os.environ)
+        paths = [p or os.getcwd() for p in sys.path]
+        env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(p for p in paths if os.path.isdir(p)))
+        if self.platforms is not None:
+            env["JAX_PLATFORMS"] = self.platforms
+        if self._stderr is not None:
+            self._stderr.close()
+        # a file, not a pipe: a chatty worker can never block on it; read back after a crash
+        self._stderr = tempfile.TemporaryFile()  # noqa: SIM115 (lives as long as the worker)
+        self._proc = subprocess.Popen(
+            [sys.executable, "-m", "autotune.worker"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._stderr,
+            env=env,
+            start_new_session=True,  # its own process group: killing it kills its children
+        )
+        self._buffer = b""
+        try:
+            self._send(("setup", self._setup))
+            kind, value = self._recv(time.monotonic() + self.limits.start_s, "start-up")
+        except _Died as d:
+            raise KernelError(f"the device worker for {self._setup['target']!r} {d}") from None
+        if kind != "ready":
+            self._kill()
+            raise KernelError(f"the device worker cannot set up {self._setup['target']!r}: {value}")
+        return value
+
+    def _kill(self) -> None:
+        proc, self._proc = self._proc, None
+        if proc is None:
+            return
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        for stream in (proc.stdin, proc.stdout):
+            stream.close()
+
+    def _send(self, message: Any) -> None:
+        data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+        try:
+            self._proc.stdin.write(struct.pack("<Q", len(data)) + data)
+            self._proc.stdin.flush()
+        except (BrokenPipeError, OSError):
+            self._died("crashed", "while receiving a request")
+
+    def _recv(self, deadline: float, stage: str) -> tuple[str, Any]:
+        fd = self._proc.stdout.fileno()
+        while True:
+            if len(self._buffer) >= 8:
+                (size,) = struct.unpack("<Q", self._buffer[:8])
+                if len(self._buffer) >= 8 + size:
+                    data, self._buffer = self._buffer[8 : 8 + size], self._buffer[8 + size :]
+                    return pickle.loads(data)
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or not select.select([fd], [], [], remaining)[0]:
+                self._died("timeout", f"exceeded the {stage} time limit")
+            chunk = os.read(fd, 1 << 20)
+            if not chunk:
+                self._died("crashed", f"died during {stage}")
+            self._buffer += chunk
+
+    def _died(self, status: str, what: str) -> None:
+        proc = self._proc
+        if status == "timeout":
+            self._kill()
+            raise _Died(status, f"{what}; the worker was killed")
+        try:
+            code = proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            code = None
+        self._kill()
+        how = (
+            f"signal {signal.Signals(-code).name}"
+            if code is not None and code < 0
+            else f"exit code {code}"
+        )
+        raise _Died(status, f"{what} ({how}){self._stderr_tail()}")
+
+    def _stderr_tail(self) -> str:
+        self._stderr.seek(0)
+        lines = [ln for ln in self._stderr.read().decode(errors="replace").splitlines() if ln]
+        return f"; stderr: {' | '.join(lines[-3:])[-600:]}" if lines else ""
+
+
+# -------------------------------------------------------------------- the child side
+
+
+def _serve(inp: Any, out: Any) -> None:
+    def send(message: Any) -> None:
+        data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+        out.write(struct.pack("<Q", len(data)) + data)
+        out.flush()
+
+    def recv() -> Any:
+        head = inp.read(8)
+        if len(head) < 8:
+            return ("exit",)
+        return pickle.loads(inp.read(struct.unpack("<Q", head)[0]))
+
+    task: dict[str, Any] | None = None
+    while True:
+        message = recv()
+        if message[0] == "setup":
+            try:
+                task = _load(message[1])
+            except Exception as e:
+                send(("setup_error", one_line(e)))
+                if task is None:
+                    return
+                continue
+            send(("ready", task["device"]))
+        elif message[0] == "oracle":
+            task["oracle"] = message[1]
+        elif message[0] == "measure":
+            fields = measure_candidate(
+                task["kernel"],
+                message[1],
+                task["args"],
+                task["kwargs"],
+                task["oracle"],
+                task["policy"],
+                on_compiled=lambda s: send(("compiled", s)),
+                arg_sets=task["arg_sets"],
+                cache=task["compiled"],
+            )
+            send(("result", fields))
+        elif message[0] == "interleaved":
+            _, configs, rounds, reps = message
+            try:
+                samples = interleaved_samples(
+                    task["kernel"],
+                    configs,
+                    task["args"],
+                    task["kwargs"],
+                    rounds,
+                    reps,
+                    task["compiled"],
+                )
+                send(("samples", samples))
+            except Exception as e:
+                send(("error", one_line(e)))
+        else:
+            return
+
+
+def _load(setup: dict[str, Any]) -> dict[str, Any]:
+    """A task's kernel, device-resident inputs and settings, from its set-up message."""
+    import jax
+
+    from autotune import registry
+    from autotune.device import current_device
+
+    device = current_device()
+    args = [jax.device_put(a) for a in setup["args"]]
+    return {
+        "kernel": registry.resolve(setup["target"]),
+        "device": device,
+        "args": args,
+        "arg_sets": rotation_sets(args, cache_bytes(device)),
+        "compiled": {},  # verified executables by config, for the finalists
+        "kwargs": setup["kwargs"],
+        "oracle": setup["oracle"],
+        "policy": setup["policy"],
+    }
+
+
+def _die_with_parent() -> None:
+    """Linux: a worker hung in a candidate must not outlive a search process killed outright."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # 1: PR_SET_PDEATHSIG
+        if os.getppid() == 1:  # the parent died before prctl took effect
+            os._exit(1)
+
+
+def main() -> None:
+    _die_with_parent()
+    # The protocol owns the original stdout; anything the kernel prints goes to stderr.
+    out = os.fdopen(os.dup(sys.stdout.fileno()), "wb")
+    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
+    _serve(sys.stdin.buffer, out)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,135 @@
+"""Tune the shipped kernels on this machine's platform and print what the tuning cost.
+
+    PYTHONPATH=. python benchmarks/tune_kernels.py [--trials 12] [--no-isolate] [--out FILE]
+
+Per kernel and shape: trials, rejected, crashed (crashed or timeout), the best configuration,
+its median and the default's (both from the interleaved finalist re-measurement, side by side),
+the speedup, the tuning wall time (with the device worker's start-up and the oracle's share),
+and the harness overhead: the share of the wall time spent neither compiling nor running the
+kernel (candidates, finalists, and the interpret-mode oracle count as compiling and running;
+search, bookkeeping, worker start-up and storing are overhead). Nothing here is served: each run writes to a throw-away database.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+
+# (kernel, argument shapes) per platform: small on the CPU, where Pallas is interpreted.
+CASES = {
+    "cpu": [
+        ("vector_add", [(65536,), (65536,)]),
+        ("vector_add", [(100_003,), (100_003,)]),
+        ("matmul", [(256, 256), (256, 256)]),
+        ("matmul", [(128, 512), (512, 64)]),
+    ],
+    "accelerator": [
+        ("vector_add", [(1 << 24,), (1 << 24,)]),
+        ("matmul", [(2048, 2048), (2048, 2048)]),
+        ("matmul", [(4096, 1024), (1024, 4096)]),
+    ],
+}
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--trials", type=int, default=12)
+    p.add_argument("--no-isolate", dest="isolate", action="store_false")
+    p.add_argument("--dtype", default="float32")
+    p.add_argument("--out", help="also write the table to this file")
+    args = p.parse_args()
+
+    cases = CASES["cpu" if _on_cpu(os.environ.get("JAX_PLATFORMS", "")) else "accelerator"]
+    worker_platforms = None
+    if args.isolate:  # as the CLI does: the device is the worker's, this process keeps to the CPU
+        worker_platforms = os.environ.get("JAX_PLATFORMS", "")
+        os.environ["JAX_PLATFORMS"] = "cpu"
+    import jax
+
+    from autotune.tuner import tune
+    from autotune.worker import DeviceWorker
+
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        db = os.path.join(tmp, "bench.db")
+        platform = None
+        # one worker for every task, as a job would run them: one start-up, reported on the first
+        worker = None
+        start_s = total_wall = total_measured = 0.0
+        for kernel, shapes in cases:
+            inputs = [jax.ShapeDtypeStruct(s, args.dtype) for s in shapes]
+            if args.isolate and worker is None:
+                started = time.perf_counter()
+                worker = DeviceWorker(kernel, [], {}, platforms=worker_platforms)
+                start_s = time.perf_counter() - started
+            r = tune(
+                kernel,
+                inputs,
+                n_trials=args.trials,
+                db=db,
+                seed=0,
+                worker=worker,
+            )
+            platform = f"{r.key.platform} / {r.key.device_kind} / {r.key.backend}"
+            measured = sum((t.compile_s or 0.0) + (t.run_s or 0.0) for t in r.trials)
+            measured += r.finalists_s + r.oracle_s  # the oracle: the default, interpreted
+            total_wall += r.wall_s
+            total_measured += measured
+            rows.append(
+                {
+                    "kernel": kernel,
+                    "shapes": ",".join("x".join(map(str, s)) for s in shapes),
+                    "trials": len(r.trials),
+                    "rejected": r.n_rejected,
+                    "crashed": r.n_crashed,
+                    "best config": " ".join(f"{k}={v}" for k, v in sorted(r.best_config.items())),
+                    "best ms": f"{r.best_time_s * 1e3:.4f}",
+                    "default ms": f"{r.default_time_s * 1e3:.4f}" if r.default_time_s else "failed",
+                    "speedup": f"{r.speedup:.2f}x" if r.speedup else "n/a",
+                    "wall s": f"{r.wall_s:.2f}",
+                    "set-up s": f"{r.worker_start_s:.2f}",
+                    "oracle s": f"{r.oracle_s:.2f}",
+                    "overhead": f"{100 * (r.wall_s - measured) / r.wall_s:.1f}%",
+                }
+            )
+        if worker is not None:
+            worker.close()
+    mode = "device worker" if args.isolate else "in process"
+    total = total_wall + start_s
+    text = (
+        f"platform {platform}; {mode}; {args.trials} trials; {args.dtype}; jax {jax.__version__}\n"
+        + _table(rows)
+        + f"\nall tasks: {total:.2f} s wall, the worker's one start-up ({start_s:.2f} s) included; "
+        f"harness overhead {100 * (total - total_measured) / total:.1f}%"
+    )
+    print(text)
+    if args.out:
+        with open(args.out, "w") as f:
+            f.write(text + "\n")
+    return 0
+
+
+def _on_cpu(platforms: str) -> bool:
+    """Whether candidates will run on the CPU, decided without touching any device: JAX_PLATFORMS
+    says so, or no accelerator plugin that jax would load is installed."""
+    import importlib.util
+
+    if platforms.strip().lower() == "cpu":
+        return True
+    plugins = ("libtpu", "jax_cuda12_plugin", "jax_cuda13_plugin", "jax_rocm60_plugin")
+    return not any(importlib.util.find_spec(m) for m in plugins)
+
+
+def _table(rows: list[dict]) -> str:
+    cols = list(rows[0])
+    widths = {c: max(len(c), *(len(str(r[c])) for r in rows)) for c in cols}
+    lines = ["  ".join(c.ljust(widths[c]) for c in cols)]
+    lines += ["  ".join(str(r[c]).ljust(widths[c]) for c in cols) for r in rows]
+    return "\n".join(line.rstrip() for line in lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

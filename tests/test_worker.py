@@ -1,0 +1,132 @@
+"""The device worker in real subprocesses: crashes and hangs become trials, never an abort."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from toy_kernels import make_input, scale
+
+import autotune
+from autotune import TuningDB
+from autotune.errors import KernelError
+from autotune.measure import TimingPolicy
+from autotune.worker import DeviceWorker, WorkerLimits
+
+FAST = TimingPolicy(warmup=1, min_reps=3, max_reps=20, max_time_s=0.05)
+LIMITS = WorkerLimits(compile_s=5.0, run_s=5.0, start_s=60.0)
+
+
+def test_crash_and_hangs_are_recorded_and_the_run_carries_on(db_url):
+    x = make_input(rows=64)
+    start = time.monotonic()
+    result = autotune.tune(
+        "toy_kernels:fragile_scale",
+        [x],
+        n_trials=4,
+        db=db_url,
+        strategy="grid",
+        policy=FAST,
+        isolate=True,
+        limits=LIMITS,
+    )
+    wall = time.monotonic() - start
+    by_block = {t.config["block_rows"]: t for t in result.trials}
+    assert by_block[8].status == "ok"
+    assert by_block[16].status == "crashed" and "SIGABRT" in by_block[16].error
+    assert by_block[32].status == "timeout" and "compile time limit" in by_block[32].error
+    assert by_block[64].status == "timeout" and "run time limit" in by_block[64].error
+    assert by_block[64].compile_s is None  # the worker died with what it knew
+    assert result.best_config == {"block_rows": 8}
+    # grid order 8, 16, 32, 64: the deaths at 16 and 32 needed a fresh worker, the last did not
+    assert result.restarts == 2 and result.n_crashed == 3
+    # the hangs last an hour: the run is bounded by the limits plus restarts, not by them
+    assert wall < LIMITS.compile_s + LIMITS.run_s + 60
+    stored = {t["config"]["block_rows"]: t["status"] for t in TuningDB(db_url).trials()}
+    assert stored == {8: "ok", 16: "crashed", 32: "timeout", 64: "timeout"}
+    (entry,) = TuningDB(db_url).query(kernel="fragile_scale")
+    assert entry["config"] == {"block_rows": 8}
+
+
+def test_isolated_tuning_finds_the_kernel_by_its_import_path(db_url):
+    x = make_input(rows=32)
+    result = autotune.tune(
+        scale, [x], n_trials=3, db=db_url, strategy="grid", policy=FAST, isolate=True
+    )
+    assert {t.status for t in result.trials} == {"ok"} and result.restarts == 0
+    assert len(result.trials) == 3  # 8, 16, 32 divide 32 rows; 12 and 24 do not
+    assert result.key.platform == "cpu"
+
+
+def test_a_worker_that_cannot_import_the_kernel_is_a_clear_error():
+    with pytest.raises(KernelError, match="cannot set up 'no_such_module:kernel'"):
+        DeviceWorker("no_such_module:kernel", [make_input()], {}, FAST, LIMITS)
+
+
+def test_kernel_defined_where_a_worker_cannot_import_it_is_refused():
+    @autotune.autotuned(name="local_scale", space={"block_rows": [8]})
+    def local_scale(x, *, block_rows=8, interpret=False):
+        return x * 2.0
+
+    with pytest.raises(KernelError, match="cannot import kernel 'local_scale'"):
+        autotune.tune(local_scale, [make_input()], n_trials=1, isolate=True, store=False)
+
+
+def test_one_worker_serves_several_tasks_and_survives_a_crash_between(db_url):
+    with DeviceWorker("toy_kernels:scale", [], {}, FAST, LIMITS) as worker:
+        pid = worker._proc.pid
+        first = autotune.tune(
+            "toy_kernels:scale", [make_input(rows=32)], n_trials=3, db=db_url, worker=worker
+        )
+        assert worker._proc.pid == pid and first.restarts == 0  # no second start-up
+        crashy = autotune.tune(
+            "toy_kernels:fragile_scale",
+            [make_input(rows=16)],  # 8 and 16 divide 16 rows: 16 aborts the worker
+            n_trials=2,
+            db=db_url,
+            strategy="grid",
+            worker=worker,
+        )
+        assert sorted(t.status for t in crashy.trials) == ["crashed", "ok"]
+        again = autotune.tune(
+            "toy_kernels:scale", [make_input(rows=16)], n_trials=2, db=db_url, worker=worker
+        )
+        assert again.restarts == 1 and {t.status for t in again.trials} == {"ok"}
+
+
+PARENT = """
+from toy_kernels import make_input
+from autotune.worker import DeviceWorker
+w = DeviceWorker("toy_kernels:fragile_scale", [make_input(rows=32)], {})
+print(w._proc.pid, flush=True)
+w.measure({"block_rows": 32})  # hangs for an hour in the worker
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_a_hung_worker_dies_with_a_search_process_killed_outright(subprocess_env):
+    parent = subprocess.Popen(
+        [sys.executable, "-c", PARENT], stdout=subprocess.PIPE, text=True, env=subprocess_env
+    )
+    worker = int(parent.stdout.readline())
+    time.sleep(1.0)
+    parent.kill()
+    parent.wait()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and _alive(worker):
+        time.sleep(0.1)
+    orphaned = _alive(worker)
+    if orphaned:  # leave no hour-long hang behind on the machine
+        os.kill(worker, signal.SIGKILL)
+    assert not orphaned
+
+
+def _alive(pid):
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            state = next(line for line in f if line.startswith("State:"))
+    except FileNotFoundError:
+        return False
+    return "Z" not in state.split()[1]  # a zombie has died; only its reaping is left
