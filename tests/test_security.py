@@ -27,6 +27,13 @@ ALLOWED_DYNAMIC_SQL = {
 }
 
 
+# Files that may use pickle, and why: never on data from the database or the space files.
+ALLOWED_PICKLE = {
+    "worker.py": "messages between the search process and the worker it spawned, over the "
+    "child's private stdin/stdout pipes (inputs, oracle, results); no file or database is read",
+}
+
+
 def test_sources_were_found():
     assert len(SOURCES) > 10 and any(p.name == "db.py" for p in SOURCES)
 
@@ -35,6 +42,8 @@ def test_sources_were_found():
 def test_no_pickle_eval_or_exec(path):
     for n, line in enumerate(path.read_text().splitlines(), 1):
         code = line.split("#", 1)[0]
+        if path.name in ALLOWED_PICKLE:
+            code = re.sub(r"\bpickle\b", "", code)
         assert not FORBIDDEN.search(code), f"{path.name}:{n}: {line.strip()}"
 
 
