@@ -84,7 +84,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--static", action="append", default=[], metavar="NAME=VALUE", help="a static argument"
     )
     t.add_argument("--trials", type=int, default=32, help="distinct configurations to measure")
-    t.add_argument("--strategy", choices=("tpe", "random", "grid"), default="tpe")
+    t.add_argument("--strategy", choices=("tpe", "gp", "cmaes", "random", "grid"), default="tpe")
     t.add_argument("--seed", type=int, default=None)
     t.add_argument(
         "--db",
@@ -104,7 +104,33 @@ def build_parser() -> argparse.ArgumentParser:
         q.add_argument("--dtype")
         q.add_argument("--format", choices=FORMATS, default="table")
         q.add_argument("--db", default=None)
+    add_landscape_parser(dsub)
     return p
+
+
+def add_landscape_parser(dsub: Any) -> None:
+    q = dsub.add_parser(
+        "landscape", help="write an exhaustive run's trials as a landscape CSV (for replay)"
+    )
+    q.add_argument("--kernel", required=True)
+    q.add_argument("--signature", required=True, help="e.g. f32[64,128]")
+    q.add_argument("--device-kind")
+    q.add_argument("--output", "-o", help="file to write (.csv, or .csv.gz); default: stdout")
+    q.add_argument("--db", default=None)
+
+
+def cmd_db_landscape(args: argparse.Namespace) -> int:
+    from autotune.db import TuningDB
+    from autotune.landscape import landscape_rows, write_landscape
+
+    with TuningDB(args.db) as db:
+        header, rows = landscape_rows(db, args.kernel, args.signature, args.device_kind)
+    text = write_landscape(args.output, header, rows)
+    if args.output is None:
+        print(text, end="")
+    else:
+        print(f"wrote {len(rows)} configurations to {args.output}", file=sys.stderr)
+    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -188,6 +214,9 @@ def cmd_kernels(args: argparse.Namespace) -> int:
 
 def cmd_db(args: argparse.Namespace) -> int:
     from autotune.db import TuningDB
+
+    if args.db_command == "landscape":
+        return cmd_db_landscape(args)
 
     filters = {
         "kernel": args.kernel,

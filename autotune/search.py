@@ -5,14 +5,22 @@ only its objective value or that it failed. Only distinct, valid configurations 
 a proposal that breaks a constraint, or repeats one already measured, is told to the sampler
 without measuring and replaced by the nearest valid unmeasured configuration, so the loop
 always progresses.
+
+`replay` runs the same loop against a recorded landscape (see ../shared/landscapes/README.md)
+instead of a device, to measure how quickly a strategy finds the optimum.
 """
 
 from __future__ import annotations
 
+import csv
+import gzip
+import io
 import logging
 import random
+import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -20,12 +28,16 @@ import optuna
 from optuna.distributions import BaseDistribution, CategoricalDistribution, IntDistribution
 from optuna.trial import TrialState
 
+from autotune.candidates import CandidateSampler
 from autotune.errors import SpaceError
 from autotune.signature import Signature
-from autotune.space import Space
+from autotune.space import Param, Space
 
 log = logging.getLogger(__name__)
-STRATEGIES = ("tpe", "random", "grid")
+STRATEGIES = ("tpe", "gp", "cmaes", "random", "grid")
+# Random proposals before TPE models the landscape. Fixed (not a share of the budget) so that a
+# run with budget n is the first n trials of a run with a larger budget, as the benchmark assumes.
+TPE_STARTUP = 8
 
 
 @dataclass(frozen=True)
@@ -44,10 +56,15 @@ def _config_id(config: Mapping[str, Any]) -> tuple:
 
 class _Encoding:
     """Maps configs to Optuna parameters: ordered parameters by index into their sorted
-    candidates (so the sampler sees neighbours as neighbours), others as categories."""
+    candidates (so the sampler sees neighbours as neighbours, and powers of two evenly spaced),
+    others as categories."""
 
     def __init__(self, space: Space) -> None:
         self.space = space
+        self.ordered = {p.name: p.ordered for p in space.params}
+        self.positions = {
+            p.name: {(type(v), v): i for i, v in enumerate(p.values)} for p in space.params
+        }
         self.distributions: dict[str, BaseDistribution] = {}
         for p in space.params:
             if p.ordered:
@@ -59,12 +76,17 @@ class _Encoding:
         out = {}
         for p in self.space.params:
             v = params[p.name]
-            out[p.name] = p.values[v] if p.ordered else v
+            out[p.name] = p.values[v] if self.ordered[p.name] else v
         return out
+
+    def _position(self, name: str, value: Any) -> int:
+        return self.positions[name][type(value), value]
 
     def encode(self, config: Mapping[str, Any]) -> dict[str, Any]:
         return {
-            p.name: (p.values.index(config[p.name]) if p.ordered else config[p.name])
+            p.name: (
+                self._position(p.name, config[p.name]) if self.ordered[p.name] else config[p.name]
+            )
             for p in self.space.params
         }
 
@@ -72,27 +94,57 @@ class _Encoding:
         """Position in the unit cube, for nearest-neighbour replacement of a proposal."""
         out = []
         for p in self.space.params:
-            i = p.values.index(config[p.name])
+            i = self._position(p.name, config[p.name])
             out.append(i / (len(p.values) - 1) if len(p.values) > 1 else 0.0)
         return out
 
+    def features(self, config: Mapping[str, Any]) -> list[float]:
+        """Model inputs: ordered parameters at their unit-cube position; categories one-hot,
+        scaled so that any two categories are as far apart as the ends of an ordered range."""
+        out = []
+        for p in self.space.params:
+            i = self._position(p.name, config[p.name])
+            if self.ordered[p.name]:
+                out.append(i / (len(p.values) - 1) if len(p.values) > 1 else 0.0)
+            else:
+                out += [(j == i) / np.sqrt(2) for j in range(len(p.values))]
+        return out
 
-def make_sampler(strategy: str, seed: int | None, n_trials: int) -> optuna.samplers.BaseSampler:
-    if strategy == "tpe":
-        return optuna.samplers.TPESampler(
-            seed=seed, n_startup_trials=max(3, min(10, n_trials // 4)), multivariate=True
+
+def make_sampler(
+    strategy: str, seed: int | None, enc: _Encoding, valid: list[dict[str, Any]]
+) -> optuna.samplers.BaseSampler:
+    if strategy in ("tpe", "gp"):
+        return CandidateSampler(
+            enc.distributions,
+            [enc.encode(c) for c in valid],
+            np.array([enc.features(c) for c in valid]),
+            model=strategy,
+            seed=seed,
+            n_startup=TPE_STARTUP,
         )
-    if strategy in (
-        "random",
-        "grid",
-    ):  # grid: every valid config is enqueued; the sampler is unused
+    if strategy == "cmaes":
+        try:
+            import cmaes  # noqa: F401
+        except ImportError:
+            raise SpaceError(
+                "strategy 'cmaes' needs the cmaes package: pip install 'pallas-autotune[cmaes]', "
+                "or use strategy 'tpe'"
+            ) from None
+        # CMA-ES models the ordered (integer) parameters; categories fall back to random
+        return optuna.samplers.CmaEsSampler(
+            seed=seed,
+            n_startup_trials=TPE_STARTUP,
+            independent_sampler=optuna.samplers.RandomSampler(seed=seed),
+        )
+    if strategy in ("random", "grid"):  # grid: every valid config is enqueued; sampler unused
         return optuna.samplers.RandomSampler(seed=seed)
     raise SpaceError(f"unknown strategy {strategy!r}: use one of {', '.join(STRATEGIES)}")
 
 
 def run_search(
     space: Space,
-    sig: Signature,
+    sig: Signature | None,
     evaluate: Callable[[dict[str, Any]], Evaluation],
     *,
     n_trials: int,
@@ -100,26 +152,43 @@ def run_search(
     seed: int | None = None,
     initial: Iterable[Mapping[str, Any]] = (),
     valid: list[dict[str, Any]] | None = None,
+    time_limit_s: float | None = None,
+    patience: int | None = None,
+    noise: float = 0.01,
 ) -> list[Evaluation]:
-    """Measure up to `n_trials` distinct valid configurations; returns them in order.
+    """Measure distinct valid configurations until a budget runs out; returns them in order.
 
-    When the valid space is no larger than the budget it is searched exhaustively. `initial`
-    configurations (warm starts, the default) are measured first.
+    Budgets, whichever comes first: `n_trials` measurements, `time_limit_s` seconds of wall
+    time, and `patience` measurements in a row that do not beat the best so far by more than
+    `noise` (relative). When the valid space is no larger than `n_trials` it is searched
+    exhaustively. `initial` configurations (warm starts, the default) are measured first;
+    those outside the valid space are skipped.
     """
     if n_trials < 1:
         raise SpaceError(f"n_trials must be at least 1, got {n_trials}")
-    sampler = make_sampler(strategy, seed, n_trials)
-    valid = space.valid_configs(sig) if valid is None else valid
+    if patience is not None and patience < 1:
+        raise SpaceError(f"patience must be at least 1 trial, got {patience}")
+    if time_limit_s is not None and time_limit_s <= 0:
+        raise SpaceError(f"time_limit_s must be positive, got {time_limit_s}")
+    if strategy not in STRATEGIES:
+        raise SpaceError(f"unknown strategy {strategy!r}: use one of {', '.join(STRATEGIES)}")
+    if valid is None:
+        if sig is None:
+            raise SpaceError("run_search needs a signature or the list of valid configurations")
+        valid = space.valid_configs(sig)
     if not valid:
-        raise SpaceError(f"no configuration of the space fits {sig.text} on {sig.platform}")
+        where = f" fits {sig.text} on {sig.platform}" if sig is not None else " is valid"
+        raise SpaceError(f"no configuration of the space{where}")
     budget = min(n_trials, len(valid))
+    deadline = None if time_limit_s is None else time.monotonic() + time_limit_s
     enc = _Encoding(space)
+    sampler = make_sampler(strategy, seed, enc, valid)
     valid_ids = {_config_id(c): i for i, c in enumerate(valid)}
     coords = np.array([enc.coords(c) for c in valid])
     unseen = np.ones(len(valid), dtype=bool)
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    study = optuna.create_study(direction="minimize", sampler=sampler)
+    study = _create_study(sampler)
     first = [dict(c) for c in initial if _config_id(c) in valid_ids]
     if strategy == "grid" or len(valid) <= n_trials:
         order = list(valid)
@@ -134,13 +203,22 @@ def run_search(
 
     results: list[Evaluation] = []
     measured: dict[tuple, Evaluation] = {}
+    best = np.inf
+    since_best = 0
     while len(results) < budget:
+        if deadline is not None and time.monotonic() >= deadline:
+            log.info("search: wall-time limit of %.0f s reached", time_limit_s)
+            break
+        if patience is not None and since_best >= patience:
+            log.info("search: no improvement beyond %.1f%% in %d trials", noise * 100, patience)
+            break
         trial = study.ask(enc.distributions)
         config = enc.decode(trial.params)
         cid = _config_id(config)
         index = valid_ids.get(cid)
         if index is None or cid in measured:
-            # invalid: bad region for the sampler; a repeat: already known, not new evidence
+            # invalid: a bad region for the sampler (pruned: no timing); a repeat: already
+            # known, not new evidence (failed: samplers ignore it)
             study.tell(trial, state=TrialState.PRUNED if index is None else TrialState.FAIL)
             study.enqueue_trial(
                 enc.encode(_nearest_unseen(valid, coords, unseen, enc.coords(config)))
@@ -150,11 +228,21 @@ def run_search(
         unseen[index] = False
         measured[cid] = ev
         results.append(ev)
-        if ev.value is None:  # failures teach "not here" without a fake timing
+        if ev.value is None:
+            # failures teach "not here" without a fake timing: TPE puts pruned trials among
+            # the bad ones, and no sampler fits a value to them
             study.tell(trial, state=TrialState.PRUNED)
+            since_best += 1
         else:
             study.tell(trial, ev.value)
+            since_best = 0 if ev.value < best * (1 - noise) or best == np.inf else since_best + 1
+            best = min(best, ev.value)
     return results
+
+
+def _create_study(sampler: optuna.samplers.BaseSampler) -> optuna.Study:
+    """The study the loop asks and tells: in memory (persistent storage can be passed here)."""
+    return optuna.create_study(direction="minimize", sampler=sampler)
 
 
 def _nearest_unseen(
@@ -163,3 +251,108 @@ def _nearest_unseen(
     d = np.abs(coords - np.asarray(point)).sum(axis=1)
     d[~unseen] = np.inf
     return valid[int(np.argmin(d))]  # argmin: the first of equals, so seeded runs repeat
+
+
+# ---------------------------------------------------------------------------- replay
+
+
+@dataclass(frozen=True)
+class Landscape:
+    """A recorded search space: every valid configuration with its time (None: it failed)."""
+
+    space: Space
+    configs: list[dict[str, Any]]
+    times: list[float | None]
+    statuses: list[str]
+
+    @property
+    def best_ms(self) -> float | None:
+        ok = [t for t in self.times if t is not None]
+        return min(ok) if ok else None
+
+
+def load_landscape(path: str | Path) -> Landscape:
+    """Read a landscape CSV (gzipped if it ends in .gz): a column per parameter, `time_ms`, `status`."""
+    path = Path(path)
+    try:
+        raw = path.read_bytes()
+        text = (gzip.decompress(raw) if path.suffix == ".gz" else raw).decode("utf-8")
+    except (OSError, EOFError, UnicodeDecodeError) as e:
+        raise SpaceError(f"{path}: cannot read the landscape ({e})") from e
+    rows = list(csv.reader(io.StringIO(text)))
+    if not rows or rows[0][-2:] != ["time_ms", "status"] or len(rows[0]) < 3:
+        raise SpaceError(
+            f"{path}: not a landscape: the header must be the parameters, then time_ms,status"
+        )
+    names = rows[0][:-2]
+    body = [r for r in rows[1:] if r]
+    if not body:
+        raise SpaceError(f"{path}: the landscape has no configurations")
+    columns = [_parse_column(path, n, [r[i] for r in body]) for i, n in enumerate(names)]
+    params = tuple(Param(n, _sorted_values(col)) for n, col in zip(names, columns))
+    configs, times, statuses, seen = [], [], [], set()
+    for j, r in enumerate(body):
+        if len(r) != len(rows[0]):
+            raise SpaceError(f"{path} line {j + 2}: {len(r)} fields, expected {len(rows[0])}")
+        config = {n: col[j] for n, col in zip(names, columns)}
+        if _config_id(config) in seen:
+            raise SpaceError(f"{path} line {j + 2}: configuration {config} repeats")
+        seen.add(_config_id(config))
+        status = r[-1]
+        try:
+            t = float(r[-2]) if status == "ok" else None
+        except ValueError:
+            raise SpaceError(f"{path} line {j + 2}: time_ms {r[-2]!r} is not a number") from None
+        configs.append(config)
+        times.append(t)
+        statuses.append(status)
+    return Landscape(Space(params), configs, times, statuses)
+
+
+def _parse_column(path: Path, name: str, cells: list[str]) -> list[Any]:
+    for cast in (int, float):
+        try:
+            return [cast(c) for c in cells]
+        except ValueError:
+            pass
+    if set(cells) <= {"True", "False", "true", "false"}:
+        return [c.lower() == "true" for c in cells]
+    return cells
+
+
+def _sorted_values(column: list[Any]) -> tuple:
+    values = list(dict.fromkeys(column))
+    numeric = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
+    return tuple(sorted(values)) if numeric else tuple(values)
+
+
+def replay(
+    path: str | Path | Landscape,
+    budget: int,
+    seed: int | None,
+    strategy: str | None = None,
+    **budgets: Any,
+) -> list[dict[str, Any]]:
+    """Search a recorded landscape with run_search, looking a time up only when the search
+    evaluates that configuration; returns the distinct configurations evaluated, in order,
+    as {"config": ..., "time_ms": float | None}. `budgets`: time_limit_s, patience, noise,
+    initial (as for run_search)."""
+    land = path if isinstance(path, Landscape) else load_landscape(path)
+    index = {_config_id(c): i for i, c in enumerate(land.configs)}
+
+    def evaluate(config: dict[str, Any]) -> Evaluation:
+        i = index[_config_id(config)]
+        return Evaluation(config, land.times[i], land.statuses[i])
+
+    # the configurations in the file are the valid space: absent ones were ruled out up front
+    found = run_search(
+        land.space,
+        None,
+        evaluate,
+        n_trials=budget,
+        strategy=strategy or "tpe",
+        seed=seed,
+        valid=land.configs,
+        **budgets,
+    )
+    return [{"config": ev.config, "time_ms": ev.value} for ev in found]

@@ -18,6 +18,7 @@ from autotune.measure import DEFAULT_POLICY, TimingPolicy, compile_ahead, time_c
 from autotune.search import Evaluation, run_search
 from autotune.signature import TuningKey, is_array
 from autotune.verify import compare
+from autotune.warmstart import warm_starts
 
 log = logging.getLogger(__name__)
 
@@ -105,12 +106,18 @@ def tune(
     store: bool = True,
     policy: TimingPolicy = DEFAULT_POLICY,
     progress: Callable[[TrialRecord, int, int], None] | None = None,
+    time_limit_s: float | None = None,
+    patience: int | None = None,
+    warm_start: bool = True,
 ) -> TuneResult:
     """Tune `fn` (an autotuned kernel, a registered name or 'pkg.module:fn') for these arguments.
 
     Every candidate is compiled ahead of time, checked against the interpret-mode oracle
     (the kernel at its default configuration) and timed; the best verified one is stored in
     `db` (a TuningDB, URL or path; default: the per-user database) with every trial.
+    Search stops at `n_trials`, after `time_limit_s` seconds, or after `patience` trials
+    without improvement. With `warm_start`, the default and the best configs stored for this
+    kernel and device at the nearest shapes are measured first.
     """
     kernel = registry.resolve(fn) if isinstance(fn, str) else fn
     if not isinstance(getattr(kernel, "spec", None), registry.KernelSpec):
@@ -146,6 +153,7 @@ def tune(
             progress(record, len(trials), min(n_trials, len(valid)))
         return Evaluation(config, record.time_s if record.status == "ok" else None, record.status)
 
+    warm = warm_starts(db, key, sig, space, valid) if warm_start else []
     run_search(
         space,
         sig,
@@ -153,8 +161,10 @@ def tune(
         n_trials=n_trials,
         strategy=strategy,
         seed=seed,
-        initial=[default],
+        initial=[default, *warm],
         valid=valid,
+        time_limit_s=time_limit_s,
+        patience=patience,
     )
 
     default_trial = next((t for t in trials if t.is_default), None)
