@@ -86,6 +86,10 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--trials", type=int, default=32, help="distinct configurations to measure")
     t.add_argument("--strategy", choices=("tpe", "gp", "cmaes", "random", "grid"), default="tpe")
     t.add_argument("--seed", type=int, default=None)
+    t.add_argument("--time-limit", type=float, default=None, help="stop after this many seconds")
+    t.add_argument(
+        "--patience", type=int, default=None, help="stop after N trials without improvement"
+    )
     t.add_argument(
         "--db",
         default=None,
@@ -178,6 +182,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
             db=args.db,
             strategy=args.strategy,
             seed=args.seed,
+            time_limit_s=args.time_limit,
+            patience=args.patience,
             kwargs=static,
             progress=progress,
         )

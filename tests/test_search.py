@@ -101,9 +101,7 @@ def test_failures_steer_the_search_away(tmp_path):
     path = write_landscape(tmp_path / "f.csv.gz", fail=lambda bx, by: by >= 64)
 
     def failures(strategy: str) -> int:
-        return sum(
-            f["time_ms"] is None for s in range(4) for f in replay(path, 40, s, strategy)
-        )
+        return sum(f["time_ms"] is None for s in range(4) for f in replay(path, 40, s, strategy))
 
     assert failures("tpe") < 0.6 * failures("random")
 
