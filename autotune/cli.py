@@ -59,8 +59,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--static", action="append", default=[], metavar="NAME=VALUE", help="a static argument"
     )
     t.add_argument("--trials", type=int, default=32, help="distinct configurations to measure")
-    t.add_argument("--strategy", choices=("tpe", "random", "grid"), default="tpe")
+    t.add_argument("--strategy", choices=("tpe", "gp", "cmaes", "random", "grid"), default="tpe")
     t.add_argument("--seed", type=int, default=None)
+    t.add_argument("--time-limit", type=float, default=None, help="stop after this many seconds")
+    t.add_argument(
+        "--patience", type=int, default=None, help="stop after N trials without improvement"
+    )
     t.add_argument(
         "--db",
         default=None,
@@ -130,7 +134,33 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--kernel")
     r.add_argument("--out", required=True, metavar="DIR", help="directory to write into")
     r.add_argument("--db", default=None)
+    add_landscape_parser(dsub)
     return p
+
+
+def add_landscape_parser(dsub: Any) -> None:
+    q = dsub.add_parser(
+        "landscape", help="write an exhaustive run's trials as a landscape CSV (for replay)"
+    )
+    q.add_argument("--kernel", required=True)
+    q.add_argument("--signature", required=True, help="e.g. f32[64,128]")
+    q.add_argument("--device-kind")
+    q.add_argument("--output", "-o", help="file to write (.csv, or .csv.gz); default: stdout")
+    q.add_argument("--db", default=None)
+
+
+def cmd_db_landscape(args: argparse.Namespace) -> int:
+    from autotune.db import TuningDB
+    from autotune.landscape import landscape_rows, write_landscape
+
+    with TuningDB(args.db) as db:
+        header, rows = landscape_rows(db, args.kernel, args.signature, args.device_kind)
+    text = write_landscape(args.output, header, rows)
+    if args.output is None:
+        print(text, end="")
+    else:
+        print(f"wrote {len(rows)} configurations to {args.output}", file=sys.stderr)
+    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -200,6 +230,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
             db=args.db,
             strategy=args.strategy,
             seed=args.seed,
+            time_limit_s=args.time_limit,
+            patience=args.patience,
             kwargs=static,
             progress=progress,
             storage=args.storage,
@@ -290,6 +322,9 @@ def cmd_db(args: argparse.Namespace) -> int:
     if args.db_command in cli_db.COMMANDS:
         with TuningDB(args.db) as db:
             return cli_db.COMMANDS[args.db_command](args, db, render)
+    if args.db_command == "landscape":
+        return cmd_db_landscape(args)
+
     filters = {
         "kernel": args.kernel,
         "device_kind": args.device_kind,

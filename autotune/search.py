@@ -5,42 +5,41 @@ only its objective value or that it failed. Only distinct, valid configurations 
 a proposal that breaks a constraint, or repeats one already measured, is told to the sampler
 without measuring and replaced by the nearest valid unmeasured configuration, so the loop
 always progresses.
+
+`replay` runs the same loop against a recorded landscape (see ../shared/landscapes/README.md)
+instead of a device, to measure how quickly a strategy finds the optimum.
 """
 
 from __future__ import annotations
 
 import contextlib
+import csv
+import gzip
+import io
 import logging
-import os
 import random
-import socket
-import threading
 import time
-import warnings
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import optuna
-import sqlalchemy
 from optuna.distributions import BaseDistribution, CategoricalDistribution, IntDistribution
 from optuna.trial import TrialState
 
+from autotune.candidates import CandidateSampler
 from autotune.errors import SpaceError
 from autotune.signature import Signature
-from autotune.space import Space
+from autotune.space import Param, Space
+from autotune.studies import SharedStudy, config_id
 
 log = logging.getLogger(__name__)
-STRATEGIES = ("tpe", "random", "grid")
-HEARTBEAT_S = 30  # a shared study's running trial whose worker is silent 3x this long is failed
-# Heartbeats are how a shared study releases the claims of dead workers; Optuna marks them
-# experimental and meant for Study.optimize, which an ask/tell loop cannot use: say it once here.
-for _message in ("Argument ``heartbeat_interval``", ".*fail_stale_trials is experimental"):
-    warnings.filterwarnings(
-        "ignore", message=_message, category=optuna.exceptions.ExperimentalWarning
-    )
-warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed to be used")
+STRATEGIES = ("tpe", "gp", "cmaes", "random", "grid")
+# Random proposals before TPE models the landscape. Fixed (not a share of the budget) so that a
+# run with budget n is the first n trials of a run with a larger budget, as the benchmark assumes.
+TPE_STARTUP = 8
 
 
 @dataclass(frozen=True)
@@ -53,16 +52,17 @@ class Evaluation:
     detail: Any = None  # the caller's own record (e.g. the full trial)
 
 
-def _config_id(config: Mapping[str, Any]) -> tuple:
-    return tuple(sorted((k, type(v).__name__, v) for k, v in config.items()))
-
-
 class _Encoding:
     """Maps configs to Optuna parameters: ordered parameters by index into their sorted
-    candidates (so the sampler sees neighbours as neighbours), others as categories."""
+    candidates (so the sampler sees neighbours as neighbours, and powers of two evenly spaced),
+    others as categories."""
 
     def __init__(self, space: Space) -> None:
         self.space = space
+        self.ordered = {p.name: p.ordered for p in space.params}
+        self.positions = {
+            p.name: {(type(v), v): i for i, v in enumerate(p.values)} for p in space.params
+        }
         self.distributions: dict[str, BaseDistribution] = {}
         for p in space.params:
             if p.ordered:
@@ -74,12 +74,17 @@ class _Encoding:
         out = {}
         for p in self.space.params:
             v = params[p.name]
-            out[p.name] = p.values[v] if p.ordered else v
+            out[p.name] = p.values[v] if self.ordered[p.name] else v
         return out
+
+    def _position(self, name: str, value: Any) -> int:
+        return self.positions[name][type(value), value]
 
     def encode(self, config: Mapping[str, Any]) -> dict[str, Any]:
         return {
-            p.name: (p.values.index(config[p.name]) if p.ordered else config[p.name])
+            p.name: (
+                self._position(p.name, config[p.name]) if self.ordered[p.name] else config[p.name]
+            )
             for p in self.space.params
         }
 
@@ -87,27 +92,57 @@ class _Encoding:
         """Position in the unit cube, for nearest-neighbour replacement of a proposal."""
         out = []
         for p in self.space.params:
-            i = p.values.index(config[p.name])
+            i = self._position(p.name, config[p.name])
             out.append(i / (len(p.values) - 1) if len(p.values) > 1 else 0.0)
         return out
 
+    def features(self, config: Mapping[str, Any]) -> list[float]:
+        """Model inputs: ordered parameters at their unit-cube position; categories one-hot,
+        scaled so that any two categories are as far apart as the ends of an ordered range."""
+        out = []
+        for p in self.space.params:
+            i = self._position(p.name, config[p.name])
+            if self.ordered[p.name]:
+                out.append(i / (len(p.values) - 1) if len(p.values) > 1 else 0.0)
+            else:
+                out += [(j == i) / np.sqrt(2) for j in range(len(p.values))]
+        return out
 
-def make_sampler(strategy: str, seed: int | None, n_trials: int) -> optuna.samplers.BaseSampler:
-    if strategy == "tpe":
-        return optuna.samplers.TPESampler(
-            seed=seed, n_startup_trials=max(3, min(10, n_trials // 4)), multivariate=True
+
+def make_sampler(
+    strategy: str, seed: int | None, enc: _Encoding, valid: list[dict[str, Any]]
+) -> optuna.samplers.BaseSampler:
+    if strategy in ("tpe", "gp"):
+        return CandidateSampler(
+            enc.distributions,
+            [enc.encode(c) for c in valid],
+            np.array([enc.features(c) for c in valid]),
+            model=strategy,
+            seed=seed,
+            n_startup=TPE_STARTUP,
         )
-    if strategy in (
-        "random",
-        "grid",
-    ):  # grid: every valid config is enqueued; the sampler is unused
+    if strategy == "cmaes":
+        try:
+            import cmaes  # noqa: F401
+        except ImportError:
+            raise SpaceError(
+                "strategy 'cmaes' needs the cmaes package: pip install 'pallas-autotune[cmaes]', "
+                "or use strategy 'tpe'"
+            ) from None
+        # CMA-ES models the ordered (integer) parameters; categories fall back to random
+        return optuna.samplers.CmaEsSampler(
+            seed=seed,
+            n_startup_trials=TPE_STARTUP,
+            independent_sampler=optuna.samplers.RandomSampler(seed=seed),
+        )
+    if strategy in ("random", "grid"):  # grid: every valid config is enqueued; sampler unused
         return optuna.samplers.RandomSampler(seed=seed)
     raise SpaceError(f"unknown strategy {strategy!r}: use one of {', '.join(STRATEGIES)}")
 
 
 def run_search(
     space: Space,
-    sig: Signature,
+    sig: Signature | None,
     evaluate: Callable[[dict[str, Any]], Evaluation],
     *,
     n_trials: int,
@@ -115,13 +150,19 @@ def run_search(
     seed: int | None = None,
     initial: Iterable[Mapping[str, Any]] = (),
     valid: list[dict[str, Any]] | None = None,
+    time_limit_s: float | None = None,
+    patience: int | None = None,
+    noise: float = 0.01,
     storage: str | None = None,
     study_name: str | None = None,
 ) -> list[Evaluation]:
-    """Measure up to `n_trials` distinct valid configurations; returns them in order.
+    """Measure distinct valid configurations until a budget runs out; returns them in order.
 
-    When the valid space is no larger than the budget it is searched exhaustively. `initial`
-    configurations (warm starts, the default) are measured first.
+    Budgets, whichever comes first: `n_trials` measurements, `time_limit_s` seconds of wall
+    time, and `patience` measurements in a row that do not beat the best so far by more than
+    `noise` (relative). When the valid space is no larger than `n_trials` it is searched
+    exhaustively. `initial` configurations (warm starts, the default) are measured first;
+    those outside the valid space are skipped.
 
     With `storage` (an Optuna RDB URL) the study `study_name` is created or resumed there:
     configurations it already measured are not measured again and count against `n_trials`,
@@ -131,20 +172,31 @@ def run_search(
     """
     if n_trials < 1:
         raise SpaceError(f"n_trials must be at least 1, got {n_trials}")
-    sampler = make_sampler(strategy, seed, n_trials)
-    valid = space.valid_configs(sig) if valid is None else valid
+    if patience is not None and patience < 1:
+        raise SpaceError(f"patience must be at least 1 trial, got {patience}")
+    if time_limit_s is not None and time_limit_s <= 0:
+        raise SpaceError(f"time_limit_s must be positive, got {time_limit_s}")
+    if strategy not in STRATEGIES:
+        raise SpaceError(f"unknown strategy {strategy!r}: use one of {', '.join(STRATEGIES)}")
+    if valid is None:
+        if sig is None:
+            raise SpaceError("run_search needs a signature or the list of valid configurations")
+        valid = space.valid_configs(sig)
     if not valid:
-        raise SpaceError(f"no configuration of the space fits {sig.text} on {sig.platform}")
+        where = f" fits {sig.text} on {sig.platform}" if sig is not None else " is valid"
+        raise SpaceError(f"no configuration of the space{where}")
     budget = min(n_trials, len(valid))
+    deadline = None if time_limit_s is None else time.monotonic() + time_limit_s
     enc = _Encoding(space)
-    valid_ids = {_config_id(c): i for i, c in enumerate(valid)}
+    sampler = make_sampler(strategy, seed, enc, valid)
+    valid_ids = {config_id(c): i for i, c in enumerate(valid)}
     coords = np.array([enc.coords(c) for c in valid])
     unseen = np.ones(len(valid), dtype=bool)
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    shared = _SharedStudy(storage, study_name, sampler) if storage else None
+    shared = SharedStudy(storage, study_name, sampler) if storage else None
     study = shared.study if shared else optuna.create_study(direction="minimize", sampler=sampler)
-    first = [dict(c) for c in initial if _config_id(c) in valid_ids]
+    first = [dict(c) for c in initial if config_id(c) in valid_ids]
     if strategy == "grid" or len(valid) <= n_trials:
         order = list(valid)
         if strategy != "grid":  # exhaustive anyway; a seeded order finds good ones early on average
@@ -152,25 +204,33 @@ def run_search(
         first += order
     queued = set()
     for c in first:
-        if _config_id(c) not in queued:
-            queued.add(_config_id(c))
+        if config_id(c) not in queued:
+            queued.add(config_id(c))
             # skip_if_exists: workers joining a shared study do not queue the same list again
             study.enqueue_trial(enc.encode(c), skip_if_exists=shared is not None)
 
     results: list[Evaluation] = []
     measured: dict[tuple, Evaluation] = {}
     claimed: set[tuple] = set()  # configs other live workers are measuring now
+    best = np.inf
+    since_best = 0
     while True:
         if shared:
-            measured, claimed = shared.refresh(enc)
+            measured, claimed = _refresh(shared, enc)
             for cid in (*measured, *claimed):
                 if cid in valid_ids:
                     unseen[valid_ids[cid]] = False
         if len(measured) + len(claimed) >= budget or not unseen.any():
             break
+        if deadline is not None and time.monotonic() >= deadline:
+            log.info("search: wall-time limit of %.0f s reached", time_limit_s)
+            break
+        if patience is not None and since_best >= patience:
+            log.info("search: no improvement beyond %.1f%% in %d trials", noise * 100, patience)
+            break
         trial = study.ask(enc.distributions)
         config = enc.decode(trial.params)
-        cid = _config_id(config)
+        cid = config_id(config)
         index = valid_ids.get(cid)
         fresh = index is not None and cid not in measured and cid not in claimed
         if shared and fresh and shared.taken(trial, cid, enc):
@@ -181,8 +241,9 @@ def run_search(
             time.sleep(random.uniform(0.0, 0.5))
             study.enqueue_trial(enc.encode(config))
             continue
-        if index is None or cid in measured or cid in claimed:
-            # invalid: bad region for the sampler; a repeat: already known, not new evidence
+        if not fresh:
+            # invalid: a bad region for the sampler (pruned: no timing); a repeat: already
+            # known, not new evidence (failed: samplers ignore it)
             study.tell(trial, state=TrialState.PRUNED if index is None else TrialState.FAIL)
             study.enqueue_trial(
                 enc.encode(_nearest_unseen(valid, coords, unseen, enc.coords(config)))
@@ -196,17 +257,27 @@ def run_search(
         if shared:
             trial.set_user_attr("status", ev.status)
             trial.set_user_attr("detail", ev.detail)
-        if ev.value is None:  # failures teach "not here" without a fake timing
+        if ev.value is None:
+            # failures teach "not here" without a fake timing: TPE puts pruned trials among
+            # the bad ones, and no sampler fits a value to them
             study.tell(trial, state=TrialState.PRUNED)
+            since_best += 1
         else:
             study.tell(trial, ev.value)
+            since_best = 0 if ev.value < best * (1 - noise) or best == np.inf else since_best + 1
+            best = min(best, ev.value)
     if shared:  # every worker's trials, once those still being measured are in
-        measured, claimed = shared.refresh(enc)
+        measured, claimed = _refresh(shared, enc)
         while claimed:
             time.sleep(0.5)
-            measured, claimed = shared.refresh(enc)
+            measured, claimed = _refresh(shared, enc)
         return list(measured.values())
     return results
+
+
+def _refresh(shared: SharedStudy, enc: _Encoding) -> tuple[dict[tuple, Evaluation], set[tuple]]:
+    measured, claimed = shared.refresh(enc)
+    return {cid: Evaluation(*fields) for cid, fields in measured.items()}, claimed
 
 
 def _nearest_unseen(
@@ -217,139 +288,106 @@ def _nearest_unseen(
     return valid[int(np.argmin(d))]  # argmin: the first of equals, so seeded runs repeat
 
 
-class _SharedStudy:
-    """A study in an Optuna RDB storage that several workers (and a resumed run) share.
-
-    Claims: Optuna writes a trial's parameters to the storage when it is asked for, so a
-    RUNNING trial is a claim on its configuration that every worker can see. A worker that
-    finds another live claim on the configuration it was just given gives it up (see `taken`).
-    Claims of dead workers are released: at once for a dead process on this host, and after
-    missed heartbeats for other hosts.
-    """
-
-    def __init__(self, storage: str, study_name: str | None, sampler: Any) -> None:
-        if not study_name:
-            raise SpaceError("a study in a storage needs a study_name")
-        self.worker = f"{socket.gethostname()}:{os.getpid()}"
-        for attempt in range(5):
-            try:
-                self.storage = optuna.storages.RDBStorage(
-                    _optuna_url(storage),
-                    heartbeat_interval=HEARTBEAT_S,
-                    grace_period=3 * HEARTBEAT_S,
-                )
-                break
-            except sqlalchemy.exc.SQLAlchemyError:
-                # workers starting together race to create Optuna's tables: the loser retries
-                if attempt == 4:
-                    raise
-                time.sleep(0.2 * (attempt + 1))
-        self.study = optuna.create_study(
-            storage=self.storage,
-            study_name=study_name,
-            direction="minimize",
-            sampler=sampler,
-            load_if_exists=True,
-        )
-
-    def refresh(self, enc: _Encoding) -> tuple[dict[tuple, Evaluation], set[tuple]]:
-        """The study's measured configs (first measurement of each) and live claims."""
-        self._release_dead()
-        measured: dict[tuple, Evaluation] = {}
-        claimed: set[tuple] = set()
-        for t in self.study.get_trials(deepcopy=False):
-            if (
-                t.state == TrialState.RUNNING
-                and "worker" in t.user_attrs  # a claim whose owner can be found dead (see taken)
-                and t.params.keys() == enc.distributions.keys()
-            ):
-                claimed.add(_config_id(enc.decode(t.params)))
-            elif t.state in (TrialState.COMPLETE, TrialState.PRUNED) and "status" in t.user_attrs:
-                cid = _config_id(enc.decode(t.params))
-                measured.setdefault(
-                    cid,
-                    Evaluation(
-                        enc.decode(t.params),
-                        t.value if t.state == TrialState.COMPLETE else None,
-                        t.user_attrs["status"],
-                        t.user_attrs.get("detail"),
-                    ),
-                )
-        return measured, claimed - set(measured)
-
-    def taken(self, trial: optuna.Trial, cid: tuple, enc: _Encoding) -> bool:
-        """Whether another worker holds a claim on this trial's config.
-
-        Set-then-check: our parameters are committed (by ask) before we look, so of two workers
-        given one config at the same moment, at least the later to commit sees the other. Both
-        may see each other and both give it up (a wasted ask, never a duplicate measurement);
-        the config stays unmeasured and can be proposed again.
-        """
-        trial.set_user_attr("worker", self.worker)
-        self.storage.record_heartbeat(trial._trial_id)  # from now on a dead owner is detected
-        for t in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-            if (
-                t.number != trial.number
-                and t.params.keys() == enc.distributions.keys()
-                and _config_id(enc.decode(t.params)) == cid
-            ):
-                return True
-        return False
-
-    def heartbeat(self, trial: optuna.Trial) -> _Heartbeat:
-        return _Heartbeat(self.storage, trial._trial_id)
-
-    def _release_dead(self) -> None:
-        optuna.storages.fail_stale_trials(self.study)
-        host = socket.gethostname()
-        for t in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-            worker_host, _, pid = str(t.user_attrs.get("worker", "")).partition(":")
-            if worker_host == host and pid.isdigit() and not _alive(int(pid)):
-                # another worker may have released it first
-                with contextlib.suppress(optuna.exceptions.UpdateFinishedTrialError):
-                    self.storage.set_trial_state_values(t._trial_id, TrialState.FAIL)
+# ---------------------------------------------------------------------------- replay
 
 
-class _Heartbeat:
-    """Records the trial's heartbeat while its configuration is measured."""
+@dataclass(frozen=True)
+class Landscape:
+    """A recorded search space: every valid configuration with its time (None: it failed)."""
 
-    def __init__(self, storage: Any, trial_id: int) -> None:
-        self.storage, self.trial_id = storage, trial_id
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=self._beat, daemon=True)
+    space: Space
+    configs: list[dict[str, Any]]
+    times: list[float | None]
+    statuses: list[str]
 
-    def _beat(self) -> None:
-        while True:
-            self.storage.record_heartbeat(self.trial_id)
-            if self.stop.wait(HEARTBEAT_S):
-                return
-
-    def __enter__(self) -> None:
-        self.thread.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop.set()
-        self.thread.join()
+    @property
+    def best_ms(self) -> float | None:
+        ok = [t for t in self.times if t is not None]
+        return min(ok) if ok else None
 
 
-def _alive(pid: int) -> bool:
-    if pid == os.getpid():
-        return True
+def load_landscape(path: str | Path) -> Landscape:
+    """Read a landscape CSV (gzipped if it ends in .gz): a column per parameter, `time_ms`, `status`."""
+    path = Path(path)
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # exists, owned by someone else
-        return True
-    return True
+        raw = path.read_bytes()
+        text = (gzip.decompress(raw) if path.suffix == ".gz" else raw).decode("utf-8")
+    except (OSError, EOFError, UnicodeDecodeError) as e:
+        raise SpaceError(f"{path}: cannot read the landscape ({e})") from e
+    rows = list(csv.reader(io.StringIO(text)))
+    if not rows or rows[0][-2:] != ["time_ms", "status"] or len(rows[0]) < 3:
+        raise SpaceError(
+            f"{path}: not a landscape: the header must be the parameters, then time_ms,status"
+        )
+    names = rows[0][:-2]
+    body = [r for r in rows[1:] if r]
+    if not body:
+        raise SpaceError(f"{path}: the landscape has no configurations")
+    columns = [_parse_column(path, n, [r[i] for r in body]) for i, n in enumerate(names)]
+    params = tuple(Param(n, _sorted_values(col)) for n, col in zip(names, columns))
+    configs, times, statuses, seen = [], [], [], set()
+    for j, r in enumerate(body):
+        if len(r) != len(rows[0]):
+            raise SpaceError(f"{path} line {j + 2}: {len(r)} fields, expected {len(rows[0])}")
+        config = {n: col[j] for n, col in zip(names, columns)}
+        if config_id(config) in seen:
+            raise SpaceError(f"{path} line {j + 2}: configuration {config} repeats")
+        seen.add(config_id(config))
+        status = r[-1]
+        try:
+            t = float(r[-2]) if status == "ok" else None
+        except ValueError:
+            raise SpaceError(f"{path} line {j + 2}: time_ms {r[-2]!r} is not a number") from None
+        configs.append(config)
+        times.append(t)
+        statuses.append(status)
+    return Landscape(Space(params), configs, times, statuses)
 
 
-def _optuna_url(url: str) -> str:
-    """Optuna's storage takes SQLAlchemy URLs; PostgreSQL through psycopg 3 (the postgres extra)."""
-    if url.startswith(("postgresql://", "postgres://")):
-        return "postgresql+psycopg://" + url.split("://", 1)[1]
-    if "://" not in url:
-        from pathlib import Path
+def _parse_column(path: Path, name: str, cells: list[str]) -> list[Any]:
+    for cast in (int, float):
+        try:
+            return [cast(c) for c in cells]
+        except ValueError:
+            pass
+    if set(cells) <= {"True", "False", "true", "false"}:
+        return [c.lower() == "true" for c in cells]
+    return cells
 
-        return f"sqlite:///{Path(url).expanduser().resolve()}"
-    return url
+
+def _sorted_values(column: list[Any]) -> tuple:
+    values = list(dict.fromkeys(column))
+    numeric = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
+    return tuple(sorted(values)) if numeric else tuple(values)
+
+
+def replay(
+    path: str | Path | Landscape,
+    budget: int,
+    seed: int | None,
+    strategy: str | None = None,
+    **budgets: Any,
+) -> list[dict[str, Any]]:
+    """Search a recorded landscape with run_search, looking a time up only when the search
+    evaluates that configuration; returns the distinct configurations evaluated, in order,
+    as {"config": ..., "time_ms": float | None}. `budgets`: time_limit_s, patience, noise,
+    initial (as for run_search)."""
+    land = path if isinstance(path, Landscape) else load_landscape(path)
+    index = {config_id(c): i for i, c in enumerate(land.configs)}
+
+    def evaluate(config: dict[str, Any]) -> Evaluation:
+        i = index[config_id(config)]
+        return Evaluation(config, land.times[i], land.statuses[i])
+
+    # the configurations in the file are the valid space: absent ones were ruled out up front
+    found = run_search(
+        land.space,
+        None,
+        evaluate,
+        n_trials=budget,
+        strategy=strategy or "tpe",
+        seed=seed,
+        valid=land.configs,
+        **budgets,
+    )
+    return [{"config": ev.config, "time_ms": ev.value} for ev in found]

@@ -21,6 +21,7 @@ from autotune.measure import DEFAULT_POLICY, TimingPolicy
 from autotune.search import Evaluation, run_search
 from autotune.signature import TuningKey, is_array
 from autotune.verify import compare
+from autotune.warmstart import warm_starts
 from autotune.worker import DEFAULT_LIMITS, DeviceWorker, InProcessWorker, WorkerLimits
 
 log = logging.getLogger(__name__)
@@ -128,6 +129,9 @@ def tune(
     worker: DeviceWorker | None = None,
     storage: str | None = None,
     study_name: str | None = None,
+    time_limit_s: float | None = None,
+    patience: int | None = None,
+    warm_start: bool = True,
 ) -> TuneResult:
     """Tune `fn` (an autotuned kernel, a registered name or 'pkg.module:fn') for these arguments.
 
@@ -146,6 +150,9 @@ def tune(
     derived from the key, so workers tuning the same key meet in one study): an interrupted run
     resumes without re-measuring, several workers share the `n_trials` budget, and the best
     entry is the best trial of all of them.
+    Search stops at `n_trials`, after `time_limit_s` seconds, or after `patience` trials
+    without improvement. With `warm_start`, the default and the best configs stored for this
+    kernel and device at the nearest shapes are measured first.
     """
     start = time.perf_counter()
     kernel = registry.resolve(fn) if isinstance(fn, str) else fn
@@ -171,15 +178,18 @@ def tune(
             worker,
             args,
             kwargs,
-            n_trials,
-            db,
-            strategy,
-            seed,
-            store,
-            progress,
-            finalists,
-            storage,
-            study_name,
+            n_trials=n_trials,
+            db=db,
+            strategy=strategy,
+            seed=seed,
+            store=store,
+            progress=progress,
+            n_finalists=finalists,
+            storage=storage,
+            study_name=study_name,
+            time_limit_s=time_limit_s,
+            patience=patience,
+            warm_start=warm_start,
         )
     result.worker_start_s = start_s
     result.restarts = worker.restarts - restarts_before
@@ -208,6 +218,7 @@ def _tune(
     worker: Any,
     args: list[Any],
     kwargs: dict[str, Any],
+    *,
     n_trials: int,
     db: Any,
     strategy: str,
@@ -217,6 +228,9 @@ def _tune(
     n_finalists: int,
     storage: str | None,
     study_name: str | None,
+    time_limit_s: float | None,
+    patience: int | None,
+    warm_start: bool,
 ) -> TuneResult:
     device = worker.device
     sig = spec.signature(args, kwargs, device)
@@ -262,6 +276,7 @@ def _tune(
         value = record.time_s if record.status == "ok" else None
         return Evaluation(config, value, record.status, detail=record.as_dict())
 
+    warm = warm_starts(handle or db, key, sig, space, valid) if warm_start else []
     try:
         evaluations = run_search(
             space,
@@ -270,8 +285,10 @@ def _tune(
             n_trials=n_trials,
             strategy=strategy,
             seed=seed,
-            initial=[default],
+            initial=[default, *warm],
             valid=valid,
+            time_limit_s=time_limit_s,
+            patience=patience,
             storage=storage,
             study_name=(study_name or study_name_of(key)) if storage else None,
         )

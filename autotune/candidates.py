@@ -1,0 +1,196 @@
+"""Model-based samplers over the finite list of valid configurations.
+
+Optuna's own samplers propose points of the whole grid and know nothing of constraints: in the
+recorded landscapes most of the grid is invalid, so proposals land on invalid or already
+measured points and the loop has to substitute a neighbour. These samplers score every valid,
+unmeasured configuration with a surrogate model and propose the best one, so each proposal is
+a new valid measurement. Two models:
+
+- "tpe": a Parzen-estimator ratio l(x)/g(x) (as in TPE): how much more the fast configurations
+  than the slow or failed ones crowd around x.
+- "gp": a Gaussian process on log time (Matern 5/2, length scale and noise chosen by marginal
+  likelihood) with expected improvement, in plain numpy (Optuna's GPSampler needs torch).
+
+Failed configurations never enter the timing model; they lower the score of their
+neighbourhood through a kernel estimate of the chance of failing there.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from math import erf, sqrt
+from typing import Any
+
+import numpy as np
+import optuna
+from optuna.distributions import BaseDistribution
+from optuna.samplers import BaseSampler, RandomSampler
+from optuna.trial import FrozenTrial, TrialState
+
+MODELS = ("tpe", "gp")
+TPE_GAMMA = 0.15  # share of the measured configurations that model the fast region
+TPE_BANDWIDTH = 0.15  # kernel width, in units of a whole ordered range
+_SEEN = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL, TrialState.RUNNING)
+
+
+class CandidateSampler(BaseSampler):
+    """Proposes the unmeasured candidate with the best model score (random for the first
+    `n_startup` measurements). `encoded[i]` are candidate i's Optuna parameters, `features[i]`
+    its position (ordered parameters in [0, 1], categories one-hot)."""
+
+    def __init__(
+        self,
+        distributions: Mapping[str, BaseDistribution],
+        encoded: Sequence[Mapping[str, Any]],
+        features: np.ndarray,
+        *,
+        model: str = "tpe",
+        seed: int | None = None,
+        n_startup: int = 8,
+    ) -> None:
+        if model not in MODELS:
+            raise ValueError(f"unknown model {model!r}: use one of {', '.join(MODELS)}")
+        self.distributions = dict(distributions)
+        self.names = tuple(self.distributions)
+        self.encoded = [dict(e) for e in encoded]
+        self.index = {self._key(e): i for i, e in enumerate(self.encoded)}
+        self.features = np.asarray(features, dtype=np.float64)
+        self.model = model
+        self.n_startup = n_startup
+        self.rng = np.random.default_rng(seed)
+        self.fallback = RandomSampler(seed=seed)
+        self._dist_cols: dict[int, np.ndarray] = {}  # squared distances of all to candidate i
+
+    def _key(self, params: Mapping[str, Any]) -> tuple:
+        return tuple(params.get(n) for n in self.names)
+
+    def reseed_rng(self) -> None:
+        self.rng = np.random.default_rng()
+        self.fallback.reseed_rng()
+
+    def infer_relative_search_space(
+        self, study: optuna.Study, trial: FrozenTrial
+    ) -> dict[str, BaseDistribution]:
+        return dict(self.distributions)
+
+    def sample_independent(
+        self,
+        study: optuna.Study,
+        trial: FrozenTrial,
+        param_name: str,
+        param_distribution: BaseDistribution,
+    ) -> Any:
+        return self.fallback.sample_independent(study, trial, param_name, param_distribution)
+
+    def sample_relative(
+        self, study: optuna.Study, trial: FrozenTrial, search_space: dict[str, BaseDistribution]
+    ) -> dict[str, Any]:
+        if search_space.keys() != self.distributions.keys():
+            return {}
+        seen = np.zeros(len(self.encoded), dtype=bool)
+        ok, times, failed = [], [], []
+        for t in study.get_trials(deepcopy=False, states=_SEEN):
+            if t.number == trial.number:
+                continue
+            i = self.index.get(self._key(t.params))
+            if i is None:  # an invalid proposal: not a candidate
+                continue
+            seen[i] = True  # running trials too: parallel workers should not repeat them
+            if t.state == TrialState.COMPLETE and t.value is not None and t.value > 0:
+                ok.append(i)
+                times.append(t.value)
+            elif t.state == TrialState.PRUNED:
+                failed.append(i)
+        unseen = np.flatnonzero(~seen)
+        if len(unseen) == 0:
+            return {}
+        if len(ok) < self.n_startup:
+            return dict(self.encoded[int(self.rng.choice(unseen))])
+        dist = np.stack([self._distances(i) for i in ok + failed], axis=1)
+        score = _tpe_score if self.model == "tpe" else _gp_score
+        if self.model == "gp" and len(unseen) > GP_MAX_SCORED:  # bounds the cost of a proposal
+            unseen = np.sort(self.rng.choice(unseen, GP_MAX_SCORED, replace=False))
+        s = score(dist, np.asarray(ok), np.log(np.asarray(times)), unseen)
+        return dict(self.encoded[int(unseen[int(np.argmax(s))])])
+
+    def _distances(self, i: int) -> np.ndarray:
+        col = self._dist_cols.get(i)
+        if col is None:
+            col = ((self.features - self.features[i]) ** 2).sum(axis=1)
+            self._dist_cols[i] = col
+        return col
+
+
+def _tpe_score(dist: np.ndarray, ok: np.ndarray, y: np.ndarray, unseen: np.ndarray) -> np.ndarray:
+    """log l(x) - log g(x): l from the fastest measured, g from the rest and the failures.
+
+    `dist[c, j]`: squared distance of candidate c to measurement j (the `ok` candidates with
+    log times `y` first, then the failures)."""
+    n_ok = len(ok)
+    order = np.argsort(y, kind="stable")
+    n_below = max(1, int(np.ceil(TPE_GAMMA * n_ok)))
+    below = order[:n_below]
+    above = np.concatenate([order[n_below:], np.arange(n_ok, dist.shape[1])])
+    d = dist[unseen]
+    h2 = 2 * TPE_BANDWIDTH**2
+    l_dens = np.exp(-d[:, below] / h2).mean(axis=1)
+    g_dens = np.exp(-d[:, above] / h2).mean(axis=1) if len(above) else 0.0
+    prior = 1e-3  # a flat floor: far from every measurement the ratio tends to 1
+    score = np.log(l_dens + prior) - np.log(g_dens + prior)
+    if dist.shape[1] > n_ok:  # failures: a wider kernel estimate of the chance that x runs
+        wide = 2 * (2 * TPE_BANDWIDTH) ** 2
+        near_ok = np.exp(-d[:, :n_ok] / wide).sum(axis=1)
+        near_fail = np.exp(-d[:, n_ok:] / wide).sum(axis=1)
+        score += np.log((near_ok + 1.0) / (near_ok + near_fail + 2.0))
+    return score
+
+
+_LENGTH_SCALES = (0.2, 0.4, 0.8)
+_NOISES = (1e-3, 1e-1)
+GP_MAX_SCORED = 2000  # unmeasured candidates scored per proposal (a seeded random subset)
+
+
+def _matern52(sq: np.ndarray, ls: float) -> np.ndarray:
+    r = np.sqrt(np.maximum(sq, 0.0)) * (sqrt(5.0) / ls)
+    return (1.0 + r + r * r / 3.0) * np.exp(-r)
+
+
+def _gp_score(dist: np.ndarray, ok: np.ndarray, y: np.ndarray, unseen: np.ndarray) -> np.ndarray:
+    """Expected improvement on standardised log time, times the chance of not failing."""
+    n_ok = len(ok)
+    z = (y - y.mean()) / (y.std() or 1.0)
+    obs = dist[:, :n_ok]
+    mutual = obs[ok]  # rows are candidates: the measured ones' rows are their mutual distances
+    best_fit = None
+    for ls in _LENGTH_SCALES:
+        for noise in _NOISES:
+            k = _matern52(mutual, ls) + noise * np.eye(n_ok)
+            try:
+                linv = np.linalg.inv(np.linalg.cholesky(k))  # K^-1 = linv.T @ linv
+            except np.linalg.LinAlgError:
+                continue
+            w = linv @ z
+            ll = -0.5 * w @ w + np.log(np.abs(np.diag(linv))).sum()
+            if best_fit is None or ll > best_fit[0]:
+                best_fit = (ll, ls, linv, linv.T @ w)
+    if best_fit is None:
+        return _tpe_score(dist, ok, y, unseen)
+    _, ls, linv, alpha = best_fit
+    ks = _matern52(obs[unseen], ls)
+    mu = ks @ alpha
+    v = linv @ ks.T
+    sd = np.sqrt(np.maximum(1.0 - (v * v).sum(axis=0), 1e-12))
+    gap = (z.min() - mu) / sd
+    ei = sd * (gap * _cdf(gap) + np.exp(-0.5 * gap * gap) / sqrt(2 * np.pi))
+    if dist.shape[1] > n_ok:  # failures: kernel estimate of the chance that x runs
+        near_ok = ks.sum(axis=1)
+        near_fail = _matern52(dist[unseen, n_ok:], ls).sum(axis=1)
+        ei = ei * (near_ok + 1.0) / (near_ok + near_fail + 2.0)
+    return ei
+
+
+_erf = np.vectorize(erf)
+
+
+def _cdf(x: np.ndarray) -> np.ndarray:
+    return 0.5 * (1.0 + _erf(x / sqrt(2.0)))

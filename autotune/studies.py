@@ -1,0 +1,174 @@
+"""Optuna studies in an RDB storage shared by several workers (and by a resumed run).
+
+The search loop (autotune.search) asks and tells; this module holds what sharing adds: claims
+on configurations being measured, heartbeats, and the release of dead workers' claims.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import threading
+import time
+import warnings
+from typing import Any
+
+import optuna
+import sqlalchemy
+from optuna.trial import TrialState
+
+from autotune.errors import SpaceError
+
+HEARTBEAT_S = 30  # a shared study's running trial whose worker is silent 3x this long is failed
+# Heartbeats are how a shared study releases the claims of dead workers; Optuna marks them
+# experimental and meant for Study.optimize, which an ask/tell loop cannot use: say it once here.
+for _message in ("Argument ``heartbeat_interval``", ".*fail_stale_trials is experimental"):
+    warnings.filterwarnings(
+        "ignore", message=_message, category=optuna.exceptions.ExperimentalWarning
+    )
+warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed to be used")
+
+
+class SharedStudy:
+    """A study in an Optuna RDB storage that several workers (and a resumed run) share.
+
+    Claims: Optuna writes a trial's parameters to the storage when it is asked for, so a
+    RUNNING trial is a claim on its configuration that every worker can see. A worker that
+    finds another live claim on the configuration it was just given gives it up (see `taken`).
+    Claims of dead workers are released: at once for a dead process on this host, and after
+    missed heartbeats for other hosts.
+    """
+
+    def __init__(self, storage: str, study_name: str | None, sampler: Any) -> None:
+        if not study_name:
+            raise SpaceError("a study in a storage needs a study_name")
+        self.worker = f"{socket.gethostname()}:{os.getpid()}"
+        for attempt in range(5):
+            try:
+                self.storage = optuna.storages.RDBStorage(
+                    _optuna_url(storage),
+                    heartbeat_interval=HEARTBEAT_S,
+                    grace_period=3 * HEARTBEAT_S,
+                )
+                break
+            except sqlalchemy.exc.SQLAlchemyError:
+                # workers starting together race to create Optuna's tables: the loser retries
+                if attempt == 4:
+                    raise
+                time.sleep(0.2 * (attempt + 1))
+        self.study = optuna.create_study(
+            storage=self.storage,
+            study_name=study_name,
+            direction="minimize",
+            sampler=sampler,
+            load_if_exists=True,
+        )
+
+    def refresh(self, enc: Any) -> tuple[dict[tuple, tuple], set[tuple]]:
+        """The study's measured configs (config, value, status, detail of the first
+        measurement of each) and its live claims."""
+        self._release_dead()
+        measured: dict[tuple, tuple] = {}
+        claimed: set[tuple] = set()
+        for t in self.study.get_trials(deepcopy=False):
+            if (
+                t.state == TrialState.RUNNING
+                and "worker" in t.user_attrs  # a claim whose owner can be found dead (see taken)
+                and t.params.keys() == enc.distributions.keys()
+            ):
+                claimed.add(config_id(enc.decode(t.params)))
+            elif t.state in (TrialState.COMPLETE, TrialState.PRUNED) and "status" in t.user_attrs:
+                cid = config_id(enc.decode(t.params))
+                measured.setdefault(
+                    cid,
+                    (
+                        enc.decode(t.params),
+                        t.value if t.state == TrialState.COMPLETE else None,
+                        t.user_attrs["status"],
+                        t.user_attrs.get("detail"),
+                    ),
+                )
+        return measured, claimed - set(measured)
+
+    def taken(self, trial: optuna.Trial, cid: tuple, enc: Any) -> bool:
+        """Whether another worker holds a claim on this trial's config.
+
+        Set-then-check: our parameters are committed (by ask) before we look, so of two workers
+        given one config at the same moment, at least the later to commit sees the other. Both
+        may see each other and both give it up (a wasted ask, never a duplicate measurement);
+        the config stays unmeasured and can be proposed again.
+        """
+        trial.set_user_attr("worker", self.worker)
+        self.storage.record_heartbeat(trial._trial_id)  # from now on a dead owner is detected
+        for t in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+            if (
+                t.number != trial.number
+                and t.params.keys() == enc.distributions.keys()
+                and config_id(enc.decode(t.params)) == cid
+            ):
+                return True
+        return False
+
+    def heartbeat(self, trial: optuna.Trial) -> _Heartbeat:
+        return _Heartbeat(self.storage, trial._trial_id)
+
+    def _release_dead(self) -> None:
+        optuna.storages.fail_stale_trials(self.study)
+        host = socket.gethostname()
+        for t in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+            worker_host, _, pid = str(t.user_attrs.get("worker", "")).partition(":")
+            if worker_host == host and pid.isdigit() and not _alive(int(pid)):
+                # another worker may have released it first
+                with contextlib.suppress(optuna.exceptions.UpdateFinishedTrialError):
+                    self.storage.set_trial_state_values(t._trial_id, TrialState.FAIL)
+
+
+class _Heartbeat:
+    """Records the trial's heartbeat while its configuration is measured."""
+
+    def __init__(self, storage: Any, trial_id: int) -> None:
+        self.storage, self.trial_id = storage, trial_id
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._beat, daemon=True)
+
+    def _beat(self) -> None:
+        while True:
+            self.storage.record_heartbeat(self.trial_id)
+            if self.stop.wait(HEARTBEAT_S):
+                return
+
+    def __enter__(self) -> None:
+        self.thread.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.thread.join()
+
+
+def _alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # exists, owned by someone else
+        return True
+    return True
+
+
+def _optuna_url(url: str) -> str:
+    """Optuna's storage takes SQLAlchemy URLs; PostgreSQL through psycopg 3 (the postgres extra)."""
+    if url.startswith(("postgresql://", "postgres://")):
+        return "postgresql+psycopg://" + url.split("://", 1)[1]
+    if "://" not in url:
+        from pathlib import Path
+
+        return f"sqlite:///{Path(url).expanduser().resolve()}"
+    return url
+
+
+def config_id(config: Any) -> tuple:
+    """A hashable identity of a config (types included: True is not 1 here)."""
+    return tuple(sorted((k, type(v).__name__, v) for k, v in config.items()))

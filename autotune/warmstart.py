@@ -1,0 +1,61 @@
+"""Warm starts: the best configurations already stored for the same kernel and device at the
+nearest shapes, to measure before the sampler proposes anything."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from autotune.errors import AutotuneError
+from autotune.signature import Signature, TuningKey, parse_args, shape_distance
+from autotune.space import Space
+
+log = logging.getLogger(__name__)
+
+
+def warm_starts(
+    db: Any, key: TuningKey, sig: Signature, space: Space, valid: list[dict], limit: int = 3
+) -> list[dict[str, Any]]:
+    """Up to `limit` stored best configs of this kernel (same version) on this device kind,
+    nearest shapes first, that are valid for `sig`. The database is optional here: any
+    failure to read it means no warm start, never a failed tuning run."""
+    from autotune.db import TuningDB
+
+    try:
+        handle = db if isinstance(db, TuningDB) else TuningDB(db)
+        try:
+            entries = handle.query(
+                kernel=key.kernel,
+                kernel_version=key.kernel_version,
+                platform=key.platform,
+                device_kind=key.device_kind,
+            )
+        finally:
+            if handle is not db:
+                handle.close()
+    except AutotuneError as e:
+        log.warning("no warm start for %s: %s", key.kernel, e)
+        return []
+    valid_ids = {_id(c) for c in valid}
+    ranked = []
+    for e in entries:
+        try:
+            distance = shape_distance(parse_args(e["signature"]), sig.args)
+        except AutotuneError:  # a malformed stored signature: data, skip it
+            continue
+        config = e["config"]
+        if distance is None or space.check_stored(config) is not None:
+            continue
+        if _id(config) in valid_ids:
+            same_static = e["static"] == key.static
+            ranked.append((not same_static, distance, e["id"], config))
+    ranked.sort(key=lambda r: r[:3])
+    out: list[dict[str, Any]] = []
+    for *_, config in ranked:
+        if config not in out:
+            out.append(config)
+    return out[:limit]
+
+
+def _id(config: dict[str, Any]) -> tuple:
+    return tuple(sorted((k, type(v).__name__, v) for k, v in config.items()))

@@ -1,0 +1,142 @@
+"""How quickly does the search find the optimum? Replays recorded GPU tuning landscapes.
+
+Every landscape in --landscapes (default: ../shared/landscapes beside the repository) is
+searched with autotune.search.replay, the same loop that real tuning runs, for each strategy
+and seed. A run with budget n is the first n trials of a run with the largest budget (the
+samplers' settings do not depend on the budget), so each (landscape, strategy, seed) runs once.
+The figure is the mean over landscapes of optimum time / best time found (0 if all failed).
+"uniform" is the exact expectation of uniform random sampling of valid configurations
+without replacement, computed from the order statistics (no sampling noise).
+
+    python benchmarks/search_quality.py [--seeds 5] [--strategies tpe,random] [--jobs 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+from math import lgamma
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from autotune.search import load_landscape, replay  # noqa: E402
+
+BUDGETS = (25, 50, 100, 200)
+TARGETS = {25: 0.90, 50: 0.95, 100: 0.98, 200: 0.99}
+
+
+def fractions(times: list[float | None], best: float, budgets: tuple[int, ...]) -> list[float]:
+    out, found = [], np.inf
+    running = []
+    for t in times:
+        found = min(found, np.inf if t is None else t)
+        running.append(found)
+    for b in budgets:
+        f = running[min(b, len(running)) - 1]
+        out.append(best / f if np.isfinite(f) else 0.0)
+    return out
+
+
+def uniform_expectation(times: list[float | None], best: float, n: int) -> float:
+    """E[best / min of n configs drawn without replacement] (failed configs count as 0)."""
+    scores = np.sort(np.array([best / t if t is not None else 0.0 for t in times]))[::-1]
+    total = len(scores)
+    if n >= total:
+        return float(scores[0])
+    # P(the i-th best, 0-based, is the best of the sample) = C(total-1-i, n-1) / C(total, n)
+    i = np.arange(total - n + 1)
+    log_p = _lcomb(total - 1 - i, n - 1) - _lcomb(np.array([total]), n)[0]
+    return float(np.sum(np.exp(log_p) * scores[: len(i)]))
+
+
+def _lcomb(a: np.ndarray, k: int) -> np.ndarray:
+    return np.array([lgamma(x + 1) - lgamma(k + 1) - lgamma(x - k + 1) for x in a])
+
+
+def one_run(job: tuple[str, str, int, int]) -> tuple[str, str, int, list[float], float]:
+    path, strategy, seed, budget = job
+    land = load_landscape(path)
+    start = time.perf_counter()
+    found = replay(land, budget, seed, strategy)
+    elapsed = time.perf_counter() - start
+    fr = fractions([f["time_ms"] for f in found], land.best_ms, BUDGETS)
+    return Path(path).name, strategy, seed, fr, elapsed
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--landscapes", type=Path, default=ROOT.parent / "shared" / "landscapes")
+    ap.add_argument("--seeds", type=int, default=5)
+    ap.add_argument("--strategies", default="tpe,random")
+    ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--only", default="", help="comma-separated substrings of file names")
+    ap.add_argument("--json", type=Path, help="also write per-landscape results here")
+    args = ap.parse_args(argv)
+    files = sorted(args.landscapes.glob("*.csv.gz"))
+    if args.only:
+        files = [f for f in files if any(s in f.name for s in args.only.split(","))]
+    if not files:
+        print(
+            f"no landscapes (*.csv.gz) in {args.landscapes}: pass --landscapes DIR", file=sys.stderr
+        )
+        return 2
+    strategies = args.strategies.split(",")
+    jobs = [
+        (str(f), s, seed, max(BUDGETS))
+        for s in strategies
+        for f in files
+        for seed in range(args.seeds)
+    ]
+    start = time.perf_counter()
+    with ProcessPoolExecutor(args.jobs) as pool:
+        runs = list(pool.map(one_run, jobs, chunksize=1))
+    wall = time.perf_counter() - start
+
+    per: dict[str, dict[str, list[list[float]]]] = {}
+    seconds: dict[str, list[float]] = {}
+    for name, strategy, _seed, fr, elapsed in runs:
+        per.setdefault(strategy, {}).setdefault(name, []).append(fr)
+        seconds.setdefault(strategy, []).append(elapsed)
+    uniform = {}
+    for f in files:
+        land = load_landscape(f)
+        uniform[f.name] = [uniform_expectation(land.times, land.best_ms, b) for b in BUDGETS]
+    per["uniform"] = {k: [v] for k, v in uniform.items()}
+
+    def mean_row(table: dict[str, list[list[float]]]) -> list[float]:
+        return list(np.mean([np.mean(v, axis=0) for v in table.values()], axis=0))
+
+    head = (
+        "| strategy | " + " | ".join(f"budget {b}" for b in BUDGETS) + " | s per run (200 trials) |"
+    )
+    print(
+        f"{len(files)} landscapes, {args.seeds} seeds, {args.jobs} processes, {wall:.0f} s wall\n"
+    )
+    print(head)
+    print("|" + "---|" * (len(BUDGETS) + 2))
+    for s in [*strategies, "uniform"]:
+        row = mean_row(per[s])
+        secs = f"{np.median(seconds[s]):.2f}" if s in seconds else "-"
+        print(f"| {s} | " + " | ".join(f"{x:.3f}" for x in row) + f" | {secs} |")
+    print("| target | " + " | ".join(f"{TARGETS[b]:.2f}" for b in BUDGETS) + " | |")
+    print("\nper landscape (budget 25 / 50 / 100 / 200):")
+    for name in uniform:
+        cells = "   ".join(
+            f"{s} " + "/".join(f"{x:.2f}" for x in np.mean(per[s][name], axis=0))
+            for s in [*strategies, "uniform"]
+        )
+        print(f"  {name:34s} {cells}")
+    if args.json:
+        args.json.write_text(json.dumps(per, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

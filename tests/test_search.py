@@ -1,0 +1,205 @@
+"""Search behaviour on small synthetic landscapes (real files, the real search loop)."""
+
+from __future__ import annotations
+
+import gzip
+from pathlib import Path
+
+import pytest
+from toy_kernels import make_input, scale
+
+import autotune
+from autotune import TuningDB, cli
+from autotune.errors import SpaceError
+from autotune.search import STRATEGIES, load_landscape, replay
+
+SHARED = Path(__file__).resolve().parents[2] / "shared" / "landscapes"
+
+
+def bowl(bx: int, by: int) -> float:
+    """A smooth landscape over powers of two, fastest at bx=32, by=4."""
+    return 1.0 + ((bx.bit_length() - 6) ** 2 + (by.bit_length() - 3) ** 2) * 0.5
+
+
+def write_landscape(path: Path, fail=lambda bx, by: False, absent=lambda bx, by: False) -> Path:
+    lines = ["bx,by,unroll,time_ms,status"]
+    for bx in (1, 2, 4, 8, 16, 32, 64, 128, 256, 512):
+        for by in (1, 2, 4, 8, 16, 32, 64, 128):
+            for unroll in (0, 1):
+                if absent(bx, by):
+                    continue
+                t = bowl(bx, by) + 0.1 * unroll
+                lines.append(
+                    f"{bx},{by},{unroll},,compile_error"
+                    if fail(bx, by)
+                    else f"{bx},{by},{unroll},{t},ok"
+                )
+    path.write_bytes(gzip.compress(("\n".join(lines) + "\n").encode()))
+    return path
+
+
+@pytest.fixture
+def landscape(tmp_path) -> Path:
+    # a quarter of the grid is outside the space, large tiles fail
+    return write_landscape(
+        tmp_path / "bowl.csv.gz",
+        fail=lambda bx, by: bx * by >= 4096,
+        absent=lambda bx, by: (bx + by) % 3 == 0,
+    )
+
+
+def test_replay_evaluates_distinct_valid_configs_and_reports_failures(landscape):
+    land = load_landscape(landscape)
+    in_file = {tuple(sorted(c.items())): t for c, t in zip(land.configs, land.times)}
+    found = replay(landscape, 60, seed=0)
+    keys = [tuple(sorted(f["config"].items())) for f in found]
+    assert len(found) == 60 and len(set(keys)) == 60
+    assert all(k in in_file and in_file[k] == f["time_ms"] for k, f in zip(keys, found))
+    assert any(f["time_ms"] is None for f in found) or all(in_file[k] is not None for k in keys)
+
+
+def test_replay_never_looks_up_a_time_it_did_not_evaluate(landscape):
+    land = load_landscape(landscape)
+
+    class Watched(list):
+        read: set[int] = set()
+
+        def __getitem__(self, i):
+            Watched.read.add(i)
+            return list.__getitem__(self, i)
+
+    watched = type(land)(land.space, land.configs, Watched(land.times), land.statuses)
+    found = replay(watched, 30, seed=1)
+    evaluated = {land.configs.index(f["config"]) for f in found}
+    assert Watched.read == evaluated
+
+
+@pytest.mark.parametrize("strategy", ["tpe", "gp", "random", "cmaes"])
+def test_seeded_runs_repeat_and_a_small_budget_is_a_prefix_of_a_larger(landscape, strategy):
+    if strategy == "cmaes":
+        pytest.importorskip("cmaes")
+    a = replay(landscape, 20, seed=3, strategy=strategy)
+    b = replay(landscape, 20, seed=3, strategy=strategy)
+    assert a == b
+    assert replay(landscape, 35, seed=3, strategy=strategy)[:20] == a
+
+
+def test_model_based_search_beats_its_random_start_on_a_smooth_landscape(landscape):
+    land = load_landscape(landscape)
+    for strategy in ("tpe", "gp"):
+        hits = 0
+        for seed in range(4):
+            found = replay(land, 30, seed=seed, strategy=strategy)
+            best = min(f["time_ms"] for f in found if f["time_ms"] is not None)
+            hits += best <= land.best_ms * 1.01
+        assert hits >= 3, strategy  # 30 of 120 configs: random finds the optimum 1 time in 4
+
+
+def test_failures_steer_the_search_away(tmp_path):
+    # a quarter of the space fails (by >= 64, away from the optimum): a model that learns it
+    # measures far fewer failures than random sampling does
+    path = write_landscape(tmp_path / "f.csv.gz", fail=lambda bx, by: by >= 64)
+
+    def failures(strategy: str) -> int:
+        return sum(f["time_ms"] is None for s in range(4) for f in replay(path, 40, s, strategy))
+
+    assert failures("tpe") < 0.6 * failures("random")
+
+
+def test_exhaustive_when_the_space_fits_the_budget(landscape):
+    land = load_landscape(landscape)
+    for strategy in STRATEGIES:
+        if strategy == "cmaes" and pytest.importorskip("cmaes") is None:
+            continue
+        found = replay(land, len(land.configs) + 5, seed=0, strategy=strategy)
+        assert sorted(map(str, (f["config"] for f in found))) == sorted(map(str, land.configs))
+
+
+def test_patience_stops_after_trials_without_improvement(tmp_path):
+    path = tmp_path / "flat.csv"
+    path.write_text(
+        "b,time_ms,status\n" + "".join(f"{b},{5.0 if b else 1.0},ok\n" for b in range(50))
+    )
+    found = replay(path, 40, seed=0, strategy="random", patience=5, initial=[{"b": 0}])
+    assert len(found) == 6 and found[0] == {"config": {"b": 0}, "time_ms": 1.0}
+
+
+def test_a_wall_time_limit_stops_the_search(landscape):
+    assert replay(landscape, 50, seed=0, time_limit_s=1e-9) == []
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("a,b\n1,2\n", "header"),
+        ("a,time_ms,status\n", "no configurations"),
+        ("a,time_ms,status\n1,x,ok\n", "not a number"),
+    ],
+)
+def test_bad_landscape_files_are_named(tmp_path, text, message):
+    path = tmp_path / "bad.csv"
+    path.write_text(text)
+    with pytest.raises(SpaceError, match=message):
+        load_landscape(path)
+
+
+def test_unknown_strategy_is_refused(landscape):
+    with pytest.raises(SpaceError, match="unknown strategy 'annealing'"):
+        replay(landscape, 5, seed=0, strategy="annealing")
+
+
+@pytest.mark.skipif(not SHARED.is_dir(), reason=f"recorded landscapes not found at {SHARED}")
+def test_a_recorded_gpu_landscape_replays():
+    path = SHARED / "pnpoly_RTX_3090.csv.gz"
+    found = replay(path, 25, seed=0)
+    assert len(found) == 25 and len({str(f["config"]) for f in found}) == 25
+
+
+def test_warm_start_measures_the_best_config_stored_at_the_nearest_shape(db_url):
+    near = autotune.tune(scale, [make_input(rows=32)], n_trials=1, db=db_url, strategy="random")
+    far = autotune.tune(scale, [make_input(rows=256)], n_trials=1, db=db_url, strategy="random")
+    with TuningDB(db_url) as db:  # pretend earlier runs found 16 best at 32 rows, 32 at 256
+        for result, block in ((near, 16), (far, 32)):
+            entry = db.best(result.key)
+            db.put_best(result.key, {**entry, "config": {"block_rows": block}})
+    result = autotune.tune(scale, [make_input(rows=64)], n_trials=3, db=db_url, seed=0)
+    first = [t.config["block_rows"] for t in result.trials]
+    assert first == [8, 16, 32]  # the default, then the nearest shape's best, then the next
+    cold = autotune.tune(
+        scale, [make_input(rows=64)], n_trials=3, store=False, warm_start=False, seed=0
+    )
+    assert cold.trials[0].config == {"block_rows": 8}
+
+
+def test_exported_landscape_replays_the_tuning_run(tmp_path, db_url, capsys):
+    result = autotune.tune(scale, [make_input(rows=48)], n_trials=10, db=db_url, strategy="grid")
+    out = tmp_path / "scale.csv.gz"
+    assert (
+        cli.main(
+            [
+                "db",
+                "landscape",
+                "--kernel",
+                "scale",
+                "--signature",
+                "f32[48,128]",
+                "-o",
+                str(out),
+                "--db",
+                db_url,
+            ]
+        )
+        == 0
+    )
+    land = load_landscape(out)
+    measured = {t.config["block_rows"]: t.time_s * 1e3 for t in result.trials}
+    found = replay(out, 10, seed=0)
+    assert {f["config"]["block_rows"]: f["time_ms"] for f in found} == pytest.approx(measured)
+    assert len(land.configs) == len(measured) == 4
+    assert (
+        cli.main(
+            ["db", "landscape", "--kernel", "scale", "--signature", "f32[8,8]", "--db", db_url]
+        )
+        == 2
+    )
+    assert "no trials of scale" in capsys.readouterr().err
