@@ -380,7 +380,7 @@ def _summary(result: Any) -> str:
 def _delete_study(storage: str, name: str) -> None:
     import optuna
 
-    from autotune.search import _optuna_url
+    from autotune.studies import optuna_url
 
     with contextlib.suppress(KeyError):  # no such study yet
-        optuna.delete_study(study_name=name, storage=_optuna_url(storage))
+        optuna.delete_study(study_name=name, storage=optuna_url(storage))

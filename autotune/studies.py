@@ -47,7 +47,7 @@ class SharedStudy:
         for attempt in range(5):
             try:
                 self.storage = optuna.storages.RDBStorage(
-                    _optuna_url(storage),
+                    optuna_url(storage),
                     heartbeat_interval=HEARTBEAT_S,
                     grace_period=3 * HEARTBEAT_S,
                 )
@@ -158,7 +158,7 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def _optuna_url(url: str) -> str:
+def optuna_url(url: str) -> str:
     """Optuna's storage takes SQLAlchemy URLs; PostgreSQL through psycopg 3 (the postgres extra)."""
     if url.startswith(("postgresql://", "postgres://")):
         return "postgresql+psycopg://" + url.split("://", 1)[1]
