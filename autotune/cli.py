@@ -16,7 +16,7 @@ from typing import Any, NoReturn
 from autotune import cli_db
 from autotune.errors import AutotuneError, SignatureError
 from autotune.jobs import parse_dtypes, parse_shapes  # noqa: F401  (re-exported)
-from autotune.worker import DEFAULT_LIMITS
+from autotune.worker import DEFAULT_LIMITS, WorkerLimits
 
 FORMATS = ("table", "json", "csv")
 
@@ -185,20 +185,25 @@ def cmd_tune(args: argparse.Namespace) -> int:
         raise UsageError("--compile-timeout and --run-timeout must be positive")
     if args.finalists < 0:
         raise UsageError(f"--finalists must be 0 or more, got {args.finalists}")
-    if args.job or args.pending:
-        return cmd_tune_job(args)
     worker_platforms = None
     if args.isolate and "jax" not in sys.modules:
         # The device belongs to the worker (a TPU admits one process): this process makes
         # inputs and the interpret-mode oracle on the CPU; the worker sees the platforms asked for.
         worker_platforms = os.environ.get("JAX_PLATFORMS", "")
         os.environ["JAX_PLATFORMS"] = "cpu"
+    measurement = {
+        "isolate": args.isolate,
+        "limits": WorkerLimits(compile_s=args.compile_timeout, run_s=args.run_timeout),
+        "worker_platforms": worker_platforms,
+        "finalists": args.finalists,
+    }
+    if args.job or args.pending:
+        return cmd_tune_job(args, measurement)
 
     import jax
 
     from autotune.registry import resolve
     from autotune.tuner import tune
-    from autotune.worker import WorkerLimits
 
     if args.kernel is None or args.shape is None:
         raise UsageError(
@@ -235,10 +240,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
             kwargs=static,
             progress=progress,
             storage=args.storage,
-            isolate=args.isolate,
-            limits=WorkerLimits(compile_s=args.compile_timeout, run_s=args.run_timeout),
-            worker_platforms=worker_platforms,
-            finalists=args.finalists,
+            **measurement,
         )
     except TypeError as e:  # the kernel's own signature refused the arguments
         raise UsageError(
@@ -380,7 +382,8 @@ def add_job_arguments(t: argparse.ArgumentParser) -> None:
     )
 
 
-def cmd_tune_job(args: argparse.Namespace) -> int:
+def cmd_tune_job(args: argparse.Namespace, measurement: dict[str, Any]) -> int:
+    """--job / --pending; `measurement` holds tune()'s worker and finalist options."""
     from rich.console import Console
 
     from autotune import jobs
@@ -410,7 +413,9 @@ def cmd_tune_job(args: argparse.Namespace) -> int:
             soft_wrap=True,
         )
         with Display(console) as display:
-            outcomes = jobs.run_tasks(tasks, db=db, storage=storage, force=args.force, show=display)
+            outcomes = jobs.run_tasks(
+                tasks, db=db, storage=storage, force=args.force, show=display, **measurement
+            )
     counts = {s: sum(o.status == s for o in outcomes) for s in ("tuned", "skipped", "failed")}
     print(", ".join(f"{n} {s}" for s, n in counts.items()))
     return 1 if counts["failed"] else 0

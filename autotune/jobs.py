@@ -302,8 +302,11 @@ def run_tasks(
     storage: str | None = None,
     force: bool = False,
     show: Callable[[JobProgress, Outcome | None], None] | None = None,
+    **measurement: Any,
 ) -> list[Outcome]:
     """Tune each task in order; already-tuned ones are skipped unless `force`.
+
+    `measurement` goes to tune() as is: `isolate`, `limits`, `worker_platforms`, `finalists`.
 
     A task that fails (no valid configuration, a kernel error) is reported and the job goes on.
     """
@@ -345,7 +348,7 @@ def run_tasks(
                             show(progress, None)
 
                     result = tune(
-                        kernel,
+                        kernel,  # a device worker imports it by its 'module:function' path
                         task.inputs(),
                         n_trials=task.trials,
                         db=handle,
@@ -355,6 +358,7 @@ def run_tasks(
                         progress=on_trial,
                         storage=storage,
                         study_name=study,
+                        **measurement,
                     )
                     progress.best_s = result.best_time_s
                     outcome = Outcome(task, "tuned", _summary(result), result)
