@@ -95,7 +95,7 @@ def _text(value: Any, limit: int = 60) -> str:
 def _entry_problems(r: dict[str, Any], trials: dict[int, dict[str, Any]]) -> list[str]:
     """Why the runtime would not serve this best entry (or would not trust where it came from)."""
     from autotune import registry
-    from autotune.db import decode_config
+    from autotune.db import KEY_COLUMNS, decode_config
     from autotune.signature import Signature, parse_args, parse_static
 
     problems = []
@@ -137,18 +137,7 @@ def _entry_problems(r: dict[str, Any], trials: dict[int, dict[str, Any]]) -> lis
         problems.append(f"points at trial {r['trial_id']}, which does not exist")
     elif trial["status"] != "ok":
         problems.append(f"points at trial {r['trial_id']} of status {trial['status']!r}")
-    elif any(
-        trial[k] != r[k]
-        for k in (
-            "kernel",
-            "kernel_version",
-            "platform",
-            "device_kind",
-            "backend",
-            "signature",
-            "static",
-        )
-    ):
+    elif any(trial[k] != r[k] for k in KEY_COLUMNS):
         problems.append(f"points at trial {r['trial_id']} of another key")
     elif decode_config(trial["config"]) != config:
         problems.append(f"config differs from that of its trial {r['trial_id']}")
