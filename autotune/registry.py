@@ -128,6 +128,15 @@ def config_distance(a: Mapping[str, Any], b: Mapping[str, Any]) -> float:
     return d
 
 
+def _kernel_source(fn: Any) -> str:
+    """The source of fn's whole module where there is one: a kernel body, index map or helper
+    beside the wrapper changes what the kernel computes as much as the wrapper does."""
+    try:
+        return inspect.getsource(inspect.getmodule(fn))
+    except (OSError, TypeError):  # e.g. a notebook cell: the function's own source
+        return _source(fn)
+
+
 def _source(obj: Any) -> str:
     try:
         return inspect.getsource(obj)
@@ -200,7 +209,7 @@ def make_spec(
 
     hasher = hashlib.sha256()
     for part in (
-        _source(fn),
+        _kernel_source(fn),
         space_text,
         *map(_source, constraints),
         bind_text or (_source(bind) if bind else ""),
