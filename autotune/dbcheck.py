@@ -5,30 +5,18 @@ from __future__ import annotations
 
 from typing import Any
 
+from autotune.db import KEY_COLUMNS, SCHEMA_VERSION, _sqlite_file, decode_config, normalize_url
 from autotune.device import BACKENDS
 from autotune.errors import AutotuneError
 
-RESULT_COLUMNS = (
-    "id",
-    "kernel",
-    "kernel_version",
-    "platform",
-    "device_kind",
-    "backend",
-    "signature",
-    "static",
-    "config",
-    "trial_id",
-)
-TRIAL_COLUMNS = ("id", "kernel", "kernel_version", "platform", "device_kind", "backend")
-TRIAL_COLUMNS += ("signature", "static", "config", "status")
+# the columns read, by name: what the first released schema (v1) already had
+RESULT_COLUMNS = ("id", *KEY_COLUMNS, "config", "trial_id")
+TRIAL_COLUMNS = ("id", *KEY_COLUMNS, "config", "status")
 
 
 def check_database(url: Any) -> tuple[list[str], dict[str, int]]:
     """Problems found (one sentence each) and row counts; never writes to the database."""
     from sqlalchemy import create_engine, inspect, text
-
-    from autotune.db import SCHEMA_VERSION, _sqlite_file, normalize_url
 
     url = normalize_url(url)
     file = _sqlite_file(url)
@@ -95,7 +83,6 @@ def _text(value: Any, limit: int = 60) -> str:
 def _entry_problems(r: dict[str, Any], trials: dict[int, dict[str, Any]]) -> list[str]:
     """Why the runtime would not serve this best entry (or would not trust where it came from)."""
     from autotune import registry
-    from autotune.db import KEY_COLUMNS, decode_config
     from autotune.signature import Signature, parse_args, parse_static
 
     problems = []
