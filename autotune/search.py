@@ -19,7 +19,7 @@ import io
 import logging
 import random
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Container, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -40,6 +40,9 @@ STRATEGIES = ("tpe", "gp", "cmaes", "random", "grid")
 # Random proposals before TPE models the landscape. Fixed (not a share of the budget) so that a
 # run with budget n is the first n trials of a run with a larger budget, as the benchmark assumes.
 TPE_STARTUP = 8
+# Queued configurations told to `upcoming` per trial: more than a measurer compiles ahead, and
+# few enough that reading the queue stays cheap on a large grid.
+LOOKAHEAD = 16
 
 
 @dataclass(frozen=True)
@@ -155,6 +158,7 @@ def run_search(
     noise: float = 0.01,
     storage: str | None = None,
     study_name: str | None = None,
+    upcoming: Callable[[list[dict[str, Any]]], None] | None = None,
 ) -> list[Evaluation]:
     """Measure distinct valid configurations until a budget runs out; returns them in order.
 
@@ -169,6 +173,11 @@ def run_search(
     which is then the budget of the whole study, shared by every worker that joins it. The
     result then holds every measured trial of the study (Evaluation.detail as stored), and
     `evaluate`'s `detail` must be JSON-serialisable.
+
+    `upcoming`, where given, is called before each `evaluate` with the configurations queued to
+    be measured after it, in order (see `_queued`), so that a measurer can compile them
+    meanwhile. A model-based sampler's proposals are not known before they are asked for, so
+    they are never among them; nor does the call change what is measured, or in what order.
     """
     if n_trials < 1:
         raise SpaceError(f"n_trials must be at least 1, got {n_trials}")
@@ -249,6 +258,8 @@ def run_search(
                 enc.encode(_nearest_unseen(valid, coords, unseen, enc.coords(config)))
             )
             continue
+        if upcoming is not None:
+            upcoming(_queued(study, enc, valid_ids, {cid}, measured, claimed))
         with shared.heartbeat(trial) if shared else contextlib.nullcontext():
             ev = evaluate(config)
         unseen[index] = False
@@ -273,6 +284,25 @@ def run_search(
             measured, claimed = _refresh(shared, enc)
         return list(measured.values())
     return results
+
+
+def _queued(
+    study: optuna.Study, enc: _Encoding, valid_ids: Mapping[tuple, int], *taken: Container[tuple]
+) -> list[dict[str, Any]]:
+    """The first LOOKAHEAD configurations waiting in the study's queue, in the order `ask` takes
+    them (initial ones, the exhaustive or grid order, replacements), less those invalid,
+    repeated or `taken` (measured or being measured)."""
+    out: list[dict[str, Any]] = []
+    seen: set[tuple] = set()
+    for t in study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
+        config = enc.decode(t.system_attrs["fixed_params"])  # enqueued, not yet asked
+        cid = config_id(config)
+        if cid in valid_ids and cid not in seen and not any(cid in ids for ids in taken):
+            seen.add(cid)
+            out.append(config)
+            if len(out) == LOOKAHEAD:
+                break
+    return out
 
 
 def _refresh(shared: SharedStudy, enc: _Encoding) -> tuple[dict[tuple, Evaluation], set[tuple]]:

@@ -11,7 +11,8 @@ from toy_kernels import make_input, scale
 import autotune
 from autotune import TuningDB, cli
 from autotune.errors import SpaceError
-from autotune.search import STRATEGIES, load_landscape, replay
+from autotune.search import LOOKAHEAD, STRATEGIES, Evaluation, load_landscape, replay, run_search
+from autotune.space import Param, Space
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "landscapes"
 
@@ -203,3 +204,55 @@ def test_exported_landscape_replays_the_tuning_run(tmp_path, db_url, capsys):
         == 2
     )
     assert "no trials of scale" in capsys.readouterr().err
+
+
+def test_upcoming_is_told_the_queued_configs_in_the_order_they_are_measured():
+    space = Space((Param("b", tuple(range(30))),))
+    valid = [{"b": b} for b in range(30) if b % 3]
+    seen: list[list[dict]] = []
+
+    def evaluate(config):
+        return Evaluation(config, float(config["b"]))
+
+    warm = [{"b": 4}, {"b": 4}, {"b": 3}, {"b": 7}]  # a repeat, an invalid one
+    found = run_search(
+        space,
+        None,
+        evaluate,
+        n_trials=len(valid),
+        strategy="grid",
+        valid=valid,
+        initial=warm,
+        upcoming=seen.append,
+    )
+    order = [ev.config for ev in found]
+    assert order[:2] == [{"b": 4}, {"b": 7}] and len(order) == len(valid)
+    # before each measurement: the ones after it, as many as LOOKAHEAD
+    assert seen == [order[i + 1 : i + 1 + LOOKAHEAD] for i in range(len(order))]
+
+
+def test_upcoming_changes_nothing_a_seeded_model_based_search_measures(landscape):
+    land = load_landscape(landscape)
+    seen: list[list[dict]] = []
+
+    def run(**extra):
+        def evaluate(config):
+            i = land.configs.index(config)
+            return Evaluation(config, land.times[i], land.statuses[i])
+
+        initial = land.configs[:3]
+        found = run_search(
+            land.space,
+            None,
+            evaluate,
+            n_trials=15,
+            seed=0,
+            valid=land.configs,
+            initial=initial,
+            **extra,
+        )
+        return [ev.config for ev in found]
+
+    assert run(upcoming=seen.append) == run()
+    # the warm starts are known ahead; the model's proposals are not
+    assert seen[0] == land.configs[1:3] and seen[1] == land.configs[2:3] and seen[2:] == [[]] * 13
