@@ -132,6 +132,7 @@ def tune(
     time_limit_s: float | None = None,
     patience: int | None = None,
     warm_start: bool = True,
+    compile_workers: int | None = None,
 ) -> TuneResult:
     """Tune `fn` (an autotuned kernel, a registered name or 'pkg.module:fn') for these arguments.
 
@@ -153,6 +154,10 @@ def tune(
     Search stops at `n_trials`, after `time_limit_s` seconds, or after `patience` trials
     without improvement. With `warm_start`, the default and the best configs stored for this
     kernel and device at the nearest shapes are measured first.
+
+    `compile_workers` threads compile the candidates queued next (warm starts, an exhaustive or
+    grid order) while the current one is timed; None sizes them to the host: none on the CPU,
+    where they would disturb timing. A `worker` given keeps its own.
     """
     start = time.perf_counter()
     kernel = registry.resolve(fn) if isinstance(fn, str) else fn
@@ -168,9 +173,11 @@ def tune(
     if worker is not None:
         worker.device = worker.set_task(target, args, kwargs, policy)
     elif isolate:
-        worker = owned = DeviceWorker(target, args, kwargs, policy, limits, worker_platforms)
+        worker = owned = DeviceWorker(
+            target, args, kwargs, policy, limits, worker_platforms, compile_workers
+        )
     else:
-        worker = owned = InProcessWorker(kernel, args, kwargs, None, policy)
+        worker = owned = InProcessWorker(kernel, args, kwargs, None, policy, compile_workers)
     start_s = time.perf_counter() - worker_start if target else 0.0
     with owned or contextlib.nullcontext():
         result = _tune(
@@ -291,6 +298,7 @@ def _tune(
             patience=patience,
             storage=storage,
             study_name=(study_name or study_name_of(key)) if storage else None,
+            upcoming=worker.prefetch,
         )
         # with a storage, these are every worker's trials of the study, resumed ones included
         trials = [TrialRecord(**ev.detail) for ev in evaluations]

@@ -7,6 +7,10 @@ compile and a run time limit per candidate; a worker that dies (abort, segfault,
 memory) or overruns a limit is killed, the candidate is recorded as `crashed` or `timeout`,
 and a fresh worker takes the next one. `InProcessWorker` measures the same way without the
 isolation, for interactive use and tune-on-miss.
+
+Both compile the candidates the search will measure next (`prefetch`) in a `CompilePool` of
+`compile_workers` threads while the current one is timed (None: sized to the host, see
+`default_compile_workers`).
 """
 
 from __future__ import annotations
@@ -26,6 +30,12 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from autotune.compile_pool import (
+    AHEAD_PER_WORKER,
+    CompilePool,
+    config_key,
+    default_compile_workers,
+)
 from autotune.errors import KernelError
 from autotune.hardware import gpu_l2_bytes
 from autotune.measure import (
@@ -60,19 +70,22 @@ def measure_candidate(
     on_compiled: Callable[[float], None] | None = None,
     arg_sets: Sequence[Sequence[Any]] = (),
     cache: dict[tuple, Any] | None = None,
+    pool: CompilePool | None = None,
 ) -> dict[str, Any]:
     """Compile, run once and verify, then time one candidate (rotating among `args` and
-    `arg_sets`): the fields of its trial record. A verified executable is kept in `cache`
-    for the finalists' re-measurement.
+    `arg_sets`): the fields of its trial record. The compile is `pool`'s where it compiled the
+    config ahead. A verified executable is kept in `cache` for the finalists' re-measurement.
 
     Failures become the record's status, never an exception.
     """
     import jax
 
     config = dict(config)
-    fn = functools.partial(kernel.bound_function(config, interpret=True), **kwargs)
     try:
-        compiled, compile_s = compile_ahead(fn, args)
+        if pool is not None:
+            compiled, compile_s = pool.take(config)
+        else:
+            compiled, compile_s = compile_config(kernel, config, args, kwargs)
     except Exception as e:
         return {"config": config, "status": "compile_error", "error": one_line(e)}
     if on_compiled:
@@ -106,7 +119,7 @@ def measure_candidate(
         }
     timing = time_compiled(compiled, args, policy, arg_sets)
     if cache is not None and len(cache) < MAX_CACHED:
-        cache[_config_key(config)] = compiled
+        cache[config_key(config)] = compiled
     return {
         "config": config,
         "status": "ok",
@@ -132,10 +145,9 @@ def interleaved_samples(
 
     compiled = []
     for config in configs:
-        exe = (cache or {}).get(_config_key(config))
+        exe = (cache or {}).get(config_key(config))
         if exe is None:
-            fn = functools.partial(kernel.bound_function(dict(config), interpret=True), **kwargs)
-            exe, _ = compile_ahead(fn, args)
+            exe, _ = compile_config(kernel, config, args, kwargs)
         jax.block_until_ready(exe(*args))  # warm-up
         compiled.append(exe)
     samples: list[list[float]] = [[] for _ in configs]
@@ -151,8 +163,12 @@ def interleaved_samples(
 MAX_CACHED = 64  # verified executables kept per task, for the finalists
 
 
-def _config_key(config: Mapping[str, Any]) -> tuple:
-    return tuple(sorted((k, type(v).__name__, v) for k, v in config.items()))
+def compile_config(
+    kernel: Any, config: Mapping[str, Any], args: Sequence[Any], kwargs: Mapping[str, Any]
+) -> tuple[Any, float]:
+    """The kernel at `config`, compiled ahead for `args`, and the seconds that took."""
+    fn = functools.partial(kernel.bound_function(dict(config), interpret=True), **kwargs)
+    return compile_ahead(fn, args)
 
 
 def cache_bytes(device: Any) -> int:
@@ -177,6 +193,7 @@ class InProcessWorker:
         kwargs: Mapping[str, Any],
         oracle: Any,
         policy: TimingPolicy = DEFAULT_POLICY,
+        compile_workers: int | None = None,
     ) -> None:
         from autotune.device import current_device
 
@@ -186,6 +203,15 @@ class InProcessWorker:
         self.arg_sets = rotation_sets(self.args, cache_bytes(self.device))
         self.compiled: dict[tuple, Any] = {}
         self.restarts = 0
+        if compile_workers is None:
+            compile_workers = default_compile_workers(self.device)
+        self.pool = CompilePool(
+            compile_workers, lambda c: compile_config(self.kernel, c, self.args, self.kwargs)
+        )
+
+    def prefetch(self, configs: Sequence[Mapping[str, Any]]) -> None:
+        """Compile these, the configs measured after the next one, ahead."""
+        self.pool.prefetch(configs)
 
     def measure(self, config: Mapping[str, Any]) -> dict[str, Any]:
         return measure_candidate(
@@ -197,6 +223,7 @@ class InProcessWorker:
             self.policy,
             arg_sets=self.arg_sets,
             cache=self.compiled,
+            pool=self.pool,
         )
 
     def interleaved(
@@ -207,7 +234,7 @@ class InProcessWorker:
         )
 
     def close(self) -> None:
-        pass
+        self.pool.close()
 
     def __enter__(self) -> InProcessWorker:
         return self
@@ -231,6 +258,11 @@ class DeviceWorker:
     `args` and the oracle (given once known: `set_oracle`) travel as NumPy arrays; `device` is
     the worker's DeviceInfo. The child sees this process's `sys.path` (so it
     imports what this process imports) and `JAX_PLATFORMS=platforms` where given.
+
+    A compile running ahead in the child's pool can crash it while another candidate is
+    measured: that candidate is then measured again alone in a fresh worker, and the configs
+    that were compiling ahead are only ever compiled when measured, so each crash is recorded
+    against the config that caused it.
     """
 
     def __init__(
@@ -241,6 +273,7 @@ class DeviceWorker:
         policy: TimingPolicy = DEFAULT_POLICY,
         limits: WorkerLimits = DEFAULT_LIMITS,
         platforms: str | None = None,
+        compile_workers: int | None = None,
     ) -> None:
         import numpy as np
 
@@ -253,10 +286,17 @@ class DeviceWorker:
             "kwargs": dict(kwargs),
             "oracle": None,
             "policy": policy,
+            "compile_workers": compile_workers,
         }
         self._proc: subprocess.Popen | None = None
         self._stderr: Any = None
+        self._prefetched: set[tuple] = set()  # sent to this child to compile ahead, not measured
+        self._suspects: set[tuple] = set()  # compiling ahead when a child crashed
         self.device = self._start()
+        # the child sizes its pool by the same rule, from the same device
+        self._ahead = AHEAD_PER_WORKER * (
+            default_compile_workers(self.device) if compile_workers is None else compile_workers
+        )
 
     # ---------------------------------------------------------------- requests
 
@@ -277,7 +317,9 @@ class DeviceWorker:
             "kwargs": dict(kwargs),
             "oracle": None,
             "policy": policy,
+            "compile_workers": self._setup["compile_workers"],
         }
+        self._suspects = set()  # configs of the task before
         if self._proc is None:
             self.restarts += 1
             return self._start()
@@ -301,6 +343,18 @@ class DeviceWorker:
             with contextlib.suppress(_Died):
                 self._send(("oracle", self._setup["oracle"]))
 
+    def prefetch(self, configs: Sequence[Mapping[str, Any]]) -> None:
+        """Have the worker compile these, the configs measured after the next one, ahead."""
+        if not self._ahead or self._proc is None:  # a crashed worker restarts on measure
+            return
+        ahead = [dict(c) for c in configs if config_key(c) not in self._suspects][: self._ahead]
+        try:
+            self._send(("prefetch", ahead))
+        except _Died:
+            self._suspects |= self._prefetched
+            return
+        self._prefetched.update(config_key(c) for c in ahead)
+
     def measure(self, config: Mapping[str, Any]) -> dict[str, Any]:
         """The trial fields of one candidate; `crashed` / `timeout` if the worker did not
         survive it (the next request starts a fresh worker)."""
@@ -309,14 +363,20 @@ class DeviceWorker:
         try:
             self._ensure_started()
             self._send(("measure", config))
+            # the limit counts from the request: a compile still running ahead gets no more
             deadline = time.monotonic() + self.limits.compile_s
             while True:
                 kind, value = self._recv(deadline, stage)
                 if kind == "compiled":
                     stage, deadline = "run", time.monotonic() + self.limits.run_s
                 elif kind == "result":
+                    self._prefetched.discard(config_key(config))
                     return value
         except _Died as d:
+            if d.status == "crashed" and self._prefetched:
+                # a compile ahead may have killed it, not this config: see the class docstring
+                self._suspects |= self._prefetched
+                return self.measure(config)  # in a fresh worker, which has nothing ahead
             return {"config": config, "status": d.status, "error": str(d)}
 
     def interleaved(
@@ -378,6 +438,7 @@ class DeviceWorker:
             start_new_session=True,  # its own process group: killing it kills its children
         )
         self._buffer = b""
+        self._prefetched = set()
         try:
             self._send(("setup", self._setup))
             kind, value = self._recv(time.monotonic() + self.limits.start_s, "start-up")
@@ -466,15 +527,20 @@ def _serve(inp: Any, out: Any) -> None:
         message = recv()
         if message[0] == "setup":
             try:
-                task = _load(message[1])
+                loaded = _load(message[1])
             except Exception as e:
                 send(("setup_error", one_line(e)))
                 if task is None:
                     return
                 continue
+            if task is not None:
+                task["pool"].close()
+            task = loaded
             send(("ready", task["device"]))
         elif message[0] == "oracle":
             task["oracle"] = message[1]
+        elif message[0] == "prefetch":
+            task["pool"].prefetch(message[1])
         elif message[0] == "measure":
             fields = measure_candidate(
                 task["kernel"],
@@ -486,6 +552,7 @@ def _serve(inp: Any, out: Any) -> None:
                 on_compiled=lambda s: send(("compiled", s)),
                 arg_sets=task["arg_sets"],
                 cache=task["compiled"],
+                pool=task["pool"],
             )
             send(("result", fields))
         elif message[0] == "interleaved":
@@ -504,6 +571,8 @@ def _serve(inp: Any, out: Any) -> None:
             except Exception as e:
                 send(("error", one_line(e)))
         else:
+            if task is not None:  # drop what is queued ahead: exit waits only for a running compile
+                task["pool"].close()
             return
 
 
@@ -516,8 +585,13 @@ def _load(setup: dict[str, Any]) -> dict[str, Any]:
 
     device = current_device()
     args = [jax.device_put(a) for a in setup["args"]]
+    kernel = registry.resolve(setup["target"])
+    workers = setup["compile_workers"]
+    if workers is None:
+        workers = default_compile_workers(device)
     return {
-        "kernel": registry.resolve(setup["target"]),
+        "kernel": kernel,
+        "pool": CompilePool(workers, lambda c: compile_config(kernel, c, args, setup["kwargs"])),
         "device": device,
         "args": args,
         "arg_sets": rotation_sets(args, cache_bytes(device)),

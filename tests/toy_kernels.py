@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import threading
 import time
 
 import jax
@@ -86,6 +87,24 @@ def fragile_scale(x, *, block_rows=8, interpret=False):
     if block_rows == 64:
         out = jax.pure_callback(_sleep_then, jax.ShapeDtypeStruct(x.shape, x.dtype), out)
     return out
+
+
+# (block_rows, thread) of each trace of picky_scale: compiles ahead trace in a pool thread
+PICKY_TRACED: list[tuple[int, str]] = []
+
+
+@autotuned(
+    name="picky_scale",
+    space={"block_rows": [8, 16, 32]},
+    constraints=[rows_divide],
+    reference=scale_reference,
+)
+def picky_scale(x, *, block_rows=8, interpret=False):
+    """Fails to compile at block_rows=16; the others are healthy."""
+    PICKY_TRACED.append((block_rows, threading.current_thread().name))
+    if block_rows == 16:
+        raise ValueError("picky_scale refuses block_rows=16")
+    return _scale_call(x, block_rows, interpret)
 
 
 def make_input(rows=64, cols=128, dtype=jnp.float32):
