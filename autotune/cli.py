@@ -93,6 +93,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="seconds one candidate may take to verify and time before it is a `timeout` trial",
     )
     t.add_argument(
+        "--compile-workers",
+        type=int,
+        default=None,
+        metavar="N",
+        help="threads compiling queued candidates while one is timed "
+        "(default: up to 4 on an accelerator, 0 on the CPU)",
+    )
+    t.add_argument(
         "--finalists",
         type=int,
         default=3,
@@ -185,6 +193,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
         raise UsageError("--compile-timeout and --run-timeout must be positive")
     if args.finalists < 0:
         raise UsageError(f"--finalists must be 0 or more, got {args.finalists}")
+    if args.compile_workers is not None and args.compile_workers < 0:
+        raise UsageError(f"--compile-workers must be 0 or more, got {args.compile_workers}")
     worker_platforms = None
     if args.isolate and "jax" not in sys.modules:
         # The device belongs to the worker (a TPU admits one process): this process makes
@@ -196,6 +206,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
         "limits": WorkerLimits(compile_s=args.compile_timeout, run_s=args.run_timeout),
         "worker_platforms": worker_platforms,
         "finalists": args.finalists,
+        "compile_workers": args.compile_workers,
     }
     if args.job or args.pending:
         return cmd_tune_job(args, measurement)

@@ -306,7 +306,8 @@ def run_tasks(
 ) -> list[Outcome]:
     """Tune each task in order; already-tuned ones are skipped unless `force`.
 
-    `measurement` goes to tune() as is: `isolate`, `limits`, `worker_platforms`, `finalists`.
+    `measurement` goes to tune() as is: `isolate`, `limits`, `worker_platforms`, `finalists`,
+    `compile_workers`.
 
     A task that fails (no valid configuration, a kernel error) is reported and the job goes on.
     """

@@ -111,3 +111,5 @@ def test_tune_isolates_by_default_and_records_a_crash(subprocess_env):
     assert sorted(t["status"] for t in trials) == ["crashed", "ok"]
     bad = run([*args, "--run-timeout", "0"], subprocess_env, check_rc=2)
     assert "--run-timeout must be positive" in bad.stderr
+    bad = run([*args, "--compile-workers", "-1"], subprocess_env, check_rc=2)
+    assert "--compile-workers must be 0 or more, got -1" in bad.stderr
