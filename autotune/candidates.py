@@ -8,8 +8,8 @@ a new valid measurement. Two models:
 
 - "tpe": a Parzen-estimator ratio l(x)/g(x) (as in TPE): how much more the fast configurations
   than the slow or failed ones crowd around x.
-- "gp": a Gaussian process on log time (Matern 5/2, length scale and noise chosen by marginal
-  likelihood) with expected improvement, in plain numpy (Optuna's GPSampler needs torch).
+- "gp": a Gaussian process on log time with a length scale per feature and expected
+  improvement (autotune.gp, numpy and scipy; Optuna's GPSampler needs torch).
 
 Failed configurations never enter the timing model; they lower the score of their
 neighbourhood through a kernel estimate of the chance of failing there.
@@ -18,7 +18,6 @@ neighbourhood through a kernel estimate of the chance of failing there.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from math import erf, sqrt
 from typing import Any
 
 import numpy as np
@@ -26,6 +25,8 @@ import optuna
 from optuna.distributions import BaseDistribution
 from optuna.samplers import BaseSampler, RandomSampler
 from optuna.trial import FrozenTrial, TrialState
+
+from autotune import gp
 
 MODELS = ("tpe", "gp")
 TPE_GAMMA = 0.15  # share of the measured configurations that model the fast region
@@ -60,6 +61,8 @@ class CandidateSampler(BaseSampler):
         self.rng = np.random.default_rng(seed)
         self.fallback = RandomSampler(seed=seed)
         self._dist_cols: dict[int, np.ndarray] = {}  # squared distances of all to candidate i
+        self._gp: gp.Fit | None = None  # the last fits, of times and of failures: the next
+        self._runs: gp.Fit | None = None  # ones start from them
 
     def _key(self, params: Mapping[str, Any]) -> tuple:
         return tuple(params.get(n) for n in self.names)
@@ -106,11 +109,17 @@ class CandidateSampler(BaseSampler):
             return {}
         if len(ok) < self.n_startup:
             return dict(self.encoded[int(self.rng.choice(unseen))])
-        dist = np.stack([self._distances(i) for i in ok + failed], axis=1)
-        score = _tpe_score if self.model == "tpe" else _gp_score
-        if self.model == "gp" and len(unseen) > GP_MAX_SCORED:  # bounds the cost of a proposal
-            unseen = np.sort(self.rng.choice(unseen, GP_MAX_SCORED, replace=False))
-        s = score(dist, np.asarray(ok), np.log(np.asarray(times)), unseen)
+        if self.model == "gp":
+            if len(unseen) > GP_MAX_SCORED:  # bounds the cost of a proposal
+                unseen = np.sort(self.rng.choice(unseen, GP_MAX_SCORED, replace=False))
+            self._gp = gp.fit(self.features[ok], np.log(times), _theta(self._gp))
+            if failed:
+                labels = np.r_[np.ones(len(ok)), np.zeros(len(failed))]
+                self._runs = gp.fit(self.features[ok + failed], labels, _theta(self._runs))
+            s = _gp_score(self._gp, self._runs if failed else None, self.features, unseen)
+        else:
+            dist = np.stack([self._distances(i) for i in ok + failed], axis=1)
+            s = _tpe_score(dist, np.asarray(ok), np.log(np.asarray(times)), unseen)
         return dict(self.encoded[int(unseen[int(np.argmax(s))])])
 
     def _distances(self, i: int) -> np.ndarray:
@@ -119,6 +128,10 @@ class CandidateSampler(BaseSampler):
             col = ((self.features - self.features[i]) ** 2).sum(axis=1)
             self._dist_cols[i] = col
         return col
+
+
+def _theta(fit: gp.Fit | None) -> np.ndarray | None:
+    return None if fit is None else fit.theta
 
 
 def _tpe_score(dist: np.ndarray, ok: np.ndarray, y: np.ndarray, unseen: np.ndarray) -> np.ndarray:
@@ -145,52 +158,21 @@ def _tpe_score(dist: np.ndarray, ok: np.ndarray, y: np.ndarray, unseen: np.ndarr
     return score
 
 
-_LENGTH_SCALES = (0.2, 0.4, 0.8)
-_NOISES = (1e-3, 1e-1)
 GP_MAX_SCORED = 2000  # unmeasured candidates scored per proposal (a seeded random subset)
 
 
-def _matern52(sq: np.ndarray, ls: float) -> np.ndarray:
-    r = np.sqrt(np.maximum(sq, 0.0)) * (sqrt(5.0) / ls)
-    return (1.0 + r + r * r / 3.0) * np.exp(-r)
-
-
-def _gp_score(dist: np.ndarray, ok: np.ndarray, y: np.ndarray, unseen: np.ndarray) -> np.ndarray:
-    """Expected improvement on standardised log time, times the chance of not failing."""
-    n_ok = len(ok)
-    z = (y - y.mean()) / (y.std() or 1.0)
-    obs = dist[:, :n_ok]
-    mutual = obs[ok]  # rows are candidates: the measured ones' rows are their mutual distances
-    best_fit = None
-    for ls in _LENGTH_SCALES:
-        for noise in _NOISES:
-            k = _matern52(mutual, ls) + noise * np.eye(n_ok)
-            try:
-                linv = np.linalg.inv(np.linalg.cholesky(k))  # K^-1 = linv.T @ linv
-            except np.linalg.LinAlgError:
-                continue
-            w = linv @ z
-            ll = -0.5 * w @ w + np.log(np.abs(np.diag(linv))).sum()
-            if best_fit is None or ll > best_fit[0]:
-                best_fit = (ll, ls, linv, linv.T @ w)
-    if best_fit is None:
-        return _tpe_score(dist, ok, y, unseen)
-    _, ls, linv, alpha = best_fit
-    ks = _matern52(obs[unseen], ls)
-    mu = ks @ alpha
-    v = linv @ ks.T
-    sd = np.sqrt(np.maximum(1.0 - (v * v).sum(axis=0), 1e-12))
-    gap = (z.min() - mu) / sd
-    ei = sd * (gap * _cdf(gap) + np.exp(-0.5 * gap * gap) / sqrt(2 * np.pi))
-    if dist.shape[1] > n_ok:  # failures: kernel estimate of the chance that x runs
-        near_ok = ks.sum(axis=1)
-        near_fail = _matern52(dist[unseen, n_ok:], ls).sum(axis=1)
-        ei = ei * (near_ok + 1.0) / (near_ok + near_fail + 2.0)
-    return ei
-
-
-_erf = np.vectorize(erf)
-
-
-def _cdf(x: np.ndarray) -> np.ndarray:
-    return 0.5 * (1.0 + _erf(x / sqrt(2.0)))
+def _gp_score(
+    timing: gp.Fit, runs: gp.Fit | None, features: np.ndarray, unseen: np.ndarray
+) -> np.ndarray:
+    """log expected improvement on log time, plus the log chance of not failing. `runs` is a
+    fit to 1 (ran) / 0 (failed) labels: regression on labels, a cheap stand-in for a GP
+    classifier, whose length scales learn where failures start."""
+    xs = features[unseen]
+    score = gp.log_expected_improvement(timing, xs)
+    if runs is not None:
+        p_runs = np.clip(gp.posterior(runs, xs)[0], 1e-3, 1.0)
+        # log EI far from every timing can exceed log EI near the best by hundreds, so no
+        # factor would keep the search out of a region that fails: candidates likelier to
+        # fail than to run only compete when nothing else is left
+        score = np.where(p_runs >= 0.5, score, score - 1e6) + np.log(p_runs)
+    return score

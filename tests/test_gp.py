@@ -1,0 +1,39 @@
+"""The "gp" strategy's Gaussian process (autotune.gp) on synthetic data."""
+
+import numpy as np
+from scipy.optimize import approx_fprime
+
+from autotune import gp
+
+
+def test_the_posterior_gradient_matches_finite_differences():
+    rng = np.random.default_rng(0)
+    x, z = rng.random((25, 3)), rng.standard_normal(25)
+    diff2 = (x.T[:, :, None] - x.T[:, None, :]) ** 2
+    theta = np.array([-0.5, 0.2, -1.0, 0.3, np.log(0.05)])
+    _, grad = gp._neg_log_posterior(theta, z, diff2)
+    numeric = approx_fprime(theta, lambda t: gp._neg_log_posterior(t, z, diff2)[0], 1e-6)
+    np.testing.assert_allclose(grad, numeric, rtol=1e-4, atol=1e-4)
+
+
+def test_a_feature_that_does_not_matter_gets_a_long_length_scale():
+    rng = np.random.default_rng(1)
+    x = rng.random((40, 2))
+    fit = gp.fit(x, np.sin(4 * x[:, 0]) + 0.01 * rng.standard_normal(40))
+    relevant, irrelevant = fit.scales
+    assert irrelevant > 5 * relevant
+
+
+def test_expected_improvement_prefers_the_unmeasured_side_of_the_best():
+    x = np.linspace(0, 0.6, 7)[:, None]  # time falls towards x = 1, measured up to 0.6
+    fit = gp.fit(x, -2.0 * x[:, 0])
+    log_ei = gp.log_expected_improvement(fit, np.array([[0.1], [0.3], [0.8]]))
+    assert log_ei[2] > log_ei[1] > log_ei[0]
+
+
+def test_log_expected_improvement_keeps_ranking_where_ei_underflows():
+    x = np.linspace(0, 1, 9)[:, None]
+    fit = gp.fit(x, (x[:, 0] - 0.5) ** 2)  # well measured: EI is below 1e-300 far from 0.5
+    log_ei = gp.log_expected_improvement(fit, np.array([[0.47], [0.2], [0.05], [0.01]]))
+    assert np.all(np.isfinite(log_ei)) and log_ei[3] < -700
+    assert log_ei[0] > log_ei[1] > log_ei[2]
