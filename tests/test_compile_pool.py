@@ -11,11 +11,11 @@ FAST = TimingPolicy(warmup=1, min_reps=3, max_reps=20, max_time_s=0.05)
 LIMITS = WorkerLimits(compile_s=20.0, run_s=20.0, start_s=60.0)
 
 
-def tune_picky(compile_workers, **options):
+def tune_grid(compile_workers, kernel=picky_scale, rows=32, n_trials=3, **options):
     return autotune.tune(
-        picky_scale,
-        [make_input(rows=32)],
-        n_trials=3,
+        kernel,
+        [make_input(rows=rows)],
+        n_trials=n_trials,
         strategy="grid",
         policy=FAST,
         finalists=0,
@@ -27,9 +27,9 @@ def tune_picky(compile_workers, **options):
 
 def test_compiling_ahead_measures_the_same_configs_with_the_same_outcomes():
     toy_kernels.PICKY_TRACED.clear()
-    ahead = tune_picky(2).trials
+    ahead = tune_grid(2).trials
     traced = list(toy_kernels.PICKY_TRACED)
-    alone = tune_picky(0).trials
+    alone = tune_grid(0).trials
     assert [(t.config, t.status) for t in ahead] == [(t.config, t.status) for t in alone]
     assert [t.status for t in ahead] == ["ok", "compile_error", "ok"]  # grid order 8, 16, 32
     assert "ValueError: picky_scale refuses block_rows=16" in ahead[1].error
@@ -41,7 +41,7 @@ def test_compiling_ahead_measures_the_same_configs_with_the_same_outcomes():
 
 
 def test_a_device_worker_compiles_ahead_and_reports_a_compile_error_when_measured():
-    trials = tune_picky(2, isolate=True, limits=LIMITS).trials
+    trials = tune_grid(2, isolate=True, limits=LIMITS).trials
     assert [(t.config["block_rows"], t.status) for t in trials] == [
         (8, "ok"),
         (16, "compile_error"),
@@ -53,17 +53,8 @@ def test_a_device_worker_compiles_ahead_and_reports_a_compile_error_when_measure
 
 def test_a_crash_while_compiling_ahead_is_recorded_against_the_config_that_crashed():
     # 16 aborts the worker while it is traced, which starts ahead, as 8 is measured
-    result = autotune.tune(
-        "toy_kernels:fragile_scale",
-        [make_input(rows=16)],
-        n_trials=2,
-        strategy="grid",
-        policy=FAST,
-        finalists=0,
-        store=False,
-        isolate=True,
-        limits=LIMITS,
-        compile_workers=2,
+    result = tune_grid(
+        2, "toy_kernels:fragile_scale", rows=16, n_trials=2, isolate=True, limits=LIMITS
     )
     by_block = {t.config["block_rows"]: t for t in result.trials}
     assert by_block[8].status == "ok"
