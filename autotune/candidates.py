@@ -47,7 +47,7 @@ class CandidateSampler(BaseSampler):
         *,
         model: str = "tpe",
         seed: int | None = None,
-        n_startup: int = 8,
+        n_startup: int = 4,
     ) -> None:
         if model not in MODELS:
             raise ValueError(f"unknown model {model!r}: use one of {', '.join(MODELS)}")
