@@ -12,7 +12,8 @@ a new valid measurement. Two models:
   improvement (autotune.gp, numpy and scipy; Optuna's GPSampler needs torch).
 
 Failed configurations never enter the timing model; they lower the score of their
-neighbourhood through a kernel estimate of the chance of failing there.
+neighbourhood through an estimate of the chance of failing there (tpe: a kernel estimate; gp: a
+second GP, fitted to ran/failed labels).
 """
 
 from __future__ import annotations
@@ -171,8 +172,11 @@ def _gp_score(
     score = gp.log_expected_improvement(timing, xs)
     if runs is not None:
         p_runs = np.clip(gp.posterior(runs, xs)[0], 1e-3, 1.0)
+        score = score + np.log(p_runs)
         # log EI far from every timing can exceed log EI near the best by hundreds, so no
         # factor would keep the search out of a region that fails: candidates likelier to
         # fail than to run only compete when nothing else is left
-        score = np.where(p_runs >= 0.5, score, score - 1e6) + np.log(p_runs)
+        likely = p_runs >= 0.5
+        if likely.any():
+            score = np.where(likely, score, -np.inf)
     return score
