@@ -1,5 +1,6 @@
 """A small Gaussian process for the "gp" strategy: Matern 5/2 with a length scale per feature
-(ARD), fitted by maximum a posteriori on standardised log times, scored by expected improvement.
+(ARD), fitted by maximum a posteriori to standardised targets (log times; or ran/failed labels
+for the chance of failing), scored by expected improvement.
 
 Why per-feature length scales: in recorded tuning landscapes a few parameters decide the time
 and the rest barely matter. One shared length scale has to be short for the decisive ones, so
