@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from math import log, pi, sqrt
 
 import numpy as np
-from scipy.linalg import solve_triangular
+from scipy.linalg import cho_solve, solve_triangular
 from scipy.optimize import minimize
 from scipy.special import erfcx, ndtr
 
@@ -86,10 +86,6 @@ def _neg_log_posterior(theta: np.ndarray, z: np.ndarray, diff2: np.ndarray):
     return nll, grad
 
 
-def _solve(chol: np.ndarray, b: np.ndarray) -> np.ndarray:
-    return solve_triangular(chol.T, solve_triangular(chol, b, lower=True), lower=False)
-
-
 def fit(x: np.ndarray, y: np.ndarray, start: np.ndarray | None = None) -> Fit:
     """Fit to targets `y` at features `x`, starting from `start` (the previous fit's theta: one
     more measurement moves the optimum little) or from the prior."""
@@ -97,7 +93,7 @@ def fit(x: np.ndarray, y: np.ndarray, start: np.ndarray | None = None) -> Fit:
     y_mean, y_std = float(y.mean()), float(y.std()) or 1.0
     z = (y - y_mean) / y_std
     d = x.shape[1]
-    if start is None or len(start) != d + 2:
+    if start is None:
         start = np.array([PRIOR_LOG_SCALE] * d + [0.0, log(1e-2)])
     diff2 = (x.T[:, :, None] - x.T[:, None, :]) ** 2
     bounds = [_BOUNDS_LOG_SCALE] * d + [_BOUNDS_LOG_AMP, _BOUNDS_LOG_NOISE]
@@ -114,7 +110,7 @@ def fit(x: np.ndarray, y: np.ndarray, start: np.ndarray | None = None) -> Fit:
     scales, amp, noise = np.exp(theta[:-2]), np.exp(theta[-2]), np.exp(theta[-1])
     k = amp * correlation(x, x, scales) + noise * np.eye(len(z))
     chol = np.linalg.cholesky(k + 1e-9 * np.eye(len(z)))
-    return Fit(x, z, y_mean, y_std, theta, chol, _solve(chol, z))
+    return Fit(x, z, y_mean, y_std, theta, chol, cho_solve((chol, True), z))
 
 
 def posterior(f: Fit, xs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
