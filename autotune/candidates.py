@@ -159,7 +159,10 @@ def _tpe_score(dist: np.ndarray, ok: np.ndarray, y: np.ndarray, unseen: np.ndarr
     return score
 
 
-GP_MAX_SCORED = 2000  # unmeasured candidates scored per proposal (a seeded random subset)
+# Unmeasured candidates scored per proposal; beyond it, a seeded random subset. Large enough
+# for every recorded landscape (up to 17,956 configurations): a random 2,000 of those missed
+# the candidate the model likes best more often than not (see benchmarks/README.md).
+GP_MAX_SCORED = 20_000
 
 
 def _gp_score(
