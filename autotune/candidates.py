@@ -48,7 +48,7 @@ class CandidateSampler(BaseSampler):
         *,
         model: str = "tpe",
         seed: int | None = None,
-        n_startup: int = 4,
+        n_startup: int,
     ) -> None:
         if model not in MODELS:
             raise ValueError(f"unknown model {model!r}: use one of {', '.join(MODELS)}")

@@ -48,14 +48,14 @@ class Fit:
 
 def correlation(a: np.ndarray, b: np.ndarray, scales: np.ndarray) -> np.ndarray:
     """Matern 5/2 correlation (amplitude 1) between the rows of `a` and `b`."""
-    r = _SQRT5 * np.sqrt(_scaled_sq_dist(a, b, scales))
-    return (1.0 + r + r * r / 3.0) * np.exp(-r)
-
-
-def _scaled_sq_dist(a: np.ndarray, b: np.ndarray, scales: np.ndarray) -> np.ndarray:
     a, b = a / scales, b / scales
     sq = (a * a).sum(1)[:, None] + (b * b).sum(1)[None, :] - 2.0 * a @ b.T
-    return np.maximum(sq, 0.0)
+    return _matern(_SQRT5 * np.sqrt(np.maximum(sq, 0.0)))
+
+
+def _matern(r: np.ndarray) -> np.ndarray:
+    """Matern 5/2 of sqrt(5) * scaled distance."""
+    return (1.0 + r + r * r / 3.0) * np.exp(-r)
 
 
 def _neg_log_posterior(theta: np.ndarray, z: np.ndarray, diff2: np.ndarray):
@@ -65,8 +65,7 @@ def _neg_log_posterior(theta: np.ndarray, z: np.ndarray, diff2: np.ndarray):
     log_scales, amp, noise = theta[:-2], np.exp(theta[-2]), np.exp(theta[-1])
     inv_sq = np.exp(-2.0 * log_scales)
     r = _SQRT5 * np.sqrt(np.maximum(np.tensordot(inv_sq, diff2, axes=1), 0.0))
-    e = np.exp(-r)
-    k = amp * (1.0 + r + r * r / 3.0) * e + noise * np.eye(n)
+    k = amp * _matern(r) + noise * np.eye(n)
     try:
         chol = np.linalg.cholesky(k)
     except np.linalg.LinAlgError:
@@ -78,7 +77,7 @@ def _neg_log_posterior(theta: np.ndarray, z: np.ndarray, diff2: np.ndarray):
     dev = (log_scales - PRIOR_LOG_SCALE) / PRIOR_SD
     nll = 0.5 * z @ alpha + np.log(np.diag(chol)).sum() + 0.5 * dev @ dev
     grad = np.empty_like(theta)
-    common = amp * (5.0 / 3.0) * (1.0 + r) * e  # dK/dlog l_d = common * diff2[d] / l_d^2
+    common = amp * (5.0 / 3.0) * (1.0 + r) * np.exp(-r)  # dK/dlog l_d = common * diff2[d] / l_d^2
     grad[:-2] = -0.5 * np.tensordot(diff2, w * common, axes=([1, 2], [0, 1])) * inv_sq
     grad[:-2] += dev / PRIOR_SD
     grad[-2] = -0.5 * (w * (k - noise * np.eye(n))).sum()
