@@ -120,11 +120,12 @@ def posterior(f: Fit, xs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return f.y_mean + f.y_std * (ks @ f.alpha), f.y_std * sd
 
 
-def log_expected_improvement(f: Fit, xs: np.ndarray) -> np.ndarray:
-    """log EI below the smallest target measured, at the rows of `xs`. In logs because once the
-    best is found EI underflows to 0 almost everywhere, and the ranking must survive that."""
+def log_expected_improvement(f: Fit, xs: np.ndarray, margin: float = 0.0) -> np.ndarray:
+    """log EI below the smallest target measured less `margin`, at the rows of `xs`. In logs
+    because once the best is found EI underflows to 0 almost everywhere, and the ranking must
+    survive that."""
     mu, sd = posterior(f, xs)
-    gap = (f.y_mean + f.y_std * f.z.min() - mu) / sd
+    gap = (f.y_mean + f.y_std * f.z.min() - margin - mu) / sd
     # EI = sd * phi(gap) * (1 + gap * Phi(gap) / phi(gap)) for gap < 0, with erfcx for the
     # exact Phi/phi where both underflow; beyond -1e4 the bracket is 1/gap^2 to 1e-8
     log_phi = -0.5 * gap * gap - 0.5 * log(2 * pi)

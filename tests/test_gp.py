@@ -37,3 +37,16 @@ def test_log_expected_improvement_keeps_ranking_where_ei_underflows():
     log_ei = gp.log_expected_improvement(fit, np.array([[0.47], [0.2], [0.05], [0.01]]))
     assert np.all(np.isfinite(log_ei)) and log_ei[3] < -700
     assert log_ei[0] > log_ei[1] > log_ei[2]
+
+
+def test_a_margin_costs_a_small_sure_gain_more_than_an_uncertain_one():
+    # a plateau of near-equal times at 0.4-0.5, slower towards 0; nothing measured beyond 0.5
+    x = np.array([0.0, 0.1, 0.2, 0.40, 0.42, 0.44, 0.46, 0.48, 0.5])[:, None]
+    fit = gp.fit(x, np.log([8.0, 6.0, 4.0, 1.0, 1.002, 0.999, 1.001, 1.0, 1.002]))
+    near, far = np.array([[0.45]]), np.array([[1.0]])
+    drop = [
+        gp.log_expected_improvement(fit, c)[0]
+        - gp.log_expected_improvement(fit, c, np.log(1.05))[0]
+        for c in (near, far)
+    ]
+    assert drop[0] > 100 and 0 < drop[1] < 1
