@@ -33,10 +33,10 @@ from autotune.candidates import CandidateSampler
 from autotune.errors import SpaceError
 from autotune.signature import Signature
 from autotune.space import Param, Space
+from autotune.strategies import DEFAULT_STRATEGY, STRATEGIES
 from autotune.studies import SharedStudy, config_id
 
 log = logging.getLogger(__name__)
-STRATEGIES = ("tpe", "gp", "cmaes", "random", "grid")
 # Random proposals before a model takes over. Fixed (not a share of the budget) so that a run
 # with budget n is the first n trials of a run with a larger budget, as the benchmark assumes.
 # 4 rather than 8: on the recorded landscapes both models gain at every budget (see
@@ -113,6 +113,21 @@ class _Encoding:
                 out += [(j == i) / np.sqrt(2) for j in range(len(p.values))]
         return out
 
+    def late_features(self, config: Mapping[str, Any]) -> list[float]:
+        """1.0 where an integer parameter is a power of two, for each parameter whose candidates
+        mix powers of two and other values (its rank position cannot say which is which)."""
+        return [float(_power_of_two(config[p.name])) for p in self.space.params if _mixes(p)]
+
+
+def _power_of_two(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v > 0 and v & (v - 1) == 0
+
+
+def _mixes(p: Param) -> bool:
+    """Whether an integer parameter has powers of two and other values among its candidates."""
+    ints = p.ordered and all(isinstance(v, int) for v in p.values)  # ordered: no bools
+    return ints and len({_power_of_two(v) for v in p.values}) == 2
+
 
 def make_sampler(
     strategy: str, seed: int | None, enc: _Encoding, valid: list[dict[str, Any]]
@@ -122,6 +137,7 @@ def make_sampler(
             enc.distributions,
             [enc.encode(c) for c in valid],
             np.array([enc.features(c) for c in valid]),
+            late_features=np.array([enc.late_features(c) for c in valid]),
             model=strategy,
             seed=seed,
             n_startup=STARTUP_TRIALS,
@@ -151,7 +167,7 @@ def run_search(
     evaluate: Callable[[dict[str, Any]], Evaluation],
     *,
     n_trials: int,
-    strategy: str = "tpe",
+    strategy: str = DEFAULT_STRATEGY,
     seed: int | None = None,
     initial: Iterable[Mapping[str, Any]] = (),
     valid: list[dict[str, Any]] | None = None,
@@ -417,7 +433,7 @@ def replay(
         None,
         evaluate,
         n_trials=budget,
-        strategy=strategy or "tpe",
+        strategy=strategy or DEFAULT_STRATEGY,
         seed=seed,
         valid=land.configs,
         **budgets,

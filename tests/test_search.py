@@ -3,15 +3,27 @@
 from __future__ import annotations
 
 import gzip
+import itertools
 from pathlib import Path
 
+import optuna
 import pytest
 from toy_kernels import make_input, scale
 
 import autotune
 from autotune import TuningDB, cli
+from autotune.candidates import GP_LATE_FROM, CandidateSampler
 from autotune.errors import SpaceError
-from autotune.search import LOOKAHEAD, STRATEGIES, Evaluation, load_landscape, replay, run_search
+from autotune.search import (
+    LOOKAHEAD,
+    STRATEGIES,
+    Evaluation,
+    _Encoding,
+    load_landscape,
+    make_sampler,
+    replay,
+    run_search,
+)
 from autotune.space import Param, Space
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "landscapes"
@@ -258,3 +270,32 @@ def test_upcoming_changes_nothing_a_seeded_model_based_search_measures(landscape
     assert run(upcoming=seen.append) == run()
     # the warm starts are known ahead; the model's proposals are not
     assert seen[0] == land.configs[1:3] and seen[1] == land.configs[2:3] and seen[2:] == [[]] * 13
+
+
+def test_the_gp_sees_which_block_sizes_are_powers_of_two_once_it_has_timings():
+    space = Space(
+        (
+            Param("block", (16, 32, 48, 64, 96, 128)),  # mixed: a late feature
+            Param("stages", (1, 2, 4)),  # all powers of two: none
+            Param("unroll", (True, False)),
+        )
+    )
+    enc = _Encoding(space)
+    assert enc.late_features({"block": 48, "stages": 2, "unroll": True}) == [0.0]
+    assert enc.late_features({"block": 64, "stages": 1, "unroll": False}) == [1.0]
+
+    valid = [
+        dict(zip(space.names, v)) for v in itertools.product(*(p.values for p in space.params))
+    ]
+    sampler = make_sampler("gp", 0, enc, valid)
+    assert isinstance(sampler, CandidateSampler)
+    study = optuna.create_study(sampler=sampler)
+    widths = []
+    for _ in range(GP_LATE_FROM + 1):
+        trial = study.ask(enc.distributions)
+        config = enc.decode(trial.params)
+        study.tell(trial, config["block"] / (1 + config["stages"]))
+        widths.append(None if sampler._gp is None else sampler._gp.x.shape[1])
+    base = len(enc.features(valid[0]))
+    # the start-up trials are random; then the base features, and one more from GP_LATE_FROM
+    assert set(widths[4:GP_LATE_FROM]) == {base} and widths[GP_LATE_FROM] == base + 1
