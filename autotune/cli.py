@@ -16,6 +16,7 @@ from typing import Any, NoReturn
 from autotune import cli_db
 from autotune.errors import AutotuneError, SignatureError
 from autotune.jobs import parse_dtypes, parse_shapes  # noqa: F401  (re-exported)
+from autotune.strategies import DEFAULT_STRATEGY, STRATEGIES
 from autotune.worker import DEFAULT_LIMITS, WorkerLimits
 
 FORMATS = ("table", "json", "csv")
@@ -59,7 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--static", action="append", default=[], metavar="NAME=VALUE", help="a static argument"
     )
     t.add_argument("--trials", type=int, default=32, help="distinct configurations to measure")
-    t.add_argument("--strategy", choices=("tpe", "gp", "cmaes", "random", "grid"), default="tpe")
+    t.add_argument("--strategy", choices=STRATEGIES, default=DEFAULT_STRATEGY)
     t.add_argument("--seed", type=int, default=None)
     t.add_argument("--time-limit", type=float, default=None, help="stop after this many seconds")
     t.add_argument(

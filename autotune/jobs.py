@@ -30,6 +30,7 @@ from typing import Any
 
 from autotune.errors import AutotuneError, SignatureError
 from autotune.signature import ArgSpec, format_args, parse_dtype
+from autotune.strategies import DEFAULT_STRATEGY, STRATEGIES
 
 try:
     import tomllib
@@ -37,7 +38,6 @@ except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 
 log = logging.getLogger(__name__)
-STRATEGIES = ("tpe", "random", "grid")
 _TASK_FIELDS = {
     "kernel",
     "shape",
@@ -93,7 +93,7 @@ class Task:
     dtypes: tuple[str, ...]
     static: tuple[tuple[str, Any], ...] = ()  # sorted items, so a Task is hashable
     trials: int = 32
-    strategy: str = "tpe"
+    strategy: str = DEFAULT_STRATEGY
     seed: int | None = None
 
     @property
@@ -118,7 +118,7 @@ def make_task(
     dtype: str = "float32",
     static: dict[str, Any] | None = None,
     trials: int = 32,
-    strategy: str = "tpe",
+    strategy: str = DEFAULT_STRATEGY,
     seed: int | None = None,
 ) -> Task:
     if not isinstance(trials, int) or isinstance(trials, bool) or trials < 1:
@@ -180,7 +180,7 @@ def load_job(path: str | Path) -> list[Task]:
                             dtype,
                             static,
                             spec.get("trials", 32),
-                            spec.get("strategy", "tpe"),
+                            spec.get("strategy", DEFAULT_STRATEGY),
                             spec.get("seed"),
                         )
                     )

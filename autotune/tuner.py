@@ -20,6 +20,7 @@ from autotune.finalists import Finalist, remeasure
 from autotune.measure import DEFAULT_POLICY, TimingPolicy
 from autotune.search import Evaluation, run_search
 from autotune.signature import TuningKey, is_array
+from autotune.strategies import DEFAULT_STRATEGY
 from autotune.verify import compare
 from autotune.warmstart import warm_starts
 from autotune.worker import DEFAULT_LIMITS, DeviceWorker, InProcessWorker, WorkerLimits
@@ -116,7 +117,7 @@ def tune(
     *,
     n_trials: int = 32,
     db: Any = None,
-    strategy: str = "tpe",
+    strategy: str = DEFAULT_STRATEGY,
     seed: int | None = None,
     kwargs: Mapping[str, Any] | None = None,
     store: bool = True,

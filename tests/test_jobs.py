@@ -14,6 +14,7 @@ from toy_kernels import make_input, scale
 
 from autotune import TuningDB, configure
 from autotune.jobs import JobError, load_job, parse_shard, shard
+from autotune.strategies import DEFAULT_STRATEGY, STRATEGIES
 
 JOB = """
 [defaults]
@@ -80,6 +81,15 @@ def test_shards_split_a_job_deterministically(tmp_path):
             parse_shard(bad)
 
 
+def test_a_job_takes_every_strategy_and_defaults_to_the_default(tmp_path):
+    def strategy(line):
+        (task,) = load_job(write(tmp_path, f"[[task]]\nkernel = 'm'\nshapes = ['8']\n{line}"))
+        return task.strategy
+
+    assert strategy("") == DEFAULT_STRATEGY
+    assert [strategy(f"strategy = '{s}'") for s in STRATEGIES] == list(STRATEGIES)
+
+
 @pytest.mark.parametrize(
     "text, message",
     [
@@ -90,6 +100,7 @@ def test_shards_split_a_job_deterministically(tmp_path):
         ("[[task]]\nkernel = 'matmul'\nshapes = ['8']\nblock = 2", "unknown field(s) block"),
         ("[[tasks]]\nkernel = 'matmul'", "unknown table(s) tasks"),
         ("[[task]\n", "is not valid TOML"),
+        ("[[task]]\nkernel = 'matmul'\nshapes = ['8x8,8x8']\nstrategy = 'bayes'", "tpe, gp, cmaes"),
         ("import = ['no_such_module_x']\n[[task]]\nkernel = 'm'\nshapes = ['8']", "cannot import"),
     ],
 )

@@ -22,6 +22,7 @@ from autotune.signature import (
     short_dtype,
 )
 from autotune.space import load_space_file
+from autotune.strategies import STRATEGIES
 
 FEW = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 DTYPES = sorted(_SHORT)
@@ -160,7 +161,7 @@ def test_every_cli_user_error_is_one_line_exit_2_nothing_written(scratch, capsys
     number = value.strip()
     if flag == "--trials" and number.isascii() and number.isdigit() and int(number) > 0:
         return
-    if flag == "--strategy" and value in ("tpe", "random", "grid"):
+    if flag == "--strategy" and value in STRATEGIES:
         return
     if flag == "--static" and "=" in value and value.partition("=")[0].isidentifier():
         return
