@@ -8,7 +8,7 @@ The figure is the mean over landscapes of optimum time / best time found (0 if a
 "uniform" is the exact expectation of uniform random sampling of valid configurations
 without replacement, computed from the order statistics (no sampling noise).
 
-    python benchmarks/search_quality.py [--seeds 5] [--strategies tpe,random] [--jobs 2]
+    python benchmarks/search_quality.py [--seeds 8] [--strategies gp,tpe,random] [--jobs 2]
 """
 
 from __future__ import annotations
@@ -79,8 +79,8 @@ def one_run(job: tuple[str, str, int, int]) -> tuple[str, str, int, list[float],
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--landscapes", type=Path, default=ROOT.parent / "shared" / "landscapes")
-    ap.add_argument("--seeds", type=int, default=5)
-    ap.add_argument("--strategies", default="tpe,random")
+    ap.add_argument("--seeds", type=int, default=8)
+    ap.add_argument("--strategies", default="gp,tpe,random")
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--only", default="", help="comma-separated substrings of file names")
     ap.add_argument("--json", type=Path, help="also write per-landscape results here")
