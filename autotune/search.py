@@ -119,8 +119,8 @@ class _Encoding:
         return [float(_power_of_two(config[p.name])) for p in self.space.params if _mixes(p)]
 
 
-def _power_of_two(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool) and v > 0 and v & (v - 1) == 0
+def _power_of_two(v: int) -> bool:
+    return v > 0 and v & (v - 1) == 0
 
 
 def _mixes(p: Param) -> bool:
