@@ -4,7 +4,8 @@ Optuna's own samplers propose points of the whole grid and know nothing of const
 recorded landscapes most of the grid is invalid, so proposals land on invalid or already
 measured points and the loop has to substitute a neighbour. These samplers score every valid,
 unmeasured configuration with a surrogate model and propose the best one, so each proposal is
-a new valid measurement. Two models:
+a new valid measurement. The first few proposals come before any model: the first at random,
+each next one as far as possible from every configuration measured. Then one of two models:
 
 - "tpe": a Parzen-estimator ratio l(x)/g(x) (as in TPE): how much more the fast configurations
   than the slow or failed ones crowd around x.
@@ -39,10 +40,11 @@ _SEEN = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL, TrialState.RUN
 
 
 class CandidateSampler(BaseSampler):
-    """Proposes the unmeasured candidate with the best model score (random for the first
-    `n_startup` measurements). `encoded[i]` are candidate i's Optuna parameters, `features[i]`
-    its position (ordered parameters in [0, 1], categories one-hot), `late_features[i]` more
-    columns that only the "gp" model uses, and only from GP_LATE_FROM timings on."""
+    """Proposes the unmeasured candidate with the best model score (for the first `n_startup`
+    timings, one far from those measured). `encoded[i]` are candidate i's Optuna parameters,
+    `features[i]` its position (ordered parameters in [0, 1], categories one-hot),
+    `late_features[i]` more columns that only the "gp" model uses, and only from GP_LATE_FROM
+    timings on."""
 
     def __init__(
         self,
@@ -117,7 +119,7 @@ class CandidateSampler(BaseSampler):
         if len(unseen) == 0:
             return {}
         if len(ok) < self.n_startup:
-            return dict(self.encoded[int(self.rng.choice(unseen))])
+            return dict(self.encoded[self._spread(unseen, ok + failed)])
         if self.model == "gp":
             if len(unseen) > GP_MAX_SCORED:  # bounds the cost of a proposal
                 unseen = np.sort(self.rng.choice(unseen, GP_MAX_SCORED, replace=False))
@@ -131,6 +133,16 @@ class CandidateSampler(BaseSampler):
             dist = np.stack([self._distances(i) for i in ok + failed], axis=1)
             s = _tpe_score(dist, np.asarray(ok), np.log(np.asarray(times)), unseen)
         return dict(self.encoded[int(unseen[int(np.argmax(s))])])
+
+    def _spread(self, unseen: np.ndarray, measured: list[int]) -> int:
+        """A start-up candidate: at random while nothing is measured, then one of the unseen
+        candidates farthest from every measured one. A model fitted to a handful of points learns
+        the most from points spread over the space (seeds 0-15 at budget 25: 0.899 against 0.867
+        with random start-up points, benchmarks/README.md)."""
+        if not measured:
+            return int(self.rng.choice(unseen))
+        gap = np.min([self._distances(j)[unseen] for j in measured], axis=0)
+        return int(self.rng.choice(unseen[gap == gap.max()]))
 
     def _distances(self, i: int) -> np.ndarray:
         col = self._dist_cols.get(i)

@@ -6,6 +6,7 @@ import gzip
 import itertools
 from pathlib import Path
 
+import numpy as np
 import optuna
 import pytest
 from toy_kernels import make_input, scale
@@ -16,6 +17,7 @@ from autotune.candidates import GP_LATE_FROM, CandidateSampler
 from autotune.errors import SpaceError
 from autotune.search import (
     LOOKAHEAD,
+    STARTUP_TRIALS,
     STRATEGIES,
     Evaluation,
     _Encoding,
@@ -97,15 +99,24 @@ def test_seeded_runs_repeat_and_a_small_budget_is_a_prefix_of_a_larger(landscape
     assert replay(landscape, 35, seed=3, strategy=strategy)[:20] == a
 
 
-def test_model_based_search_beats_its_random_start_on_a_smooth_landscape(landscape):
-    land = load_landscape(landscape)
-    for strategy in ("tpe", "gp"):
+def test_model_based_search_beats_random_sampling_on_a_smooth_landscape(tmp_path):
+    # 160 configs, large tiles fail; one optimum, and its twin with unroll 1 is 10% slower
+    land = load_landscape(
+        write_landscape(tmp_path / "bowl.csv.gz", fail=lambda bx, by: bx * by >= 4096)
+    )
+
+    def near(strategy: str) -> int:
+        """Seeds of 8 whose first 30 trials come within 10% of the optimum."""
         hits = 0
-        for seed in range(4):
+        for seed in range(8):
             found = replay(land, 30, seed=seed, strategy=strategy)
-            best = min(f["time_ms"] for f in found if f["time_ms"] is not None)
-            hits += best <= land.best_ms * 1.01
-        assert hits >= 3, strategy  # 30 of 120 configs: random finds the optimum 1 time in 4
+            hits += (
+                min(f["time_ms"] for f in found if f["time_ms"] is not None) <= land.best_ms * 1.1
+            )
+        return hits
+
+    assert near("random") <= 4  # a random 30 of 160 holds one of the two 1 time in 3
+    assert near("tpe") == near("gp") == 8
 
 
 def test_failures_steer_the_search_away(tmp_path):
@@ -299,3 +310,27 @@ def test_the_gp_sees_which_block_sizes_are_powers_of_two_once_it_has_timings():
     base = len(enc.features(valid[0]))
     # the start-up trials are random; then the base features, and one more from GP_LATE_FROM
     assert set(widths[4:GP_LATE_FROM]) == {base} and widths[GP_LATE_FROM] == base + 1
+
+
+@pytest.mark.parametrize("strategy", ["tpe", "gp"])
+def test_start_up_proposals_are_as_far_as_possible_from_those_measured(strategy):
+    space = Space((Param("bx", (8, 16, 32, 64, 128)), Param("by", (1, 2, 4, 8))))
+    enc = _Encoding(space)
+    valid = [
+        dict(zip(space.names, v)) for v in itertools.product(*(p.values for p in space.params))
+    ]
+    study = optuna.create_study(sampler=make_sampler(strategy, 0, enc, valid))
+    measured = []
+    for _ in range(STARTUP_TRIALS):
+        trial = study.ask(enc.distributions)
+        measured.append(enc.decode(trial.params))
+        study.tell(trial, 1.0)
+
+    def gap(config, others):
+        x = np.array(enc.features(config))
+        return min(((x - np.array(enc.features(o))) ** 2).sum() for o in others)
+
+    for k in range(1, STARTUP_TRIALS):
+        rest = [c for c in valid if c not in measured[:k]]
+        assert gap(measured[k], measured[:k]) == max(gap(c, measured[:k]) for c in rest)
+    assert measured[1]["bx"] != measured[0]["bx"] and measured[1]["by"] != measured[0]["by"]
