@@ -261,9 +261,10 @@ def run_search(
         index = valid_ids.get(cid)
         fresh = index is not None and cid not in measured and cid not in claimed
         if shared and fresh and shared.taken(trial, cid, enc):
-            # another worker claimed it at the same moment; neither measures twice (see taken).
-            # Queue it again after a random pause, so two workers that both gave it up fall
-            # out of step (the one that finds the other measuring it moves on).
+            # another worker claimed it at the same moment, or measured it since our refresh;
+            # neither measures twice (see taken). Queue it again after a random pause, so two
+            # workers that both gave it up fall out of step (the one that finds the other
+            # measuring it, or done, moves on).
             study.tell(trial, state=TrialState.FAIL)
             time.sleep(random.uniform(0.0, 0.5))
             study.enqueue_trial(enc.encode(config))

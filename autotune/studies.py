@@ -92,18 +92,21 @@ class SharedStudy:
         return measured, claimed - set(measured)
 
     def taken(self, trial: optuna.Trial, cid: tuple, enc: Any) -> bool:
-        """Whether another worker holds a claim on this trial's config.
+        """Whether another worker holds a claim on this trial's config, or has measured it.
 
         Set-then-check: our parameters are committed (by ask) before we look, so of two workers
         given one config at the same moment, at least the later to commit sees the other. Both
         may see each other and both give it up (a wasted ask, never a duplicate measurement);
-        the config stays unmeasured and can be proposed again.
+        the config stays unmeasured and can be proposed again. Finished measurements count too:
+        the other worker may have measured the config and finished since our last refresh.
         """
         trial.set_user_attr("worker", self.worker)
         self.storage.record_heartbeat(trial._trial_id)  # from now on a dead owner is detected
-        for t in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        states = (TrialState.RUNNING, TrialState.COMPLETE, TrialState.PRUNED)
+        for t in self.study.get_trials(deepcopy=False, states=states):
             if (
                 t.number != trial.number
+                and (t.state == TrialState.RUNNING or "status" in t.user_attrs)
                 and t.params.keys() == enc.distributions.keys()
                 and config_id(enc.decode(t.params)) == cid
             ):

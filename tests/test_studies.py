@@ -1,0 +1,34 @@
+"""Claims in a shared study (autotune.studies), on a real SQLite Optuna storage."""
+
+from __future__ import annotations
+
+import optuna
+
+from autotune.search import _Encoding
+from autotune.space import Param, Space
+from autotune.studies import SharedStudy, config_id
+
+
+def test_a_config_another_worker_measured_since_the_last_refresh_is_taken(tmp_path):
+    storage = f"sqlite:///{tmp_path / 'studies.db'}"
+    enc = _Encoding(Space((Param("block", (16, 32, 64)),)))
+    first, second = (
+        SharedStudy(storage, "matmul", optuna.samplers.RandomSampler(seed=0)) for _ in range(2)
+    )
+    config = {"block": 32}
+    # both workers are given the config (queued by each before either measured it)
+    for worker in (first, second):
+        worker.study.enqueue_trial(enc.encode(config))
+    mine = first.study.ask(enc.distributions)
+    assert not first.taken(mine, config_id(config), enc)
+    mine.set_user_attr("status", "ok")
+    first.study.tell(mine, 1.0)  # measured and finished: no longer a running claim
+
+    late = second.study.ask(enc.distributions)
+    assert enc.decode(late.params) == config
+    assert second.taken(late, config_id(config), enc)
+
+    other = {"block": 64}
+    second.study.enqueue_trial(enc.encode(other))
+    fresh = second.study.ask(enc.distributions)
+    assert enc.decode(fresh.params) == other and not second.taken(fresh, config_id(other), enc)
