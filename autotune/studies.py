@@ -35,7 +35,8 @@ class SharedStudy:
 
     Claims: Optuna writes a trial's parameters to the storage when it is asked for, so a
     RUNNING trial is a claim on its configuration that every worker can see. A worker that
-    finds another live claim on the configuration it was just given gives it up (see `taken`).
+    finds another live claim on the configuration it was just given, or a finished measurement
+    of it, gives it up (see `taken`).
     Claims of dead workers are released: at once for a dead process on this host, and after
     missed heartbeats for other hosts.
     """

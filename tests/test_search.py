@@ -308,7 +308,7 @@ def test_the_gp_sees_which_block_sizes_are_powers_of_two_once_it_has_timings():
         study.tell(trial, config["block"] / (1 + config["stages"]))
         widths.append(None if sampler._gp is None else sampler._gp.x.shape[1])
     base = len(enc.features(valid[0]))
-    # the start-up trials are random; then the base features, and one more from GP_LATE_FROM
+    # no model for the start-up trials; then the base features, and one more from GP_LATE_FROM
     assert set(widths[4:GP_LATE_FROM]) == {base} and widths[GP_LATE_FROM] == base + 1
 
 
