@@ -12,8 +12,14 @@ import pytest
 from toy_kernels import make_input, scale
 
 import autotune
-from autotune import TuningDB, cli
-from autotune.candidates import GP_LATE_FROM, CandidateSampler
+from autotune import TuningDB, cli, gp
+from autotune.candidates import (
+    GP_EXPLOIT_EVERY,
+    GP_EXPLOIT_FROM,
+    GP_LATE_FROM,
+    GP_MIN_GAIN,
+    CandidateSampler,
+)
 from autotune.errors import SpaceError
 from autotune.search import (
     LOOKAHEAD,
@@ -310,6 +316,37 @@ def test_the_gp_sees_which_block_sizes_are_powers_of_two_once_it_has_timings():
     base = len(enc.features(valid[0]))
     # no model for the start-up trials; then the base features, and one more from GP_LATE_FROM
     assert set(widths[4:GP_LATE_FROM]) == {base} and widths[GP_LATE_FROM] == base + 1
+
+
+def test_the_gp_proposes_its_fastest_prediction_every_few_trials_once_it_has_enough():
+    powers = tuple(2**k for k in range(10))  # 100 candidates: more than the trials below
+    space = Space((Param("bx", powers), Param("by", powers)))
+    enc = _Encoding(space)
+    valid = [
+        dict(zip(space.names, v)) for v in itertools.product(*(p.values for p in space.params))
+    ]
+    sampler = make_sampler("gp", 0, enc, valid)
+    study = optuna.create_study(sampler=sampler)
+    chosen = []  # per proposal after GP_EXPLOIT_FROM: (is the fastest prediction, is the best EI)
+    for n in range(GP_EXPLOIT_FROM + 2 * GP_EXPLOIT_EVERY):
+        trial = study.ask(enc.distributions)
+        config = enc.decode(trial.params)
+        if n >= GP_EXPLOIT_FROM:
+            measured = [enc.decode(t.params) for t in study.trials[:-1]]
+            unseen = [c for c in valid if c not in measured]
+            xs = np.array([enc.features(c) + enc.late_features(c) for c in unseen])
+            mean = gp.posterior(sampler._gp, xs)[0]
+            ei = gp.log_expected_improvement(sampler._gp, xs, GP_MIN_GAIN)
+            i = unseen.index(config)
+            chosen.append((mean[i] == mean.min(), ei[i] == ei.max()))
+        # a bumpy landscape, so that the largest expected improvement is not where the GP
+        # predicts the fastest time
+        bx, by = config["bx"].bit_length(), config["by"].bit_length()
+        study.tell(trial, 1.0 + (bx - 5) ** 2 + (by - 3) ** 2 + 3.0 * ((bx + by) % 3 == 0))
+    exploit = [k % GP_EXPLOIT_EVERY == 0 for k in range(len(chosen))]
+    assert all(fastest for (fastest, _), e in zip(chosen, exploit) if e)
+    assert all(best_ei for (_, best_ei), e in zip(chosen, exploit) if not e)
+    assert any(not best_ei for (_, best_ei), e in zip(chosen, exploit) if e)  # they differ
 
 
 @pytest.mark.parametrize("strategy", ["tpe", "gp"])
