@@ -201,9 +201,9 @@ GP_MIN_GAIN = log(1.05)
 # proposals worse (budget 25: 0.843 with the feature from the start, 0.870 without).
 GP_LATE_FROM = 20
 # From GP_EXPLOIT_FROM measurements on, every GP_EXPLOIT_EVERY-th proposal is the candidate the
-# GP predicts fastest instead of the one with the largest expected improvement: expected
-# improvement (with its margin) keeps spending trials where the model knows little, and the
-# best region found was left half searched. On seeds 0-7 and 8-15 at budgets 25 / 50 / 100:
+# GP predicts fastest instead of the one with the largest expected improvement. Expected
+# improvement (with its margin) keeps spending trials where the model knows little; the
+# occasional best guess searches further around the fastest configurations found. On seeds 0-7 and 8-15 at budgets 25 / 50 / 100:
 # 0.904 / 0.952 / 0.980 and 0.893 / 0.943 / 0.980, against 0.906 / 0.945 / 0.976 and
 # 0.891 / 0.941 / 0.966 without; from 10 measurements on, or every second proposal, was worse
 # at 50 or 100 (benchmarks/README.md).
@@ -216,7 +216,7 @@ def _gp_score(
     runs: gp.Fit | None,
     features: np.ndarray,
     unseen: np.ndarray,
-    exploit: bool = False,
+    exploit: bool,
 ) -> np.ndarray:
     """log expected improvement on log time, plus the log chance of not failing; or, to
     `exploit`, minus the predicted log time. `runs` is a fit to 1 (ran) / 0 (failed) labels:
