@@ -125,14 +125,12 @@ class CandidateSampler(BaseSampler):
             if len(unseen) > GP_MAX_SCORED:  # bounds the cost of a proposal
                 unseen = np.sort(self.rng.choice(unseen, GP_MAX_SCORED, replace=False))
             x = self.all_features if len(ok) >= GP_LATE_FROM else self.features
-            n_measured = len(ok) + len(failed)
             self._gp = gp.fit(x[ok], np.log(times), _theta(self._gp, x))
             if failed:
                 labels = np.r_[np.ones(len(ok)), np.zeros(len(failed))]
                 self._runs = gp.fit(x[ok + failed], labels, _theta(self._runs, x))
-            exploit = n_measured >= GP_EXPLOIT_FROM and (
-                (n_measured - GP_EXPLOIT_FROM) % GP_EXPLOIT_EVERY == 0
-            )
+            after = len(ok) + len(failed) - GP_EXPLOIT_FROM  # measurements since the step began
+            exploit = after >= 0 and after % GP_EXPLOIT_EVERY == 0
             s = _gp_score(self._gp, self._runs if failed else None, x, unseen, exploit)
         else:
             dist = np.stack([self._distances(i) for i in ok + failed], axis=1)
@@ -203,10 +201,10 @@ GP_LATE_FROM = 20
 # From GP_EXPLOIT_FROM measurements on, every GP_EXPLOIT_EVERY-th proposal is the candidate the
 # GP predicts fastest instead of the one with the largest expected improvement. Expected
 # improvement (with its margin) keeps spending trials where the model knows little; the
-# occasional best guess searches further around the fastest configurations found. On seeds 0-7 and 8-15 at budgets 25 / 50 / 100:
-# 0.904 / 0.952 / 0.980 and 0.893 / 0.943 / 0.980, against 0.906 / 0.945 / 0.976 and
-# 0.891 / 0.941 / 0.966 without; from 10 measurements on, or every second proposal, was worse
-# at 50 or 100 (benchmarks/README.md).
+# occasional best guess searches further around the fastest configurations found. On seeds
+# 0-7 and 8-15 at budgets 25 / 50 / 100: 0.904 / 0.952 / 0.980 and 0.893 / 0.943 / 0.980,
+# against 0.906 / 0.945 / 0.976 and 0.891 / 0.941 / 0.966 without; from 10 measurements on,
+# or every second proposal, was worse at 50 or 100 (benchmarks/README.md).
 GP_EXPLOIT_FROM = 15
 GP_EXPLOIT_EVERY = 3
 
