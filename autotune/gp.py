@@ -70,7 +70,7 @@ def _matern(r: np.ndarray) -> np.ndarray:
     return (1.0 + r + r * r / 3.0) * np.exp(-r)
 
 
-def prior_log_scale(d: int) -> float:
+def _prior_log_scale(d: int) -> float:
     """The centre of the log length-scale prior for `d` features."""
     return log(PRIOR_SCALE_PER_ROOT_DIM * sqrt(d))
 
@@ -91,7 +91,7 @@ def _neg_log_posterior(theta: np.ndarray, z: np.ndarray, diff2: np.ndarray):
     k_inv = chol_inv.T @ chol_inv
     alpha = k_inv @ z
     w = np.outer(alpha, alpha) - k_inv  # dnll/dtheta = -0.5 sum(w * dK/dtheta)
-    dev = (log_scales - prior_log_scale(len(log_scales))) / PRIOR_SD
+    dev = (log_scales - _prior_log_scale(len(log_scales))) / PRIOR_SD
     nll = 0.5 * z @ alpha + np.log(np.diag(chol)).sum() + 0.5 * dev @ dev
     grad = np.empty_like(theta)
     common = amp * (5.0 / 3.0) * (1.0 + r) * np.exp(-r)  # dK/dlog l_d = common * diff2[d] / l_d^2
@@ -110,7 +110,7 @@ def fit(x: np.ndarray, y: np.ndarray, start: np.ndarray | None = None) -> Fit:
     z = (y - y_mean) / y_std
     d = x.shape[1]
     if start is None:
-        start = np.array([prior_log_scale(d)] * d + [0.0, log(1e-2)])
+        start = np.array([_prior_log_scale(d)] * d + [0.0, log(1e-2)])
     diff2 = (x.T[:, :, None] - x.T[:, None, :]) ** 2
     bounds = [_BOUNDS_LOG_SCALE] * d + [_BOUNDS_LOG_AMP, _BOUNDS_LOG_NOISE]
     res = minimize(
