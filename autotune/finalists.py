@@ -55,15 +55,15 @@ def remeasure(
     chosen = select(trials, default, n)
     if not chosen:
         return []
-    samples = None
+    measured = None
     if len(chosen) > 1:
         reps = max(1, min(MAX_REPS, int(ROUND_S / max(chosen[0].time_s, 1e-9))))
-        samples = worker.interleaved([t.config for t in chosen], ROUNDS, reps)
+        measured = worker.interleaved([t.config for t in chosen], ROUNDS, reps)
     finalists = [
         Finalist(
             config=t.config,
             first_s=t.time_s,
-            timing=summarise(samples[i], "wall") if samples else None,
+            timing=summarise(measured[0][i], measured[1]) if measured else None,
             distance=config_distance(t.config, default),
         )
         for i, t in enumerate(chosen)

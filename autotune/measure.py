@@ -1,4 +1,12 @@
-"""Compile a candidate ahead of time, run it once, then time it; summarise the samples."""
+"""Compile a candidate ahead of time, run it once, then time it; summarise the samples.
+
+Timers, best first (`timer_order`): on a GPU, "cupti" (the kernels' own durations from CUPTI,
+through Mosaic GPU's profiler), then "trace" (the same from a `jax.profiler` trace); on a TPU,
+"trace" (the XLA module's time on the device); "wall" (the host's clock around synchronised
+calls) everywhere as the last resort, and the only timer on the CPU. Whatever is available
+decides, each Timing records which timer produced it, and a fall-back is logged once per
+process.
+"""
 
 from __future__ import annotations
 
@@ -11,17 +19,20 @@ from typing import Any
 
 log = logging.getLogger(__name__)
 
+TIMERS = ("cupti", "trace", "wall")
+
 
 @dataclass(frozen=True)
 class TimingPolicy:
     """How long to time a candidate: repetitions until the spread is small or time runs out."""
 
-    warmup: int = 2
-    min_reps: int = 5
+    warmup: int = 2  # calls before timing
+    warmup_s: float = 0.025  # and, with a device timer, at least this long (clocks ramp up)
+    min_reps: int = 5  # samples per batch; a candidate gets at least one batch
     max_reps: int = 200
     target_spread: float = 0.05  # (p90 - p10) / median at which more samples add little
     max_time_s: float = 1.0  # per candidate, timed part only
-    timer: str = "auto"  # "wall", "device" (a profiler trace), "auto": device on TPU and GPU
+    timer: str = "auto"  # "auto" (the best available, see timer_order), or one of TIMERS
 
 
 DEFAULT_POLICY = TimingPolicy()
@@ -34,8 +45,7 @@ class Timing:
     p10_s: float
     p90_s: float
     n: int
-    timer: str  # which timer produced the figures: "wall" (block_until_ready round trips)
-    # or "device" (the module's time on the device, from a jax.profiler trace)
+    timer: str  # which timer produced the figures: one of TIMERS
 
     @property
     def spread(self) -> float:
@@ -74,92 +84,211 @@ def compile_ahead(fn: Callable, args: Sequence[Any]) -> tuple[Callable, float]:
     return compiled, time.perf_counter() - start
 
 
+def timer_order(requested: str, platform: str) -> tuple[str, ...]:
+    """The timers to try, best first: `requested` ("auto" picks by platform), then the wall clock."""
+    if requested == "auto":
+        return {"gpu": ("cupti", "trace", "wall"), "tpu": ("trace", "wall")}.get(
+            platform, ("wall",)
+        )
+    if requested not in TIMERS:
+        raise ValueError(f"unknown timer {requested!r}: use auto or one of {', '.join(TIMERS)}")
+    return (requested,) if requested == "wall" else (requested, "wall")
+
+
 def time_compiled(
     compiled: Callable,
     args: Sequence[Any],
-    policy: TimingPolicy = TimingPolicy(),
+    policy: TimingPolicy = DEFAULT_POLICY,
     arg_sets: Sequence[Sequence[Any]] = (),
 ) -> Timing:
-    """Time one call, repeated per `policy`: on the device where the platform has a device
-    timer and the policy allows it, else wall-clock around `block_until_ready`. Calls rotate
-    among `args` and `arg_sets` (copies of them: see `rotation_sets`)."""
+    """Time one call, repeated per `policy`, by the best timer available (`timer_order`). Calls
+    rotate among `args` and `arg_sets` (copies of them: see `rotation_sets`)."""
+    sets = [args, *arg_sets]
+    order = timer_order(policy.timer, _platform())
+    _warm_up(compiled, sets, policy, device_timer=order[0] != "wall")
+    for timer in order:
+        samples = _samples(timer, compiled, sets, policy)
+        if samples:
+            _note_fallback(order[0], timer)
+            return summarise(samples, timer)
+    raise AssertionError("the wall clock always times")  # pragma: no cover
+
+
+def interleaved(
+    executables: Sequence[Callable],
+    sets: Sequence[Sequence[Any]],
+    rounds: int,
+    reps: int,
+    policy: TimingPolicy = DEFAULT_POLICY,
+) -> tuple[list[list[float]], str]:
+    """Samples of each executable, timed interleaved (A B C A B C ...) so that drift in the
+    machine's state (clocks, temperature, neighbours) falls on every one alike; and the timer,
+    the first of `timer_order` that times the first executable."""
+    for exe in executables:
+        _warm_up(exe, sets, policy, device_timer=False)
+    order = timer_order(policy.timer, _platform())
+    timer = next(t for t in order if SAMPLERS[t](executables[0], sets, 0, 1))
+    _note_fallback(order[0], timer)
+    samples: list[list[float]] = [[] for _ in executables]
+    for r in range(rounds):
+        for exe, out in zip(executables, samples):
+            out += SAMPLERS[timer](exe, sets, r * reps, reps)
+    return samples, timer
+
+
+def _platform() -> str:
     import jax
 
-    if arg_sets:
-        compiled = _rotating(compiled, [args, *arg_sets])
-    for _ in range(policy.warmup):
-        jax.block_until_ready(compiled(*args))
-    timer = policy.timer
-    if timer == "auto":
-        timer = "device" if jax.default_backend() in DEVICE_TIMER_PLATFORMS else "wall"
-    if timer == "device":
-        timing = _time_on_device(compiled, args, policy)
-        if timing is not None:
-            return timing
-        log.info("no device events in the profiler trace: timing by wall clock")
+    backend = jax.default_backend()
+    return "gpu" if backend in ("gpu", "cuda", "rocm") else backend
+
+
+def _warm_up(
+    compiled: Callable, sets: Sequence[Sequence[Any]], policy: TimingPolicy, device_timer: bool
+) -> None:
+    import jax
+
+    deadline = time.perf_counter() + (policy.warmup_s if device_timer else 0.0)
+    calls = 0
+    while calls < policy.warmup or time.perf_counter() < deadline:
+        jax.block_until_ready(compiled(*sets[calls % len(sets)]))
+        calls += 1
+
+
+def _samples(
+    timer: str, compiled: Callable, sets: Sequence[Sequence[Any]], policy: TimingPolicy
+) -> list[float]:
+    """Batches of `min_reps` samples until the spread target, `max_reps` or the time cap;
+    [] where this timer has nothing to report here."""
+    sampler = SAMPLERS[timer]
     samples: list[float] = []
     deadline = time.perf_counter() + policy.max_time_s
     while len(samples) < policy.max_reps:
-        start = time.perf_counter()
-        jax.block_until_ready(compiled(*args))
-        samples.append(time.perf_counter() - start)
-        if len(samples) >= policy.min_reps and (
-            time.perf_counter() > deadline or summarise(samples).spread <= policy.target_spread
-        ):
-            break
-    return summarise(samples)
-
-
-# Platforms whose profiler traces carry per-module device events, and where those are found.
-DEVICE_TIMER_PLATFORMS = ("tpu", "gpu", "cuda", "rocm")
-DEVICE_PLANE_PREFIXES = ("/device:TPU:", "/device:GPU:")
-MODULE_LINE = "XLA Modules"
-
-
-def _time_on_device(compiled: Callable, args: Sequence[Any], policy: TimingPolicy) -> Timing | None:
-    """Device time per call from jax.profiler traces parsed in memory, in batches until the
-    spread target or the time cap; None where the trace has no device module events (the CPU).
-
-    Written for TPU and GPU, where XLA records each executed module on the device plane's
-    "XLA Modules" line; this excludes host dispatch. Not exercised on a CPU-only host.
-    """
-    samples: list[float] = []
-    deadline = time.perf_counter() + policy.max_time_s
-    while len(samples) < policy.max_reps:
-        batch = device_samples(compiled, args, min(policy.min_reps, policy.max_reps - len(samples)))
+        batch = sampler(
+            compiled, sets, len(samples), min(policy.min_reps, policy.max_reps - len(samples))
+        )
         if not batch:
-            return None
+            return []
         samples += batch
         if time.perf_counter() > deadline or summarise(samples).spread <= policy.target_spread:
             break
-    return summarise(samples, "device")
+    return samples
 
 
-def device_samples(compiled: Callable, args: Sequence[Any], n: int) -> list[float]:
-    """`n` synchronised calls under a profiler session; each call's device time in seconds
-    ([] where the trace has none)."""
+_fallbacks_noted: set[tuple[str, str]] = set()
+
+
+def _note_fallback(wanted: str, used: str) -> None:
+    if wanted != used and (wanted, used) not in _fallbacks_noted:
+        _fallbacks_noted.add((wanted, used))
+        log.warning("timer %r has nothing to report here: timing by %r instead", wanted, used)
+
+
+# ---------------------------------------------------------------------------- the timers
+# Each takes (compiled, sets, start, n): n calls, call i on sets[(start + i) % len(sets)], and
+# returns each call's seconds, or [] where it has nothing to report.
+
+
+def wall_samples(
+    compiled: Callable, sets: Sequence[Sequence[Any]], start: int, n: int
+) -> list[float]:
+    """The host's clock around each synchronised call: dispatch and sync included."""
     import jax
 
-    try:  # the in-memory session is not public API; without it there is no device timer
+    out = []
+    for i in range(start, start + n):
+        args = sets[i % len(sets)]
+        begin = time.perf_counter()
+        jax.block_until_ready(compiled(*args))
+        out.append(time.perf_counter() - begin)
+    return out
+
+
+def cupti_samples(
+    compiled: Callable, sets: Sequence[Sequence[Any]], start: int, n: int
+) -> list[float]:
+    """Each call's kernels, summed, from CUPTI (Mosaic GPU's profiler: GPUs only). The n calls
+    run back to back on one input set, after one untimed call on it."""
+    try:
+        from jax.experimental.mosaic.gpu import profiler
+
+        _, ms = profiler.measure(compiled, iterations=n)(*sets[start % len(sets)])
+    except (ImportError, RuntimeError):  # no Mosaic GPU, or CUPTI unsupported here (the CPU)
+        return []
+    if ms is None:  # no kernel ran
+        return []
+    return [t * 1e-3 for t in (ms if isinstance(ms, list) else [ms])]
+
+
+def trace_samples(
+    compiled: Callable, sets: Sequence[Sequence[Any]], start: int, n: int
+) -> list[float]:
+    """Each synchronised call's device time, read from a `jax.profiler` trace recorded in memory."""
+    import jax
+
+    try:  # the in-memory session is not public API; without it there is no trace timer
         from jax._src.lib import _profiler
     except ImportError:
         return []
     session = _profiler.ProfilerSession()
     try:
-        for _ in range(n):
-            jax.block_until_ready(compiled(*args))
+        for i in range(start, start + n):
+            jax.block_until_ready(compiled(*sets[i % len(sets)]))
     finally:
         xspace = session.stop()
+    return device_times_from_trace(xspace, n)
+
+
+SAMPLERS: dict[str, Callable[..., list[float]]] = {
+    "cupti": cupti_samples,
+    "trace": trace_samples,
+    "wall": wall_samples,
+}
+
+# Where a trace keeps device events: the plane of the first device, and on it either XLA's
+# module line (TPU: one event per executed module) or the GPU's stream lines (one event per
+# kernel launch or memset; the line names read "Stream #14(Compute)", "Stream #7(Memset,Compute)").
+DEVICE_PLANE_PREFIXES = ("/device:TPU:", "/device:GPU:")
+MODULE_LINE = "XLA Modules"
+STREAM_LINE_MARK = "Compute"
+
+
+def device_times_from_trace(xspace: bytes, n_calls: int) -> list[float]:
+    """Per-call device seconds of the last `n_calls` synchronised calls recorded in a serialized
+    `jax.profiler` XSpace ([] where it holds fewer device events than calls, e.g. on a CPU).
+
+    On a GPU a call may launch several kernels: the calls were synchronised one by one, so the
+    `n_calls - 1` widest gaps between consecutive events separate them, and a call's time is the
+    sum of its events' durations (the kernels' time, not the host's gaps between them).
+    """
+    import jax
+
     data = jax.profiler.ProfileData.from_serialized_xspace(xspace)
     planes = sorted(
         (p for p in data.planes if p.name.startswith(DEVICE_PLANE_PREFIXES)), key=lambda p: p.name
     )
-    for plane in planes[:1]:  # a worker owns one device: its first plane
-        for line in plane.lines:
-            if line.name == MODULE_LINE:
-                times = [e.duration_ns * 1e-9 for e in line.events]
-                return times[-n:] if len(times) >= n else []
-    return []
+    if not planes or n_calls < 1:
+        return []
+    lines = list(planes[0].lines)  # a worker owns one device: its first plane
+    modules = [line for line in lines if line.name == MODULE_LINE]
+    if modules:
+        times = [e.duration_ns * 1e-9 for e in modules[0].events]
+        return times[-n_calls:] if len(times) >= n_calls else []
+    events = sorted(
+        (e.start_ns, e.duration_ns)
+        for line in lines
+        if STREAM_LINE_MARK in line.name
+        for e in line.events
+    )
+    if len(events) < n_calls:
+        return []
+    gaps = sorted(
+        range(1, len(events)),
+        key=lambda i: events[i][0] - sum(events[i - 1]),
+        reverse=True,
+    )
+    bounds = [0, *sorted(gaps[: n_calls - 1]), len(events)]
+    return [sum(d for _, d in events[a:b]) * 1e-9 for a, b in zip(bounds, bounds[1:])]
 
 
 def rotation_sets(args: Sequence[Any], cache_bytes: int, max_sets: int = 8) -> list[list[Any]]:
@@ -173,12 +302,3 @@ def rotation_sets(args: Sequence[Any], cache_bytes: int, max_sets: int = 8) -> l
         return []
     n = min(max_sets, -(-2 * cache_bytes // size)) - 1
     return [[jnp.copy(a) if isinstance(a, jax.Array) else a for a in args] for _ in range(n)]
-
-
-def _rotating(compiled: Callable, sets: list[Sequence[Any]]) -> Callable:
-    calls = iter(range(1 << 62))
-
-    def call(*_ignored: Any) -> Any:
-        return compiled(*sets[next(calls) % len(sets)])
-
-    return call

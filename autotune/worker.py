@@ -42,6 +42,7 @@ from autotune.measure import (
     DEFAULT_POLICY,
     TimingPolicy,
     compile_ahead,
+    interleaved,
     rotation_sets,
     time_compiled,
 )
@@ -133,31 +134,22 @@ def measure_candidate(
 def interleaved_samples(
     kernel: Any,
     configs: Sequence[Mapping[str, Any]],
-    args: Sequence[Any],
+    sets: Sequence[Sequence[Any]],
     kwargs: Mapping[str, Any],
     rounds: int,
     reps: int,
     cache: Mapping[tuple, Any] | None = None,
-) -> list[list[float]]:
-    """Wall-clock samples of each config, timed interleaved (A B C A B C ...) so that drift in
-    the machine's state (clocks, temperature, neighbours) falls on every config alike."""
-    import jax
-
-    compiled = []
+    policy: TimingPolicy = DEFAULT_POLICY,
+) -> tuple[list[list[float]], str]:
+    """Samples of each config timed interleaved (see `measure.interleaved`), on the input
+    `sets` rotated as in the first measurement, and the timer that took them."""
+    executables = []
     for config in configs:
         exe = (cache or {}).get(config_key(config))
         if exe is None:
-            exe, _ = compile_config(kernel, config, args, kwargs)
-        jax.block_until_ready(exe(*args))  # warm-up
-        compiled.append(exe)
-    samples: list[list[float]] = [[] for _ in configs]
-    for _ in range(rounds):
-        for exe, out in zip(compiled, samples):
-            for _ in range(reps):
-                start = time.perf_counter()
-                jax.block_until_ready(exe(*args))
-                out.append(time.perf_counter() - start)
-    return samples
+            exe, _ = compile_config(kernel, config, sets[0], kwargs)
+        executables.append(exe)
+    return interleaved(executables, sets, rounds, reps, policy)
 
 
 MAX_CACHED = 64  # verified executables kept per task, for the finalists
@@ -228,9 +220,16 @@ class InProcessWorker:
 
     def interleaved(
         self, configs: Sequence[Mapping[str, Any]], rounds: int, reps: int
-    ) -> list[list[float]] | None:
+    ) -> tuple[list[list[float]], str]:
         return interleaved_samples(
-            self.kernel, configs, self.args, self.kwargs, rounds, reps, self.compiled
+            self.kernel,
+            configs,
+            [self.args, *self.arg_sets],
+            self.kwargs,
+            rounds,
+            reps,
+            self.compiled,
+            self.policy,
         )
 
     def close(self) -> None:
@@ -381,9 +380,9 @@ class DeviceWorker:
 
     def interleaved(
         self, configs: Sequence[Mapping[str, Any]], rounds: int, reps: int
-    ) -> list[list[float]] | None:
-        """Interleaved samples of configs that measured fine before; None if the worker did not
-        survive (the caller keeps the first measurements)."""
+    ) -> tuple[list[list[float]], str] | None:
+        """Interleaved samples of configs that measured fine before, and their timer; None if
+        the worker did not survive (the caller keeps the first measurements)."""
         n = len(configs)
         limit = n * (self.limits.compile_s + self.limits.run_s)
         try:
@@ -561,11 +560,12 @@ def _serve(inp: Any, out: Any) -> None:
                 samples = interleaved_samples(
                     task["kernel"],
                     configs,
-                    task["args"],
+                    [task["args"], *task["arg_sets"]],
                     task["kwargs"],
                     rounds,
                     reps,
                     task["compiled"],
+                    task["policy"],
                 )
                 send(("samples", samples))
             except Exception as e:

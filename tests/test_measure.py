@@ -1,11 +1,30 @@
 """Timers and the choice of the winner among finalists."""
 
+import logging
+from pathlib import Path
+
 import jax
 import jax.numpy as jnp
+import pytest
 
 from autotune.finalists import Finalist, rank, select
-from autotune.measure import TimingPolicy, device_samples, summarise, time_compiled
+from autotune.measure import (
+    TimingPolicy,
+    cupti_samples,
+    device_times_from_trace,
+    interleaved,
+    summarise,
+    time_compiled,
+    timer_order,
+    trace_samples,
+    wall_samples,
+)
 from autotune.tuner import TrialRecord
+
+FIXTURES = Path(__file__).parent / "fixtures"
+# A jax.profiler trace recorded on an NVIDIA H200: three synchronised calls of a Pallas (Triton
+# backend) matmul, bf16 1024^3, one kernel launch each.
+H200_TRACE = FIXTURES / "h200_pallas_matmul_3calls.xspace.pb"
 
 
 def _compiled():
@@ -13,13 +32,43 @@ def _compiled():
     return jax.jit(lambda a: a @ a).lower(x).compile(), [x]
 
 
-def test_device_timer_finds_no_device_events_on_the_cpu_and_falls_back_to_wall():
+def test_per_call_device_times_are_read_from_a_gpu_trace():
+    xspace = H200_TRACE.read_bytes()
+    times = device_times_from_trace(xspace, 3)
+    assert times == pytest.approx([10.624e-6, 10.976e-6, 10.432e-6], rel=1e-9)
+    # fewer calls than launches: the widest gap separates the calls, a call's kernels are summed
+    assert device_times_from_trace(xspace, 2) == pytest.approx([10.624e-6, 21.408e-6])
+    assert device_times_from_trace(xspace, 4) == []  # more calls than device events
+
+
+def test_no_device_timer_reports_on_the_cpu_so_the_wall_clock_times_and_says_so(caplog):
     compiled, args = _compiled()
-    assert device_samples(compiled, args, 3) == []  # a real profiler trace: host planes only
-    timing = time_compiled(compiled, args, TimingPolicy(timer="device", max_time_s=0.05))
-    assert timing.timer == "wall" and timing.n >= 5 and timing.min_s <= timing.median_s
-    auto = time_compiled(compiled, args, TimingPolicy(max_time_s=0.05))
-    assert auto.timer == "wall"  # "auto" picks the wall clock on the CPU
+    sets = [args]
+    # real calls: CUPTI is refused off a GPU, and the CPU's profiler trace has no device plane
+    assert cupti_samples(compiled, sets, 0, 3) == []
+    assert trace_samples(compiled, sets, 0, 3) == []
+    assert len(wall_samples(compiled, sets, 0, 3)) == 3
+    with caplog.at_level(logging.WARNING, logger="autotune.measure"):
+        for _ in range(2):
+            timing = time_compiled(compiled, args, TimingPolicy(timer="cupti", max_time_s=0.05))
+            assert timing.timer == "wall" and timing.n >= 5 and timing.min_s <= timing.median_s
+    assert sum("timing by 'wall'" in r.message for r in caplog.records) <= 1  # once a process
+    assert time_compiled(compiled, args, TimingPolicy(max_time_s=0.05)).timer == "wall"
+
+
+def test_the_timer_is_chosen_by_platform_best_first():
+    assert timer_order("auto", "gpu") == ("cupti", "trace", "wall")
+    assert timer_order("auto", "tpu") == ("trace", "wall")
+    assert timer_order("auto", "cpu") == ("wall",)
+    assert timer_order("trace", "gpu") == ("trace", "wall")
+    with pytest.raises(ValueError, match="unknown timer 'gpu'"):
+        timer_order("gpu", "gpu")
+
+
+def test_finalists_are_timed_interleaved_by_the_timer_of_the_platform():
+    compiled, args = _compiled()
+    samples, timer = interleaved([compiled, compiled], [args], rounds=3, reps=2)
+    assert timer == "wall" and [len(s) for s in samples] == [6, 6]
 
 
 def _finalist(block, samples, default=8):
