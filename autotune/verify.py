@@ -21,12 +21,23 @@ TOLERANCES = {
 }
 INTEGER_TOLERANCE = 0.0  # integer kernels must match exactly
 DEFAULT_TOLERANCE = 1e-2  # other float types (fp8 and friends)
+# A kernel whose static `precision` argument (as jnp.dot's) lets float32 dots use fewer bits is
+# held to the tolerance of those bits: "high" is TF32 on NVIDIA GPUs (a float16-sized mantissa)
+# or three bfloat16 passes on TPUs; "default" may be one bfloat16 pass (TPUs).
+FLOAT32_TOLERANCE_AT = {"highest": 1e-4, "high": 5e-3, "default": 2e-2}
 
 
-def tolerance(dtype: Any) -> float:
+def tolerance(dtype: Any, precision: str | None = None) -> float:
+    """The largest normalised error allowed in an output of `dtype`, for a kernel called with
+    `precision` (None: the kernel computes at its dtype's full precision)."""
     dt = np.dtype(dtype)
     if dt.kind in "iub":
         return INTEGER_TOLERANCE
+    if dt.name == "float32" and precision is not None:
+        import jax
+
+        level = jax.lax.Precision(precision).name.lower()  # "tensorfloat32" -> "high", ...
+        return FLOAT32_TOLERANCE_AT[level]
     return TOLERANCES.get(dt.name, DEFAULT_TOLERANCE)
 
 
@@ -38,8 +49,9 @@ class Verdict:
     message: str  # empty when ok; else what differed, with both outputs' summary
 
 
-def compare(output: Any, oracle: Any) -> Verdict:
-    """Compare a candidate's output pytree with the oracle's."""
+def compare(output: Any, oracle: Any, precision: str | None = None) -> Verdict:
+    """Compare a candidate's output pytree with the oracle's, at the tolerance of its dtypes and
+    the `precision` the kernel was called with."""
     import jax
 
     out_leaves, out_tree = jax.tree_util.tree_flatten(output)
@@ -58,7 +70,7 @@ def compare(output: Any, oracle: Any) -> Verdict:
                 0.0,
                 f"output {i}: {o.dtype}{list(o.shape)} != oracle's {r.dtype}{list(r.shape)}",
             )
-        tol = tolerance(r.dtype)
+        tol = tolerance(r.dtype, precision)
         o64, r64 = o.astype(np.float64), r.astype(np.float64)
         finite = np.isfinite(r64)
         if not np.array_equal(np.isfinite(o64), finite) or not np.array_equal(

@@ -108,7 +108,7 @@ def measure_candidate(
             "run_s": time.perf_counter() - start,
             "error": one_line(e),
         }
-    verdict = compare(output, oracle)
+    verdict = compare(output, oracle, kwargs.get("precision"))
     if not verdict.ok:
         return {
             "config": config,

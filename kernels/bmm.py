@@ -26,8 +26,9 @@ def fits_platform(config: dict, sig) -> bool:
     return mm.fits_platform(config, dataclasses.replace(sig, args=per_entry))
 
 
-def bmm_reference(x: jax.Array, y: jax.Array) -> jax.Array:
-    return jnp.einsum("bmk,bkn->bmn", x, y, preferred_element_type=mm.ACC_DTYPE).astype(x.dtype)
+def bmm_reference(x: jax.Array, y: jax.Array, *, precision: str = "highest") -> jax.Array:
+    out = jnp.einsum("bmk,bkn->bmn", x, y, precision=precision, preferred_element_type=mm.ACC_DTYPE)
+    return out.astype(x.dtype)
 
 
 @autotuned(name="bmm", space="bmm", constraints=[fits_platform], reference=bmm_reference)
@@ -40,9 +41,12 @@ def bmm(
     block_k: int = 128,
     num_warps: int = 4,
     num_stages: int = 2,
+    precision: str = "highest",
     interpret: bool = False,
 ) -> jax.Array:
-    """x @ y per batch entry for x [B, M, K] and y [B, K, N] of one float dtype."""
+    """x @ y per batch entry for x [B, M, K] and y [B, K, N] of one float dtype (float32 inputs
+    multiplied at `precision`, as in matmul)."""
+    mm.check_precision(precision)
     if x.ndim != 3 or y.ndim != 3 or x.shape[0] != y.shape[0] or x.shape[2] != y.shape[1]:
         raise ValueError(f"bmm needs x [B, M, K] and y [B, K, N], got {x.shape=} and {y.shape=}")
     if x.dtype != y.dtype:
@@ -58,7 +62,7 @@ def bmm(
     xp = jnp.pad(x, ((0, 0), (0, mp - m), (0, kp - k))) if (mp, kp) != (m, k) else x
     yp = jnp.pad(y, ((0, 0), (0, kp - k), (0, np_ - n))) if (kp, np_) != (k, n) else y
     out = pl.pallas_call(
-        functools.partial(mm._kernel, block_k=bk, n_k=kp // bk),
+        functools.partial(mm._kernel, block_k=bk, n_k=kp // bk, precision=precision),
         out_shape=jax.ShapeDtypeStruct((b, mp, np_), x.dtype),
         grid=(b, mp // bm, np_ // bn),
         in_specs=[

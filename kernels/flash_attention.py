@@ -30,6 +30,7 @@ from autotune.hardware import (
     tpu_block_ok,
     tpu_vmem_bytes,
 )
+from kernels.matmul import check_precision
 from kernels.rowwise import F32, gpu_compiler_params
 
 # A finite "minus infinity" for masked scores: exp(MASK - m) is exactly 0 for any real max m,
@@ -79,17 +80,18 @@ def attention_reference(
     *,
     causal: bool = False,
     sm_scale: float | None = None,
+    precision: str = "highest",
 ) -> jax.Array:
     scale = 1.0 / math.sqrt(q.shape[-1]) if sm_scale is None else sm_scale
-    s = jnp.einsum("bhqd,bhkd->bhqk", q.astype(F32), k.astype(F32)) * scale
+    s = jnp.einsum("bhqd,bhkd->bhqk", q.astype(F32), k.astype(F32), precision=precision) * scale
     if causal:
         sq, sk = q.shape[2], k.shape[2]
         s = jnp.where(jnp.tril(jnp.ones((sq, sk), bool)), s, -jnp.inf)
     p = jax.nn.softmax(s, axis=-1)
-    return jnp.einsum("bhqk,bhkd->bhqd", p, v.astype(F32)).astype(q.dtype)
+    return jnp.einsum("bhqk,bhkd->bhqd", p, v.astype(F32), precision=precision).astype(q.dtype)
 
 
-def _kernel(q_ref, k_ref, v_ref, o_ref, *, sm_scale, causal, block_k, seq_k, n_k):
+def _kernel(q_ref, k_ref, v_ref, o_ref, *, sm_scale, causal, block_k, seq_k, n_k, precision):
     block_q = q_ref.shape[0]
     q_start = pl.program_id(2) * block_q
     q = q_ref[...]
@@ -100,7 +102,9 @@ def _kernel(q_ref, k_ref, v_ref, o_ref, *, sm_scale, causal, block_k, seq_k, n_k
         m, denom, acc = carry
         k = k_ref[pl.ds(j * block_k, block_k), :]
         v = v_ref[pl.ds(j * block_k, block_k), :]
-        s = jax.lax.dot_general(q, k, (((1,), (1,)), ((), ())), preferred_element_type=F32)
+        s = jax.lax.dot_general(
+            q, k, (((1,), (1,)), ((), ())), precision=precision, preferred_element_type=F32
+        )
         s = s * sm_scale
         cols = j * block_k + lanes
         if seq_k % block_k:  # padded keys (zeros) would otherwise take a share of the softmax
@@ -111,7 +115,7 @@ def _kernel(q_ref, k_ref, v_ref, o_ref, *, sm_scale, causal, block_k, seq_k, n_k
         alpha = jnp.exp(m - m_new)
         p = jnp.exp(s - m_new)
         denom = alpha * denom + p.sum(axis=-1, keepdims=True)
-        pv = jnp.dot(p.astype(v.dtype), v, preferred_element_type=F32)
+        pv = jnp.dot(p.astype(v.dtype), v, precision=precision, preferred_element_type=F32)
         return m_new, denom, alpha * acc + pv
 
     # Key 0 is in block 0 and visible to every row, so each row's denominator is positive.
@@ -157,9 +161,11 @@ def attention_on(
     num_stages: int,
     platform: str,
     interpret: bool,
+    precision: str = "highest",
 ) -> jax.Array:
     """The kernel laid out for `platform` (tests run the GPU layout in interpret mode)."""
     _check(q, k, v)
+    check_precision(precision)
     if q.size == 0:
         return q
     (b, h, sq, d), sk = q.shape, k.shape[2]
@@ -174,7 +180,13 @@ def attention_on(
     kv_spec = pl.BlockSpec((None, None, skp, dp), lambda i, j, t: (i, j, 0, 0))
     out = pl.pallas_call(
         functools.partial(
-            _kernel, sm_scale=scale, causal=bool(causal), block_k=bk, seq_k=sk, n_k=skp // bk
+            _kernel,
+            sm_scale=scale,
+            causal=bool(causal),
+            block_k=bk,
+            seq_k=sk,
+            n_k=skp // bk,
+            precision=precision,
         ),
         out_shape=jax.ShapeDtypeStruct((b, h, sqp, dp), q.dtype),
         grid=(b, h, sqp // bq),
@@ -203,9 +215,11 @@ def flash_attention(
     block_k: int = 128,
     num_warps: int = 4,
     num_stages: int = 2,
+    precision: str = "highest",
     interpret: bool = False,
 ) -> jax.Array:
-    """Attention of q [B, H, Sq, D] over k, v [B, H, Sk, D]; sm_scale defaults to 1/sqrt(D)."""
+    """Attention of q [B, H, Sq, D] over k, v [B, H, Sk, D]; sm_scale defaults to 1/sqrt(D);
+    float32 inputs multiplied at `precision` (see kernels.matmul.PRECISIONS)."""
     return attention_on(
         q,
         k,
@@ -218,4 +232,5 @@ def flash_attention(
         num_stages=num_stages,
         platform=kernel_platform(interpret),
         interpret=interpret,
+        precision=precision,
     )

@@ -1,5 +1,10 @@
 """Tiled matmul: grid over (M, N) output tiles, accumulating over K tiles in float32.
 
+With `group_m` > 1 the grid is one axis whose programs walk the output tiles in groups of
+`group_m` tile rows, down a column of the group before the next column: programs that run at
+the same time then share y's columns and a few rows of x, which stay in the GPU's L2 cache
+(the grouped order of Triton's tutorial matmul). `group_m` 1 is the plain row-major grid.
+
 Shapes that are not multiples of the block sizes are zero-padded up to them (zeros add nothing
 to a dot product) and the result is sliced back, so every block size is valid for every shape;
 a block larger than its dimension is clamped to the dimension (on GPU, to the power of two
@@ -26,6 +31,15 @@ from autotune.hardware import (
 )
 
 ACC_DTYPE = jnp.float32
+# jnp.dot's precision for float32 inputs: "highest" computes in float32; "high" and "default"
+# allow fewer bits (TF32 on NVIDIA GPUs, bfloat16 passes on TPUs), which the oracle's tolerance
+# follows (autotune.verify). Other dtypes are computed as they are whatever the precision.
+PRECISIONS = ("highest", "high", "default")
+
+
+def check_precision(precision: str) -> None:
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision={precision!r}: use one of {', '.join(PRECISIONS)}")
 
 
 def _blocks(config: dict, sig) -> tuple[int, int, int, int, int, int]:
@@ -63,15 +77,23 @@ def fits_platform(config: dict, sig) -> bool:
     return True
 
 
-def matmul_reference(x: jax.Array, y: jax.Array) -> jax.Array:
-    return jnp.dot(x, y, preferred_element_type=ACC_DTYPE).astype(x.dtype)
+def matmul_reference(x: jax.Array, y: jax.Array, *, precision: str = "highest") -> jax.Array:
+    return jnp.dot(x, y, precision=precision, preferred_element_type=ACC_DTYPE).astype(x.dtype)
 
 
-def _kernel(x_ref, y_ref, o_ref, *, block_k: int, n_k: int):
+def grouped_tile(pid, tiles_m: int, tiles_n: int, group_m: int):
+    """The (row, column) of output tile `pid` in the grouped order (see the module docstring)."""
+    per_group = group_m * tiles_n
+    first_m = (pid // per_group) * group_m
+    rows = jnp.minimum(tiles_m - first_m, group_m)  # the last group may be shorter
+    return first_m + (pid % per_group) % rows, (pid % per_group) // rows
+
+
+def _kernel(x_ref, y_ref, o_ref, *, block_k: int, n_k: int, precision: str):
     def step(i, acc):
         x = x_ref[:, pl.ds(i * block_k, block_k)]
         y = y_ref[pl.ds(i * block_k, block_k), :]
-        return acc + jnp.dot(x, y, preferred_element_type=ACC_DTYPE)
+        return acc + jnp.dot(x, y, precision=precision, preferred_element_type=ACC_DTYPE)
 
     acc = jax.lax.fori_loop(0, n_k, step, jnp.zeros(o_ref.shape, ACC_DTYPE))
     o_ref[...] = acc.astype(o_ref.dtype)
@@ -87,9 +109,13 @@ def matmul(
     block_k: int = 128,
     num_warps: int = 4,
     num_stages: int = 2,
+    group_m: int = 1,
+    precision: str = "highest",
     interpret: bool = False,
 ) -> jax.Array:
-    """x @ y for 2-D x [M, K] and y [K, N] of one float dtype; float32 accumulation."""
+    """x @ y for 2-D x [M, K] and y [K, N] of one float dtype; float32 accumulation, float32
+    inputs multiplied at `precision` (see PRECISIONS); output tiles in `group_m` row groups."""
+    check_precision(precision)
     if x.ndim != 2 or y.ndim != 2 or x.shape[1] != y.shape[0]:
         raise ValueError(f"matmul needs x [M, K] and y [K, N], got {x.shape=} and {y.shape=}")
     if x.dtype != y.dtype:
@@ -102,15 +128,27 @@ def matmul(
     mp, np_, kp = (pl.cdiv(d, b) * b for d, b in ((m, bm), (n, bn), (k, bk)))
     xp = jnp.pad(x, ((0, mp - m), (0, kp - k))) if (mp, kp) != (m, k) else x
     yp = jnp.pad(y, ((0, kp - k), (0, np_ - n))) if (kp, np_) != (k, n) else y
+    tiles_m, tiles_n = mp // bm, np_ // bn
+    if group_m > 1:
+        grid = (tiles_m * tiles_n,)
+
+        def tile(pid):
+            return grouped_tile(pid, tiles_m, tiles_n, group_m)
+    else:
+        grid = (tiles_m, tiles_n)
+
+        def tile(i, j):
+            return i, j
+
     out = pl.pallas_call(
-        functools.partial(_kernel, block_k=bk, n_k=kp // bk),
+        functools.partial(_kernel, block_k=bk, n_k=kp // bk, precision=precision),
         out_shape=jax.ShapeDtypeStruct((mp, np_), x.dtype),
-        grid=(mp // bm, np_ // bn),
+        grid=grid,
         in_specs=[
-            pl.BlockSpec((bm, kp), lambda i, j: (i, 0)),
-            pl.BlockSpec((kp, bn), lambda i, j: (0, j)),
+            pl.BlockSpec((bm, kp), lambda *g: (tile(*g)[0], 0)),
+            pl.BlockSpec((kp, bn), lambda *g: (0, tile(*g)[1])),
         ],
-        out_specs=pl.BlockSpec((bm, bn), lambda i, j: (i, j)),
+        out_specs=pl.BlockSpec((bm, bn), lambda *g: tile(*g)),
         compiler_params=_compiler_params(num_warps, num_stages, interpret),
         interpret=interpret,
     )(xp, yp)

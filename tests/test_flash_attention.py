@@ -102,4 +102,4 @@ def test_cli_tunes_causal_flash_attention(subprocess_env):
     out = subprocess.run(listing, env=subprocess_env, capture_output=True, text=True, timeout=300)
     (row,) = json.loads(out.stdout)
     assert row["kernel"] == "flash_attention"
-    assert json.loads(row["static"]) == {"causal": True, "sm_scale": 0.25}
+    assert json.loads(row["static"]) == {"causal": True, "sm_scale": 0.25, "precision": "highest"}

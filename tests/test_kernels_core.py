@@ -67,3 +67,20 @@ def test_default_blocks_adapt_on_a_miss():
     info = matmul.explain(x, y)
     assert info["source"] == "default"
     close(matmul(x, y), matmul_reference(x, y), jnp.float32)
+
+
+@pytest.mark.parametrize("group_m", [4, 8])
+def test_matmul_in_grouped_tile_order_matches_reference(group_m):
+    # 6 x 5 output tiles: with group_m 4 the last group has 2 rows; with 8, one short group
+    x, y = rand((96, 40), jnp.float32, 1), rand((40, 72), jnp.float32, 2)
+    out = matmul(x, y, block_m=16, block_n=16, block_k=32, group_m=group_m)
+    close(out, matmul_reference(x, y), jnp.float32)
+
+
+def test_the_grouped_order_visits_every_output_tile_once_a_group_of_rows_at_a_time():
+    from kernels.matmul import grouped_tile
+
+    tiles = [tuple(int(t) for t in grouped_tile(pid, 6, 5, 4)) for pid in range(30)]
+    assert sorted(tiles) == [(i, j) for i in range(6) for j in range(5)]
+    assert tiles[:6] == [(0, 0), (1, 0), (2, 0), (3, 0), (0, 1), (1, 1)]  # down a column first
+    assert tiles[20:24] == [(4, 0), (5, 0), (4, 1), (5, 1)]  # the short last group
