@@ -212,7 +212,9 @@ def cupti_samples(
     try:
         from jax.experimental.mosaic.gpu import profiler
 
-        _, ms = profiler.measure(compiled, iterations=n)(*sets[start % len(sets)])
+        # a candidate takes several batches: CUPTI stays attached between them
+        measure = profiler.Cupti(finalize=False).measure(compiled, iterations=n)
+        _, ms = measure(*sets[start % len(sets)])
     except (ImportError, RuntimeError):  # no Mosaic GPU, or CUPTI unsupported here (the CPU)
         return []
     if ms is None:  # no kernel ran

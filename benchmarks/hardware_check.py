@@ -321,6 +321,10 @@ def side_by_side(case: Case, shapes: Shapes, db: str, smoke: bool) -> dict[str, 
         "trials_ok": sum(t["status"] == "ok" for t in trials),
         "trials_rejected": sum(t["status"] == "rejected" for t in trials),
         "trial_timers": sorted({t["timer"] for t in trials if t.get("timer")}),
+        # the first error of each kind of failed trial: a rejection's or a crash's reason
+        "trial_errors": {
+            t["status"]: (t["error"] or "")[:300] for t in reversed(trials) if t["status"] != "ok"
+        },
     }
     if tuned is not None:
         out = jax.block_until_ready(exes["tuned"](*args))
@@ -421,8 +425,10 @@ def report(info: dict[str, Any], checks: list[dict], rows: list[dict], wall_s: f
             f"| {r['trials']} ({r['trials_ok']}/{r['trials_rejected']}) "
             f"| {', '.join(r['trial_timers'])} | {r.get('tune_wall_s', '-')} |"
         )
-    lines += ["", "Tuned configurations:", ""]
-    lines += [f"- {r['case']}: {r['tuned_config']} (default {r['default_config']})" for r in rows]
+    lines += ["", "Tuned configurations, and the first error of each kind of failed trial:", ""]
+    for r in rows:
+        lines.append(f"- {r['case']}: {r['tuned_config']} (default {r['default_config']})")
+        lines += [f"  - {status}: {error}" for status, error in r["trial_errors"].items()]
     return "\n".join(lines) + "\n"
 
 
