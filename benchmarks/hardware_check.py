@@ -456,6 +456,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = p.parse_args(argv)
     start = time.perf_counter()
+    # this process and each tuning run's device worker share the GPU: none may take it all
+    os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
     sys.path.insert(0, str(ROOT))
     import kernels  # noqa: F401  (registers the shipped kernels)
     from autotune.device import current_device
