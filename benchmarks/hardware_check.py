@@ -129,10 +129,12 @@ def vendor_op(case: Case) -> tuple[str, Callable]:
 
     from kernels import layer_norm_reference, rms_norm_reference
 
-    if case.kernel == "matmul":
-        return "jnp.dot (cuBLAS on GPU)", functools.partial(jnp.dot, precision="highest")
+    # float32 in float32, as the kernels compute it; other dtypes as XLA does by default
+    precision = "highest" if case.dtype == "float32" else None
+    if case.kernel in ("matmul", "matmul_mgpu"):
+        return "jnp.dot (cuBLAS on GPU)", functools.partial(jnp.dot, precision=precision)
     if case.kernel == "bmm":
-        return "jnp.matmul (cuBLAS on GPU)", functools.partial(jnp.matmul, precision="highest")
+        return "jnp.matmul (cuBLAS on GPU)", functools.partial(jnp.matmul, precision=precision)
     if case.kernel == "softmax":
         return "jax.nn.softmax (XLA)", functools.partial(jax.nn.softmax, axis=-1)
     if case.kernel == "rms_norm":
