@@ -55,18 +55,21 @@ def remeasure(
     chosen = select(trials, default, n)
     if not chosen:
         return []
-    measured = None
+    timings: list[Timing | None] = [None] * len(chosen)
     if len(chosen) > 1:
         reps = max(1, min(MAX_REPS, int(ROUND_S / max(chosen[0].time_s, 1e-9))))
         measured = worker.interleaved([t.config for t in chosen], ROUNDS, reps)
+        if measured is not None:
+            samples, timer = measured
+            timings = [summarise(s, timer) for s in samples]
     finalists = [
         Finalist(
             config=t.config,
             first_s=t.time_s,
-            timing=summarise(measured[0][i], measured[1]) if measured else None,
+            timing=timing,
             distance=config_distance(t.config, default),
         )
-        for i, t in enumerate(chosen)
+        for t, timing in zip(chosen, timings)
     ]
     return rank(finalists)
 
