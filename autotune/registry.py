@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from autotune import backends
 from autotune.device import DeviceInfo
 from autotune.errors import KernelError, SpaceError
 from autotune.signature import ArgSpec, Signature, TuningKey, dtype_name, is_array, static_value
@@ -45,6 +46,7 @@ class KernelSpec:
     bind: Callable[[dict[str, Any]], dict[str, Any]] | None  # flat config -> kernel kwargs
     bound_names: frozenset[str]  # the kernel's parameters that the config fills
     takes_interpret: bool
+    backend: str | None = None  # "mosaic_gpu", "mosaic_tpu", "triton"; None: recognised
 
     @property
     def tunables(self) -> frozenset[str]:
@@ -99,7 +101,7 @@ class KernelSpec:
             kernel_version=self.version,
             platform=device.platform,
             device_kind=device.device_kind,
-            backend=device.backend,
+            backend=backends.key_backend(self.backend, device.platform),
             signature=sig.text,
             static=sig.static_text,
         )
@@ -153,9 +155,11 @@ def make_spec(
     reference: Callable | None = None,
     defaults: Mapping[str, Any] | None = None,
     bind: Callable[[dict[str, Any]], dict[str, Any]] | Mapping[str, Any] | None = None,
+    backend: str | None = None,
 ) -> KernelSpec:
     if not isinstance(name, str) or not name:
         raise KernelError("a kernel needs a non-empty name: autotuned(name='my_kernel', ...)")
+    backends.check_declared(name, backend)
     module_dir = _module_dir(fn)
     if isinstance(space, Mapping):
         where = f"space of kernel {name!r}"
@@ -227,6 +231,7 @@ def make_spec(
         bind=bind,
         bound_names=bound_names,
         takes_interpret="interpret" in params,
+        backend=backend,
     )
 
 

@@ -336,6 +336,7 @@ def autotuned(
     reference: Callable | None = None,
     defaults: Mapping[str, Any] | None = None,
     bind: Callable[[dict[str, Any]], dict[str, Any]] | Mapping[str, Any] | None = None,
+    backend: str | None = None,
 ) -> Callable[[Callable], AutotunedKernel]:
     """Declare a kernel's tunable parameters and register it under `name`.
 
@@ -355,6 +356,7 @@ def autotuned(
             reference=reference,
             defaults=defaults,
             bind=bind,
+            backend=backend,
         )
 
     return decorate
