@@ -4,7 +4,6 @@ lowering for "cuda" (which runs on this CPU-only host), and its output under GPU
 from __future__ import annotations
 
 import functools
-import re
 import sys
 
 import jax
