@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import importlib
 import inspect
+import logging
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +26,8 @@ from autotune.space import (
     resolve_space_path,
     space_from_dict,
 )
+
+log = logging.getLogger(__name__)
 
 # The kernels shipped with pallas-autotune register themselves when this package is imported.
 SHIPPED_KERNELS_PACKAGE = "kernels"
@@ -47,6 +51,7 @@ class KernelSpec:
     bound_names: frozenset[str]  # the kernel's parameters that the config fills
     takes_interpret: bool
     backend: str | None = None  # "mosaic_gpu", "mosaic_tpu", "triton"; None: recognised
+    _recognised: dict[str, str | None] = field(default_factory=dict, repr=False)
 
     @property
     def tunables(self) -> frozenset[str]:
@@ -93,7 +98,28 @@ class KernelSpec:
                 static.update({k: static_value(k, v) for k, v in value.items()})
             else:
                 static[name] = static_value(name, value)
-        return Signature(tuple(arrays), static, device.platform, device.device_kind)
+        backend = ""
+        # which backend matters on a GPU (Triton or Mosaic GPU: the key says which) and on the
+        # CPU for a kernel run under its backend's interpret mode
+        if device.platform == "gpu" or (device.platform == "cpu" and not self.takes_interpret):
+            backend = self.compiles_through(args, kwargs) or ""
+        return Signature(tuple(arrays), static, device.platform, device.device_kind, backend)
+
+    def compiles_through(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> str | None:
+        """The backend this kernel lowers through: the declared one, else the one recognised
+        from a trace of this call at the default configuration (once per kernel); None where
+        nothing says (a plain `pallas_call`)."""
+        if self.backend is not None:
+            return self.backend
+        if "backend" not in self._recognised:
+            fn = functools.partial(self.fn, **self.kernel_kwargs(self.defaults), **kwargs)
+            try:
+                found = backends.recognise(fn, args)
+            except Exception as e:  # a kernel that cannot trace here fails later, with context
+                log.debug("%s: backend not recognised: %s", self.name, e)
+                found = None
+            self._recognised["backend"] = found
+        return self._recognised["backend"]
 
     def key(self, sig: Signature, device: DeviceInfo) -> TuningKey:
         return TuningKey(
@@ -101,7 +127,7 @@ class KernelSpec:
             kernel_version=self.version,
             platform=device.platform,
             device_kind=device.device_kind,
-            backend=backends.key_backend(self.backend, device.platform),
+            backend=backends.key_backend(sig.backend or None, device.platform),
             signature=sig.text,
             static=sig.static_text,
         )

@@ -55,18 +55,23 @@ def smem_bytes(config: dict, dtype: str, k: int) -> int:
 
 
 def fits_hopper(config: dict, sig) -> bool:
-    """wgmma's shapes (tile_m a multiple of 64, tile_n of 8, tile_k one swizzle of 32-128
-    bytes), the pipeline within the K loop's length, and shared memory within the block limit."""
+    """wgmma's shapes (tile_m a multiple of 64, tile_n of 8 up to 256, tile_k a whole
+    swizzle that tile_n is a multiple of), the accumulator within a consumer thread's
+    registers, the pipeline no deeper than the K loop, and shared memory within the limit."""
     if len(sig.shapes) != 2 or any(len(s) != 2 for s in sig.shapes):
         return True  # the kernel itself rejects such calls with a clear message
     itemsize = jnp.dtype(sig.dtypes[0]).itemsize
+    tile_m, tile_n, tile_k = config["tile_m"], config["tile_n"], config["tile_k"]
     k = sig.shapes[0][1]
-    k_steps = pl.cdiv(k, config["tile_k"])
+    swizzle = backend.swizzle_bytes(tile_k * itemsize)
     return (
-        config["tile_m"] % backend.WGMMA_M == 0
-        and config["tile_n"] % backend.WGMMA_N_STEP == 0
-        and config["tile_k"] * itemsize in backend.SWIZZLES
-        and config["max_concurrent_steps"] <= max(k_steps, 2)  # deeper is the same kernel
+        tile_m % backend.WGMMA_M == 0
+        and tile_n % backend.WGMMA_N_STEP == 0
+        and tile_n <= backend.WGMMA_N_MAX
+        and swizzle is not None
+        and tile_n * itemsize % swizzle == 0
+        and tile_m * tile_n // backend.WARPGROUP_THREADS <= backend.ACC_REGISTERS_MAX
+        and config["max_concurrent_steps"] <= max(pl.cdiv(k, tile_k), 2)  # deeper: the same
         and smem_bytes(config, sig.dtypes[0], k) <= backend.smem_limit(sig.device_kind)
     )
 

@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import pytest
 from kernel_checks import close, rand
 
-from autotune.backends import mosaic_gpu
+from autotune.check import lowering_error
 from autotune.device import DeviceInfo
 from kernels import matmul_mgpu, matmul_mgpu_reference
 
@@ -27,8 +27,7 @@ def _config(**changes):
 
 def _lowering(config, m, n, k, dtype=jnp.bfloat16):
     x, y = jax.ShapeDtypeStruct((m, k), dtype), jax.ShapeDtypeStruct((k, n), dtype)
-    fn = functools.partial(matmul_mgpu.spec.fn, **config)
-    return mosaic_gpu.lowering_error(fn, [x, y])
+    return lowering_error(matmul_mgpu, config, [x, y], platform="gpu")
 
 
 # JAX's own refusals on an H200 at bf16 4096^3, tile_k 64, 4 steps (tile_m, tile_n, wg_dimension)

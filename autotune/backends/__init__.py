@@ -9,8 +9,11 @@ never served to another.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Sequence
 from typing import Any
+
+from autotune.backends import mosaic_gpu, mosaic_tpu
 
 # The backends a Pallas kernel may compile through on each platform, the default first. On
 # the CPU there is no compiler for Pallas: kernels run in interpret mode.
@@ -40,6 +43,18 @@ def check_declared(name: str, backend: str | None) -> None:
         )
 
 
+def interpret_mode(backend: str | None) -> contextlib.AbstractContextManager:
+    """The interpret mode that runs a kernel of `backend` without an `interpret` argument on
+    a CPU: GPU interpret mode for Mosaic GPU, TPU interpret mode otherwise (a plain
+    `pallas_call` runs under either)."""
+    return (mosaic_gpu if backend == mosaic_gpu.NAME else mosaic_tpu).interpret_mode()
+
+
+def reset_interpret_state(backend: str | None) -> None:
+    """Clear what that interpret mode keeps after a kernel raised, for the next kernel."""
+    (mosaic_gpu if backend == mosaic_gpu.NAME else mosaic_tpu).reset_interpret_state()
+
+
 def recognise(fn: Callable, args: Sequence[Any]) -> str | None:
     """The backend `fn(*args)` lowers through, read from the Pallas calls it traces to
     (their compiler parameters and meshes): "mosaic_gpu", "mosaic_tpu", "triton", or None
@@ -59,7 +74,8 @@ def recognise(fn: Callable, args: Sequence[Any]) -> str | None:
                         module = type(v).__module__
                         found.update(b for marker, b in _MARKERS if marker in module)
 
-    walk(jax.make_jaxpr(fn)(*args).jaxpr)
+    abstract = [jax.ShapeDtypeStruct(a.shape, a.dtype) if hasattr(a, "dtype") else a for a in args]
+    walk(jax.make_jaxpr(fn)(*abstract).jaxpr)
     for backend in ("mosaic_gpu", "mosaic_tpu", "triton"):
         if backend in found:
             return backend

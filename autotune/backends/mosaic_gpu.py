@@ -3,19 +3,20 @@ interpret mode.
 
 Mosaic GPU kernels lower for "cuda" on a CPU-only host, and the lowering applies Mosaic GPU's
 own rules (shared memory among them), so a configuration can be checked without a GPU
-(`lowering_error`). They run on a CPU under GPU interpret mode, a simulator of the GPU's
+(`autotune.check`). They run on a CPU under GPU interpret mode, a simulator of the GPU's
 memories, threads and barriers: correct but slow (its cost grows with the number of tile steps).
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator
 from typing import Any
 
 from autotune.errors import KernelError
 
 NAME = "mosaic_gpu"
+LOWERING_PLATFORM = "cuda"  # what `.lower(lowering_platforms=...)` calls a GPU
 
 # Shared memory a block may allocate (the opt-in maximum; Mosaic GPU refuses a kernel that
 # asks for more with "exceeds available shared memory: smem_bytes=N > max_smem_bytes=M").
@@ -24,14 +25,21 @@ SMEM_LIMIT_DEFAULT = 232_448  # Hopper: Mosaic GPU's kernels target sm_90a and n
 # Streaming multiprocessors: a persistent kernel launches one block per SM.
 NUM_SMS = {"H100 PCIe": 114, "H100": 132, "H200": 132, "GH200": 132}
 NUM_SMS_DEFAULT = 132
-# Blocks a persistent kernel launches under GPU interpret mode: each simulated block is a
-# host thread, and two are enough to exercise the loop over tiles.
-INTERPRET_SMS = 2
-# wgmma: a warpgroup's tile is a multiple of 64 rows and of 8 columns; operands in shared
-# memory are swizzled by 32, 64 or 128 bytes along their minor dimension.
+# Blocks a persistent kernel launches under GPU interpret mode: the simulator runs every
+# warpgroup of every block as a host thread, so one block walking every tile costs least.
+INTERPRET_SMS = 1
+# wgmma: a warpgroup's tile is a multiple of 64 rows and of 8 columns (at most 256 in one
+# instruction); operands in shared memory are swizzled by 32, 64 or 128 bytes along their
+# minor dimension.
 WGMMA_M = 64
 WGMMA_N_STEP = 8
-SWIZZLES = (32, 64, 128)
+WGMMA_N_MAX = 256
+SWIZZLES = (128, 64, 32)  # the largest that divides the minor dimension is used
+WARPGROUP_THREADS = 128
+# A float32 accumulator lives in its warpgroup's registers, one per element per thread. A
+# consumer thread has at most 255; with the epilogue's converted copy and addressing beside
+# it, more than 128 for the accumulator spills (a budget, not a rule the lowering checks).
+ACC_REGISTERS_MAX = 128
 BARRIER_BYTES = 8  # one mbarrier in shared memory
 
 
@@ -76,6 +84,12 @@ def interpret_mode() -> Iterator[None]:
         yield
 
 
+def swizzle_bytes(minor_bytes: int) -> int | None:
+    """The swizzle for an operand whose minor dimension holds `minor_bytes` (None: too narrow
+    or misaligned for wgmma)."""
+    return next((s for s in SWIZZLES if minor_bytes % s == 0), None)
+
+
 def smem_limit(device_kind: str) -> int:
     """The shared memory one block may allocate on this GPU."""
     return _by_kind(SMEM_LIMIT, device_kind, SMEM_LIMIT_DEFAULT)
@@ -101,16 +115,12 @@ def _by_kind(table: dict[str, int], device_kind: str, default: int) -> int:
     return default
 
 
-def lowering_error(fn: Callable, args: Sequence[Any]) -> str | None:
-    """Why `fn(*args)` does not lower for a CUDA GPU through Mosaic GPU (None: it lowers).
-
-    Runs on a CPU-only host; nothing is compiled for or run on a GPU. `args` may be arrays
-    or jax.ShapeDtypeStruct."""
-    import jax
-
-    try:
-        jax.jit(fn).trace(*args).lower(lowering_platforms=("cuda",))
-    except Exception as e:  # Mosaic GPU raises ValueError for shared memory; others vary
-        text = str(e)
-        return f"{type(e).__name__}: {text.splitlines()[0] if text else ''}"
-    return None
+def reset_interpret_state() -> None:
+    """Clear GPU interpret mode's simulated state, which it keeps after a kernel raised."""
+    module = _interpret_module()
+    reset = getattr(module, "reset_gpu_interpret_mode_state", None)
+    if reset is None:  # jax 0.10 keeps it beside the interpreter
+        from jax._src.pallas.mosaic_gpu.interpret.interpret_pallas_call import (
+            reset_gpu_interpret_mode_state as reset,
+        )
+    reset()
