@@ -489,6 +489,7 @@ _TABLE_COLUMNS = (
     "signature",
     "static",
     "status",
+    "oracle",  # trials: which oracle judged it
     "config",
     "time_s",
     "default_time_s",

@@ -13,7 +13,9 @@ Two oracles, chosen per run and recorded on every trial (`oracle`):
 GPU interpret mode simulates every warpgroup and barrier of every tile step: 256^3 takes
 seconds, 4096^3 would take hours. So a Mosaic GPU kernel whose inputs hold more than
 GPU_INTERPRET_MAX_ELEMENTS is judged by the "reference" oracle, and must have a reference.
-Other backends' interpret modes keep the "interpret" oracle at every shape.
+Other backends' interpret modes keep the "interpret" oracle at every shape, and so does a
+kernel that takes `interpret` when tuned on a CPU: there every candidate runs in interpret
+mode at the real shape anyway (the signature names no backend for it).
 """
 
 from __future__ import annotations
@@ -60,11 +62,15 @@ def reduced(args: Sequence[Any]) -> list[Any]:
 
 
 def make_oracle(
-    spec: Any, default: Mapping[str, Any], args: Sequence[Any], kwargs: Mapping[str, Any]
+    spec: Any,
+    default: Mapping[str, Any],
+    args: Sequence[Any],
+    kwargs: Mapping[str, Any],
+    backend: str | None,
 ) -> Oracle:
-    """The oracle of a tuning run (see the module docstring); KernelError where the default
-    configuration fails or disagrees with the reference, or where no oracle can judge."""
-    backend = spec.compiles_through(args, kwargs)
+    """The oracle of a tuning run of a kernel of `backend` (see the module docstring; the
+    call signature's `backend`); KernelError where the default configuration fails or
+    disagrees with the reference, or where no oracle can judge."""
     if interpret_affordable(backend, args):
         return Oracle(_checked_default(spec, default, args, kwargs), "interpret")
     if spec.reference is None:

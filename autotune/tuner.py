@@ -253,7 +253,7 @@ def _tune(
         )
     default = spec.default_config(sig)
     oracle_start = time.perf_counter()
-    oracle = make_oracle(spec, default, args, kwargs)
+    oracle = make_oracle(spec, default, args, kwargs, sig.backend or None)
     oracle_s = time.perf_counter() - oracle_start
     if isinstance(worker, InProcessWorker):
         worker.oracle = oracle.output

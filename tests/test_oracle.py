@@ -79,7 +79,7 @@ def test_the_default_is_still_checked_in_interpret_mode_at_a_reduced_shape(small
     kernel = register(double_rows_wrong_by_default)
     x = jnp.ones((512, 128), jnp.float32)
     with pytest.raises(KernelError, match="default configuration disagrees with its reference"):
-        oracle.make_oracle(kernel.spec, {"block_rows": 64}, [x], {})
+        oracle.make_oracle(kernel.spec, {"block_rows": 64}, [x], {}, "mosaic_gpu")
     assert (128, 128) in checked  # under GPU interpret mode, at the reduced shape
 
 
@@ -87,4 +87,4 @@ def test_without_a_reference_a_shape_beyond_the_budget_has_no_oracle(small_budge
     kernel = register(double_rows, reference=None)
     x = jnp.ones((512, 128), jnp.float32)
     with pytest.raises(KernelError, match="no reference: register it with reference="):
-        oracle.make_oracle(kernel.spec, {"block_rows": 64}, [x], {})
+        oracle.make_oracle(kernel.spec, {"block_rows": 64}, [x], {}, "mosaic_gpu")
