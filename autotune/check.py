@@ -1,8 +1,10 @@
-"""Static pre-validation that costs no device time: does a candidate lower for a TPU?
+"""Static pre-validation that costs no device time: does a candidate lower for the device?
 
-On a CPU-only host, `jax.jit(f).trace(*args).lower(lowering_platforms=("tpu",))` runs the Pallas
-TPU (Mosaic) lowering, which enforces the block-shape rules; it raises for a block that a TPU
-would refuse. Nothing is compiled or run.
+On a CPU-only host, `jax.jit(f).trace(*args).lower(lowering_platforms=(...,))` runs a Pallas
+backend's lowering, which enforces its rules: Mosaic TPU's block shapes ("tpu"), Mosaic GPU's
+shared memory and wgmma shapes ("cuda"). It raises for a candidate the device would refuse.
+Nothing is compiled or run. Triton kernels cannot be checked this way: their lowering needs a
+CUDA driver.
 """
 
 from __future__ import annotations
@@ -12,10 +14,40 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from autotune.backends import mosaic_gpu, mosaic_tpu
 from autotune.device import BACKENDS, DeviceInfo
+from autotune.errors import KernelError
 
-# The TPU generation constraints assume when checking on a host that has none.
+# The device whose limits constraints assume when checking on a host that has none.
 DEFAULT_TPU_KIND = "TPU v5 lite"
+DEFAULT_GPU_KIND = "NVIDIA H200"
+DEFAULT_KINDS = {"tpu": DEFAULT_TPU_KIND, "gpu": DEFAULT_GPU_KIND}
+# The backend each platform's check lowers through.
+CHECKED_BACKENDS = {"tpu": mosaic_tpu, "gpu": mosaic_gpu}
+
+
+def lowering_error(
+    kernel: Any,
+    config: Mapping[str, Any],
+    args: Sequence[Any],
+    kwargs: Mapping[str, Any] | None = None,
+    platform: str = "tpu",
+) -> str | None:
+    """Why `kernel` at `config` does not lower for `platform` ("tpu", or "gpu" for a Mosaic
+    GPU kernel) with these arguments (None: it lowers).
+
+    `args` may be arrays or jax.ShapeDtypeStruct; `kwargs` are the static arguments.
+    """
+    import jax
+
+    spec = kernel.spec
+    fn = functools.partial(spec.fn, **spec.kernel_kwargs(config), **dict(kwargs or {}))
+    target = CHECKED_BACKENDS[platform].LOWERING_PLATFORM
+    try:
+        jax.jit(fn).trace(*args).lower(lowering_platforms=(target,))
+    except Exception as e:  # the lowerings report bad configs as ValueError, others vary
+        return f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+    return None
 
 
 def tpu_lowering_error(
@@ -24,30 +56,55 @@ def tpu_lowering_error(
     args: Sequence[Any],
     kwargs: Mapping[str, Any] | None = None,
 ) -> str | None:
-    """Why `kernel` at `config` does not lower for TPU with these arguments (None: it lowers).
-
-    `args` may be arrays or jax.ShapeDtypeStruct; `kwargs` are the static arguments.
-    """
-    import jax
-
-    spec = kernel.spec
-    fn = functools.partial(spec.fn, **spec.kernel_kwargs(config), **dict(kwargs or {}))
-    try:
-        jax.jit(fn).trace(*args).lower(lowering_platforms=("tpu",))
-    except Exception as e:  # the lowering reports bad blocks as ValueError, others vary
-        return f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
-    return None
+    """Why `kernel` at `config` does not lower for TPU with these arguments (None: it lowers)."""
+    return lowering_error(kernel, config, args, kwargs, "tpu")
 
 
 @dataclass(frozen=True)
 class CheckRow:
     config: dict[str, Any]
     violations: tuple[str, ...]  # the constraints it breaks (empty: the space accepts it)
-    lowering_error: str | None  # None: it lowers for TPU
+    lowering_error: str | None  # None: it lowers for the platform
 
     @property
     def accepted(self) -> bool:
         return not self.violations
+
+
+def check_space(
+    kernel: Any,
+    args: Sequence[Any],
+    kwargs: Mapping[str, Any] | None = None,
+    platform: str = "tpu",
+    device_kind: str | None = None,
+    sample: int | None = None,
+) -> list[CheckRow]:
+    """Candidates of `kernel`'s space for `platform` and these arguments (all, or `sample`
+    of them spread evenly over the space): does its constraints accept it, and does it lower?
+    (A candidate accepted but not lowering is a constraint bug; one refused that lowers is a
+    pruning the constraints may be too strict about.)"""
+    spec = kernel.spec
+    kwargs = dict(kwargs or {})
+    kind = device_kind or DEFAULT_KINDS[platform]
+    device = DeviceInfo(platform, kind, BACKENDS[platform], "", "", "")
+    sig = spec.signature(args, kwargs, device)
+    if platform == "gpu" and sig.backend != mosaic_gpu.NAME:
+        raise KernelError(
+            f"{spec.name} lowers through {sig.backend or 'Triton'}, whose GPU lowering needs a "
+            "CUDA driver: only Mosaic GPU kernels can be checked for a GPU on this host"
+        )
+    space = spec.space(platform)
+    configs = list(space.all_configs())
+    if sample is not None and sample < len(configs):
+        configs = [configs[i * len(configs) // sample] for i in range(sample)]
+    return [
+        CheckRow(
+            config,
+            tuple(space.violations(config, sig)),
+            lowering_error(kernel, config, args, kwargs, platform),
+        )
+        for config in configs
+    ]
 
 
 def check_tpu_space(
@@ -56,19 +113,5 @@ def check_tpu_space(
     kwargs: Mapping[str, Any] | None = None,
     device_kind: str = DEFAULT_TPU_KIND,
 ) -> list[CheckRow]:
-    """Every candidate of `kernel`'s TPU space for these arguments: does its constraints accept
-    it, and does it lower for TPU? (A candidate accepted but not lowering is a constraint bug;
-    one refused that lowers is a pruning the constraints may be too strict about.)"""
-    spec = kernel.spec
-    kwargs = dict(kwargs or {})
-    device = DeviceInfo("tpu", device_kind, BACKENDS["tpu"], "", "", "")
-    sig = spec.signature(args, kwargs, device)
-    space = spec.space("tpu")
-    return [
-        CheckRow(
-            config,
-            tuple(space.violations(config, sig)),
-            tpu_lowering_error(kernel, config, args, kwargs),
-        )
-        for config in space.all_configs()
-    ]
+    """Every candidate of `kernel`'s TPU space: see `check_space`."""
+    return check_space(kernel, args, kwargs, "tpu", device_kind)

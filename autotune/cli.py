@@ -109,16 +109,23 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     c = sub.add_parser(
-        "check", help="does every candidate of a kernel's space lower for TPU? (no device needed)"
+        "check",
+        help="does every candidate of a kernel's space lower for TPU, or a Mosaic GPU kernel's "
+        "for a GPU? (no device needed)",
     )
     c.add_argument("kernel", help="a registered kernel name, or package.module:function")
-    c.add_argument("--platform", choices=("tpu",), default="tpu")
+    c.add_argument("--platform", choices=("tpu", "gpu"), default="tpu")
     c.add_argument("--shape", required=True, help="argument shapes, e.g. 256x256,256x256")
     c.add_argument(
         "--dtype", default="float32", help="dtype of every argument, or one per argument"
     )
     c.add_argument("--static", action="append", default=[], metavar="NAME=VALUE")
-    c.add_argument("--device-kind", default=None, help="the TPU whose limits the constraints apply")
+    c.add_argument(
+        "--device-kind", default=None, help="the device whose limits the constraints apply"
+    )
+    c.add_argument(
+        "--sample", type=int, default=None, help="check N candidates spread over the space"
+    )
 
     sub.add_parser("kernels", help="list registered kernels and their tunable parameters")
 
@@ -274,7 +281,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
 def cmd_check(args: argparse.Namespace) -> int:
     import jax
 
-    from autotune.check import DEFAULT_TPU_KIND, check_tpu_space
+    from autotune.check import DEFAULT_KINDS, check_space
     from autotune.registry import resolve
 
     if "" not in sys.path:
@@ -290,15 +297,19 @@ def cmd_check(args: argparse.Namespace) -> int:
         raise UsageError(
             f"{args.kernel} cannot be called with --shape {args.shape} --static {static}: {e}"
         ) from None
-    kind = args.device_kind or DEFAULT_TPU_KIND
-    rows = check_tpu_space(kernel, inputs, static, kind)
+    kind = args.device_kind or DEFAULT_KINDS[args.platform]
+    if args.sample is not None and args.sample < 1:
+        raise UsageError(f"--sample {args.sample}: give a positive number of candidates")
+    rows = check_space(kernel, inputs, static, args.platform, kind, args.sample)
     print(
         _table(
             [
                 {
                     "config": _config_text(r.config),
                     "constraints": "accept" if r.accepted else "refuse: " + ", ".join(r.violations),
-                    "lowers for tpu": "yes" if r.lowering_error is None else r.lowering_error[:100],
+                    f"lowers for {args.platform}": "yes"
+                    if r.lowering_error is None
+                    else r.lowering_error[:100],
                 }
                 for r in rows
             ]
@@ -478,6 +489,7 @@ _TABLE_COLUMNS = (
     "signature",
     "static",
     "status",
+    "oracle",  # trials: which oracle judged it
     "config",
     "time_s",
     "default_time_s",

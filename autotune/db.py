@@ -47,7 +47,7 @@ from autotune.errors import DatabaseError, SignatureError
 from autotune.settings import default_db_path
 from autotune.signature import TuningKey, parse_args, short_dtype
 
-SCHEMA_VERSION = 1  # v1: the first released schema (tests/fixtures/v1.db)
+SCHEMA_VERSION = 2  # v1: the first released schema (tests/fixtures/v1.db); v2: trials.oracle
 DEFAULT_BUSY_TIMEOUT_S = 30.0  # tools wait this long for another writer; the runtime much less
 KEY_COLUMNS = (
     "kernel",
@@ -111,6 +111,8 @@ class Trial(_KeyColumns, Base):
     compile_s: Mapped[float | None] = mapped_column(Float, nullable=True)
     max_error: Mapped[float | None] = mapped_column(Float, nullable=True)
     error: Mapped[str | None] = mapped_column(Text, nullable=True)
+    # which oracle judged it: "interpret" or "reference" (autotune.oracle); v2
+    oracle: Mapped[str | None] = mapped_column(String(32), nullable=True)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
 
@@ -152,7 +154,9 @@ class Miss(_KeyColumns, Base):
 # Tables that are new in the current models are created after the migrations run, so a bump
 # that only adds tables needs `MIGRATIONS[v] = lambda conn: None`; one that adds a column to an
 # existing table: `MIGRATIONS[1] = lambda conn: add_column(conn, Result, "new_column")`.
-MIGRATIONS: dict[int, Callable[[Connection], None]] = {}
+MIGRATIONS: dict[int, Callable[[Connection], None]] = {
+    1: lambda conn: add_column(conn, Trial, "oracle"),
+}
 
 
 def add_column(conn: Connection, model: type[Base], name: str) -> None:

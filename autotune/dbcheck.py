@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from autotune.backends import PLATFORM_BACKENDS
 from autotune.db import KEY_COLUMNS, SCHEMA_VERSION, _sqlite_file, decode_config, normalize_url
-from autotune.device import BACKENDS
 from autotune.errors import AutotuneError
 
 # the columns read, by name: what the first released schema (v1) already had
@@ -87,9 +87,9 @@ def _entry_problems(r: dict[str, Any], trials: dict[int, dict[str, Any]]) -> lis
 
     problems = []
     platform, backend, kind = r["platform"], r["backend"], r["device_kind"]
-    if platform not in BACKENDS:
+    if platform not in PLATFORM_BACKENDS:
         problems.append(f"unknown platform {_text(platform)!r}")
-    elif backend != BACKENDS[platform]:
+    elif backend not in PLATFORM_BACKENDS[platform]:
         problems.append(f"backend {_text(backend)!r} does not belong to platform {platform}")
     elif (platform == "cpu" and kind != "cpu") or (
         platform == "tpu" and not str(kind).startswith("TPU")

@@ -5,16 +5,18 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 
-# The Pallas backend a kernel compiles through on each platform. On the CPU there is no
-# compiler for Pallas: kernels run in interpret mode, and results are stored as such.
-BACKENDS = {"cpu": "interpret", "tpu": "mosaic_tpu", "gpu": "triton"}
+from autotune.backends import PLATFORM_BACKENDS
+
+# The default Pallas backend on each platform (a kernel may use another: see autotune.backends).
+# On the CPU there is no compiler for Pallas: kernels run in interpret mode, stored as such.
+BACKENDS = {platform: backends[0] for platform, backends in PLATFORM_BACKENDS.items()}
 
 
 @dataclass(frozen=True)
 class DeviceInfo:
     platform: str  # "cpu", "tpu" or "gpu"
     device_kind: str  # e.g. "cpu", "TPU v5 lite", "NVIDIA H100 80GB HBM3"
-    backend: str  # "interpret", "mosaic_tpu", "triton"
+    backend: str  # the platform's default: "interpret", "mosaic_tpu", "triton"
     jax_version: str
     jaxlib_version: str
     runtime_version: str  # the platform's runtime/driver as jax reports it, "" if unknown

@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import importlib
 import inspect
+import logging
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from autotune import backends
 from autotune.device import DeviceInfo
 from autotune.errors import KernelError, SpaceError
 from autotune.signature import ArgSpec, Signature, TuningKey, dtype_name, is_array, static_value
@@ -23,6 +26,8 @@ from autotune.space import (
     resolve_space_path,
     space_from_dict,
 )
+
+log = logging.getLogger(__name__)
 
 # The kernels shipped with pallas-autotune register themselves when this package is imported.
 SHIPPED_KERNELS_PACKAGE = "kernels"
@@ -45,6 +50,8 @@ class KernelSpec:
     bind: Callable[[dict[str, Any]], dict[str, Any]] | None  # flat config -> kernel kwargs
     bound_names: frozenset[str]  # the kernel's parameters that the config fills
     takes_interpret: bool
+    backend: str | None = None  # "mosaic_gpu", "mosaic_tpu", "triton"; None: recognised
+    _recognised: dict[str, str | None] = field(default_factory=dict, repr=False)
 
     @property
     def tunables(self) -> frozenset[str]:
@@ -91,7 +98,28 @@ class KernelSpec:
                 static.update({k: static_value(k, v) for k, v in value.items()})
             else:
                 static[name] = static_value(name, value)
-        return Signature(tuple(arrays), static, device.platform, device.device_kind)
+        backend = ""
+        # which backend matters on a GPU (Triton or Mosaic GPU: the key says which) and on the
+        # CPU for a kernel run under its backend's interpret mode
+        if device.platform == "gpu" or (device.platform == "cpu" and not self.takes_interpret):
+            backend = self.compiles_through(args, kwargs) or ""
+        return Signature(tuple(arrays), static, device.platform, device.device_kind, backend)
+
+    def compiles_through(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> str | None:
+        """The backend this kernel lowers through: the declared one, else the one recognised
+        from a trace of this call at the default configuration (once per kernel); None where
+        nothing says (a plain `pallas_call`)."""
+        if self.backend is not None:
+            return self.backend
+        if "backend" not in self._recognised:
+            fn = functools.partial(self.fn, **self.kernel_kwargs(self.defaults), **kwargs)
+            try:
+                found = backends.recognise(fn, args)
+            except Exception as e:  # a kernel that cannot trace here fails later, with context
+                log.debug("%s: backend not recognised: %s", self.name, e)
+                found = None
+            self._recognised["backend"] = found
+        return self._recognised["backend"]
 
     def key(self, sig: Signature, device: DeviceInfo) -> TuningKey:
         return TuningKey(
@@ -99,7 +127,7 @@ class KernelSpec:
             kernel_version=self.version,
             platform=device.platform,
             device_kind=device.device_kind,
-            backend=device.backend,
+            backend=backends.key_backend(sig.backend or None, device.platform),
             signature=sig.text,
             static=sig.static_text,
         )
@@ -153,9 +181,11 @@ def make_spec(
     reference: Callable | None = None,
     defaults: Mapping[str, Any] | None = None,
     bind: Callable[[dict[str, Any]], dict[str, Any]] | Mapping[str, Any] | None = None,
+    backend: str | None = None,
 ) -> KernelSpec:
     if not isinstance(name, str) or not name:
         raise KernelError("a kernel needs a non-empty name: autotuned(name='my_kernel', ...)")
+    backends.check_declared(name, backend)
     module_dir = _module_dir(fn)
     if isinstance(space, Mapping):
         where = f"space of kernel {name!r}"
@@ -227,6 +257,7 @@ def make_spec(
         bind=bind,
         bound_names=bound_names,
         takes_interpret="interpret" in params,
+        backend=backend,
     )
 
 

@@ -311,18 +311,18 @@ def _call_shape(args: Sequence[Any], kwargs: Mapping[str, Any]) -> tuple:
 
 
 def interpreted(spec: KernelSpec, kwargs: Mapping[str, Any]) -> Callable:
-    """`spec.fn` with kwargs bound, running in Pallas interpret mode."""
+    """`spec.fn` with kwargs bound, running in Pallas interpret mode: `interpret=True` where
+    the kernel takes it, else its backend's interpret mode (GPU interpret mode for a Mosaic
+    GPU kernel, TPU interpret mode otherwise), which Pallas reads while tracing."""
     if spec.takes_interpret:
         return functools.partial(spec.fn, **kwargs, interpret=True)
     inner = functools.partial(spec.fn, **kwargs)
 
     @functools.wraps(inner)
     def run(*args: Any, **kw: Any) -> Any:
-        # Kernels without an `interpret` argument (e.g. TPU-only grid specs) run under TPU
-        # interpret mode, which Pallas reads while tracing.
-        from jax.experimental.pallas import tpu as pltpu
+        from autotune import backends
 
-        with pltpu.force_tpu_interpret_mode():
+        with backends.interpret_mode(spec.compiles_through(args, kw)):
             return inner(*args, **kw)
 
     return run
@@ -336,6 +336,7 @@ def autotuned(
     reference: Callable | None = None,
     defaults: Mapping[str, Any] | None = None,
     bind: Callable[[dict[str, Any]], dict[str, Any]] | Mapping[str, Any] | None = None,
+    backend: str | None = None,
 ) -> Callable[[Callable], AutotunedKernel]:
     """Declare a kernel's tunable parameters and register it under `name`.
 
@@ -355,6 +356,7 @@ def autotuned(
             reference=reference,
             defaults=defaults,
             bind=bind,
+            backend=backend,
         )
 
     return decorate

@@ -108,6 +108,7 @@ class Signature:
     static: dict[str, Any] = field(default_factory=dict)
     platform: str = "cpu"
     device_kind: str = "cpu"
+    backend: str = ""  # the backend the kernel lowers through where it matters, e.g. "mosaic_gpu"
 
     @property
     def shapes(self) -> tuple[tuple[int, ...], ...]:
@@ -126,7 +127,7 @@ class Signature:
         return json.dumps(self.static, sort_keys=True, separators=(",", ":"))
 
     def __hash__(self) -> int:
-        return hash((self.args, self.static_text, self.platform, self.device_kind))
+        return hash((self.args, self.static_text, self.platform, self.device_kind, self.backend))
 
 
 def format_args(args: tuple[ArgSpec, ...]) -> str:

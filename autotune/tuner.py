@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import functools
 import hashlib
 import logging
 import time
@@ -18,10 +17,10 @@ from autotune import registry, runtime
 from autotune.errors import DatabaseError, KernelError, SignatureError, SpaceError
 from autotune.finalists import Finalist, remeasure
 from autotune.measure import DEFAULT_POLICY, TimingPolicy
+from autotune.oracle import make_oracle
 from autotune.search import Evaluation, run_search
 from autotune.signature import TuningKey, is_array
 from autotune.strategies import DEFAULT_STRATEGY
-from autotune.verify import compare
 from autotune.warmstart import warm_starts
 from autotune.worker import DEFAULT_LIMITS, DeviceWorker, InProcessWorker, WorkerLimits
 
@@ -45,6 +44,7 @@ class TrialRecord:
     max_error: float | None = None
     error: str | None = None
     is_default: bool = False
+    oracle: str | None = None  # which oracle judged it (autotune.oracle); None before schema v2
     db_id: int | None = None  # its row in the trials table, once stored
 
     def as_dict(self) -> dict[str, Any]:
@@ -67,6 +67,7 @@ class TuneResult:
     restarts: int = 0  # device workers started again after a crash or timeout
     finalists_s: float = 0.0  # the interleaved re-measurement, its compiles included
     oracle_s: float = 0.0  # compiling and running the default in interpret mode, checking it
+    oracle: str = ""  # which oracle judged the candidates: "interpret" or "reference"
     worker_start_s: float = 0.0  # starting the first device worker (0 in process)
 
     @property
@@ -252,12 +253,12 @@ def _tune(
         )
     default = spec.default_config(sig)
     oracle_start = time.perf_counter()
-    worker_oracle = _oracle(spec, default, args, kwargs)
+    oracle = make_oracle(spec, default, args, kwargs, sig.backend or None)
     oracle_s = time.perf_counter() - oracle_start
     if isinstance(worker, InProcessWorker):
-        worker.oracle = worker_oracle
+        worker.oracle = oracle.output
     else:
-        worker.set_oracle(worker_oracle)
+        worker.set_oracle(oracle.output)
     run_id = uuid.uuid4().hex
     if storage and store and _same_database(storage, db):
         raise DatabaseError(  # Optuna's tables (one is `trials`) would collide with ours
@@ -269,6 +270,7 @@ def _tune(
     def measure(config: dict[str, Any], is_default: bool = False) -> TrialRecord:
         record = TrialRecord(**worker.measure(config))
         record.is_default = is_default or config == default
+        record.oracle = oracle.name
         if handle is not None:  # stored at once: an interrupted run loses no measurement
             (record.db_id,) = handle.add_trials(key, run_id, [record.as_dict()])
         return record
@@ -304,7 +306,7 @@ def _tune(
         # with a storage, these are every worker's trials of the study, resumed ones included
         trials = [TrialRecord(**ev.detail) for ev in evaluations]
         result = _result(spec, sig, key, trials, default, measure, run_id, worker, n_finalists)
-        result.oracle_s = oracle_s
+        result.oracle_s, result.oracle = oracle_s, oracle.name
         if handle is not None:
             result.db_url = _store(handle, result, strategy, device, shared=storage is not None)
             runtime.clear_memo()
@@ -387,32 +389,6 @@ def _result(
         finalists_s=time.perf_counter() - finalists_start,
     )
     return result
-
-
-def _oracle(
-    spec: registry.KernelSpec, default: dict[str, Any], args: list[Any], kwargs: dict[str, Any]
-) -> Any:
-    """The kernel's output in interpret mode at its default configuration; checked against the
-    kernel's plain-JAX reference when it has one."""
-    import jax
-
-    fn = functools.partial(runtime.interpreted(spec, spec.kernel_kwargs(default)), **kwargs)
-    try:
-        oracle = jax.block_until_ready(jax.jit(fn)(*args))
-    except Exception as e:
-        raise KernelError(
-            f"{spec.name} fails in interpret mode at its default configuration {default}: {e}"
-        ) from e
-    if spec.reference is not None:
-        expected = jax.tree_util.tree_map(
-            lambda r, o: np.asarray(r).astype(o.dtype), spec.reference(*args, **kwargs), oracle
-        )
-        verdict = compare(oracle, expected)
-        if not verdict.ok:
-            raise KernelError(
-                f"{spec.name} at its default configuration disagrees with its reference: {verdict.message}"
-            )
-    return oracle
 
 
 def _store(handle: Any, result: TuneResult, strategy: str, device: Any, *, shared: bool) -> str:

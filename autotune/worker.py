@@ -95,12 +95,11 @@ def measure_candidate(
     try:
         output = jax.block_until_ready(compiled(*args))
     except Exception as e:
-        if not kernel.spec.takes_interpret:
-            # TPU interpret mode keeps its simulated memory after a kernel raised; the next
-            # candidate needs it cleared
-            from jax.experimental.pallas import tpu as pltpu
+        # an interpret mode keeps its simulated state after a kernel raised; the next
+        # candidate needs it cleared (a no-op where none ran)
+        from autotune import backends
 
-            pltpu.reset_tpu_interpret_mode_state()
+        backends.reset_interpret_state(kernel.spec.compiles_through(args, kwargs))
         return {
             "config": config,
             "status": "runtime_error",

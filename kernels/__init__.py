@@ -6,6 +6,7 @@ Importing this package registers them by name.
 from kernels.bmm import bmm, bmm_reference
 from kernels.flash_attention import attention_reference, flash_attention
 from kernels.matmul import matmul, matmul_reference
+from kernels.matmul_mgpu import matmul_mgpu, matmul_mgpu_reference
 from kernels.norms import layer_norm, layer_norm_reference, rms_norm, rms_norm_reference
 from kernels.softmax import softmax, softmax_reference
 from kernels.vector_add import vector_add, vector_add_reference
@@ -18,6 +19,8 @@ __all__ = [
     "layer_norm",
     "layer_norm_reference",
     "matmul",
+    "matmul_mgpu",
+    "matmul_mgpu_reference",
     "matmul_reference",
     "rms_norm",
     "rms_norm_reference",

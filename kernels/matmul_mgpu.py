@@ -1,0 +1,234 @@
+"""Hopper matmul for Mosaic GPU: TMA into swizzled shared memory, wgmma into float32.
+
+The kernel is persistent: one block per SM walks the output tiles in a planar snake order
+(`grid_minor_dim`, `grid_tile_width`: neighbouring blocks share A rows or B columns in L2).
+A block holds two consumer warpgroups and one producer: the producer streams (tile_k)-wide
+slices of A and B into `max_concurrent_steps` shared-memory slots by TMA; each consumer
+warpgroup owns a (tile_m, tile_n) float32 accumulator and issues wgmma on its half of the
+block's tile, which is split along `wg_dimension`. The epilogue writes the accumulator back in
+(EPI_TILE, EPI_TILE) pieces through two shared-memory slots per warpgroup, by TMA.
+
+Shapes that are not multiples of the block's tile are zero-padded up to them (zeros add
+nothing to a dot product) and the result is sliced back.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+from jax.experimental import pallas as pl
+
+from autotune import autotuned
+from autotune.backends import mosaic_gpu as backend
+
+ACC_DTYPE = jnp.float32
+DTYPES = ("bfloat16", "float16")  # what wgmma multiplies from shared memory at full speed
+EPI_TILE = 64  # the epilogue's piece of a warpgroup's tile, per side
+NUM_CONSUMERS = 2  # consumer warpgroups per block; a third warpgroup issues the TMA copies
+PRODUCER_REGISTERS = 40  # registers a thread of the producer warpgroup keeps
+DIMS = ("m", "n")
+
+
+def block_tile(config: dict) -> tuple[int, int]:
+    """The (rows, columns) of the output a block computes: two warpgroups' tiles side by side."""
+    tile_m, tile_n = config["tile_m"], config["tile_n"]
+    if config["wg_dimension"] == "m":
+        return NUM_CONSUMERS * tile_m, tile_n
+    return tile_m, NUM_CONSUMERS * tile_n
+
+
+def smem_bytes(config: dict, dtype: str, k: int) -> int:
+    """The shared memory one block allocates for a K of `k`: the pipeline's A and B slots (no
+    more than the K loop has steps), the epilogue's slots and the pipeline's barriers. Tested
+    against Mosaic GPU's own count when it lowers for "cuda"."""
+    itemsize = jnp.dtype(dtype).itemsize
+    rows, cols = block_tile(config)
+    tile_k = config["tile_k"]
+    steps = min(config["max_concurrent_steps"], pl.cdiv(k, tile_k))
+    pipeline = steps * (rows * tile_k + tile_k * cols) * itemsize
+    epi_m, epi_n = min(EPI_TILE, config["tile_m"]), min(EPI_TILE, config["tile_n"])
+    out_slots = min(2, config["tile_m"] * config["tile_n"] // (epi_m * epi_n))
+    epilogue = NUM_CONSUMERS * out_slots * epi_m * epi_n * itemsize
+    return pipeline + epilogue + 2 * steps * backend.BARRIER_BYTES
+
+
+def fits_hopper(config: dict, sig) -> bool:
+    """wgmma's shapes (tile_m a multiple of 64, tile_n of 8 up to 256, tile_k a whole
+    swizzle that tile_n is a multiple of), the accumulator within a consumer thread's
+    registers, the pipeline no deeper than the K loop, and shared memory within the limit."""
+    if len(sig.shapes) != 2 or any(len(s) != 2 for s in sig.shapes):
+        return True  # the kernel itself rejects such calls with a clear message
+    itemsize = jnp.dtype(sig.dtypes[0]).itemsize
+    tile_m, tile_n, tile_k = config["tile_m"], config["tile_n"], config["tile_k"]
+    k = sig.shapes[0][1]
+    swizzle = backend.swizzle_bytes(tile_k * itemsize)
+    return (
+        tile_m % backend.WGMMA_M == 0
+        and tile_n % backend.WGMMA_N_STEP == 0
+        and tile_n <= backend.WGMMA_N_MAX
+        and swizzle is not None
+        and tile_n * itemsize % swizzle == 0
+        and tile_m * tile_n // backend.WARPGROUP_THREADS <= backend.ACC_REGISTERS_MAX
+        and config["max_concurrent_steps"] <= max(pl.cdiv(k, tile_k), 2)  # deeper: the same
+        and smem_bytes(config, sig.dtypes[0], k) <= backend.smem_limit(sig.device_kind)
+    )
+
+
+def matmul_mgpu_reference(x: jax.Array, y: jax.Array) -> jax.Array:
+    return jnp.dot(x, y, preferred_element_type=ACC_DTYPE).astype(x.dtype)
+
+
+@autotuned(
+    name="matmul_mgpu",
+    space="matmul_mgpu",
+    constraints=[fits_hopper],
+    reference=matmul_mgpu_reference,
+    backend="mosaic_gpu",
+)
+def matmul_mgpu(
+    x: jax.Array,
+    y: jax.Array,
+    *,
+    tile_m: int = 128,
+    tile_n: int = 128,
+    tile_k: int = 64,
+    max_concurrent_steps: int = 4,
+    grid_minor_dim: str = "n",
+    grid_tile_width: int = 1,
+    wg_dimension: str = "n",
+    interpret: bool = False,
+) -> jax.Array:
+    """x @ y for 2-D x [M, K] and y [K, N] of one 16-bit float dtype on a Hopper GPU (Mosaic
+    GPU); float32 accumulation. `interpret=True` runs it in Pallas's GPU interpret mode."""
+    if x.ndim != 2 or y.ndim != 2 or x.shape[1] != y.shape[0]:
+        raise ValueError(f"matmul_mgpu needs x [M, K] and y [K, N], got {x.shape=} and {y.shape=}")
+    if x.dtype != y.dtype or jnp.dtype(x.dtype).name not in DTYPES:
+        raise ValueError(
+            f"matmul_mgpu needs x and y of one dtype in {DTYPES}, got {x.dtype=} and {y.dtype=}: "
+            "cast them, or use kernels.matmul for other dtypes"
+        )
+    for name, value in (("grid_minor_dim", grid_minor_dim), ("wg_dimension", wg_dimension)):
+        if value not in DIMS:
+            raise ValueError(f"matmul_mgpu: {name}={value!r} must be one of {DIMS}")
+    config = {
+        "tile_m": tile_m,
+        "tile_n": tile_n,
+        "tile_k": tile_k,
+        "max_concurrent_steps": max_concurrent_steps,
+        "wg_dimension": wg_dimension,
+    }
+    rows, cols = block_tile(config)
+    (m, k), n = x.shape, y.shape[1]
+    mp, np_, kp = (pl.cdiv(d, b) * b for d, b in ((m, rows), (n, cols), (k, tile_k)))
+    xp = jnp.pad(x, ((0, mp - m), (0, kp - k))) if (mp, kp) != (m, k) else x
+    yp = jnp.pad(y, ((0, kp - k), (0, np_ - n))) if (kp, np_) != (k, n) else y
+    tiles = (mp // rows, np_ // cols)
+    body = functools.partial(
+        _kernel,
+        config=config,
+        tiles=tiles,
+        grid_minor_dim=DIMS.index(grid_minor_dim),
+        grid_tile_width=grid_tile_width,
+    )
+    out = backend.plgpu().kernel(
+        body,
+        out_type=jax.ShapeDtypeStruct((mp, np_), x.dtype),
+        grid=(min(backend.num_sms(interpret), tiles[0] * tiles[1]),),
+        grid_names=("sm",),
+        num_threads=NUM_CONSUMERS + 1,
+        thread_name="wg",
+        compiler_params=backend.plgpu().CompilerParams(
+            lowering_semantics=backend.plgpu().LoweringSemantics.Warpgroup
+        ),
+        interpret=backend.interpret_params() if interpret else None,
+    )(xp, yp)
+    return out[:m, :n] if (mp, np_) != (m, n) else out
+
+
+def _kernel(a_gmem, b_gmem, out_gmem, *, config, tiles, grid_minor_dim, grid_tile_width):
+    plgpu = backend.plgpu()
+    dtype = a_gmem.dtype
+    tile_m, tile_n, tile_k = config["tile_m"], config["tile_n"], config["tile_k"]
+    rows, cols = block_tile(config)
+    split_m = config["wg_dimension"] == "m"
+    k_steps = a_gmem.shape[1] // tile_k
+    epi_m, epi_n = min(EPI_TILE, tile_m), min(EPI_TILE, tile_n)
+    out_slots = min(2, tile_m * tile_n // (epi_m * epi_n))
+
+    def swizzled(minor_elems: int) -> tuple:
+        swizzle = plgpu.find_swizzle(minor_elems * jnp.dtype(dtype).itemsize * 8)
+        elems = swizzle // jnp.dtype(dtype).itemsize
+        return plgpu.TilingTransform((8, elems)), plgpu.SwizzleTransform(swizzle)
+
+    def pipeline(step_body, compute_context):
+        return plgpu.emit_pipeline_warp_specialized(
+            step_body,
+            grid=(k_steps,),
+            memory_registers=PRODUCER_REGISTERS,
+            in_specs=[
+                plgpu.BlockSpec((rows, tile_k), lambda s: (0, s), transforms=swizzled(tile_k)),
+                plgpu.BlockSpec((tile_k, cols), lambda s: (s, 0), transforms=swizzled(tile_k)),
+            ],
+            wg_axis="wg",
+            num_compute_wgs=NUM_CONSUMERS,
+            max_concurrent_steps=config["max_concurrent_steps"],
+            compute_context=compute_context,
+        )
+
+    # The allocations depend only on the specs, not on the bodies.
+    unused = lambda *_, **__: None  # noqa: E731
+
+    @functools.partial(
+        pl.run_scoped,
+        pipeline_allocs=pipeline(unused, unused).get_allocations(a_gmem, b_gmem),
+        out_smem=plgpu.SMEM(
+            (NUM_CONSUMERS, out_slots, epi_m, epi_n), dtype, transforms=swizzled(epi_n)
+        ),
+        collective_axes="wg",
+    )
+    def scope(pipeline_allocs, out_smem):
+        wg = jax.lax.axis_index("wg")
+        wg_rows = pl.ds(wg * tile_m, tile_m) if split_m else slice(None)
+        wg_cols = slice(None) if split_m else pl.ds(wg * tile_n, tile_n)
+
+        @plgpu.nd_loop((tiles[0] * tiles[1],), collective_axes="sm")
+        def tile_loop(info):
+            (linear,) = info.index
+            mi, ni = plgpu.planar_snake(linear, tiles, grid_minor_dim, grid_tile_width)
+            block_rows, block_cols = pl.ds(mi * rows, rows), pl.ds(ni * cols, cols)
+
+            def mma(_, a_smem, b_smem, acc_ref):
+                plgpu.wgmma(acc_ref, a_smem.at[wg_rows], b_smem.at[:, wg_cols])
+                plgpu.wgmma_wait(0)
+                return acc_ref
+
+            def compute_context(run_pipeline):
+                @functools.partial(pl.run_scoped, acc_ref=plgpu.ACC((tile_m, tile_n), ACC_DTYPE))
+                def accumulate(acc_ref):
+                    run_pipeline(acc_ref)
+                    acc = acc_ref[...].astype(dtype)
+                    out_wg = out_gmem.at[block_rows, block_cols].at[wg_rows, wg_cols]
+                    plgpu.wait_smem_to_gmem(0, wait_read_only=True)
+                    pieces_n = tile_n // epi_n
+                    for pm in range(tile_m // epi_m):
+                        for pn in range(pieces_n):
+                            piece = (
+                                slice(pm * epi_m, (pm + 1) * epi_m),
+                                slice(pn * epi_n, (pn + 1) * epi_n),
+                            )
+                            slot = (pm * pieces_n + pn) % out_slots
+                            # the slot's previous copy must have read it before we overwrite
+                            plgpu.wait_smem_to_gmem(out_slots - 1, wait_read_only=True)
+                            out_smem[wg, slot] = acc[piece]
+                            plgpu.commit_smem()
+                            plgpu.copy_smem_to_gmem(out_smem.at[wg, slot], out_wg.at[piece])
+
+            pipeline(mma, compute_context)(
+                a_gmem.at[block_rows, :],
+                b_gmem.at[:, block_cols],
+                allocations=pipeline_allocs,
+            )
+
+    plgpu.wait_smem_to_gmem(0, wait_read_only=True)

@@ -1,0 +1,96 @@
+"""matmul_mgpu, the Mosaic GPU Hopper matmul: its shared-memory model against Mosaic GPU's own
+lowering for "cuda" (which runs on this CPU-only host), and its output under GPU interpret mode."""
+
+from __future__ import annotations
+
+import functools
+import sys
+
+import jax
+import jax.numpy as jnp
+import pytest
+from kernel_checks import close, rand
+
+from autotune.check import lowering_error
+from autotune.device import DeviceInfo
+from kernels import matmul_mgpu, matmul_mgpu_reference
+
+pytest.importorskip("absl", reason="Mosaic GPU imports absl: pip install absl-py")
+module = sys.modules["kernels.matmul_mgpu"]
+H200 = DeviceInfo("gpu", "NVIDIA H200", "mosaic_gpu", jax.__version__, "", "")
+LIMIT = 232_448
+
+
+def _config(**changes):
+    return {**matmul_mgpu.spec.defaults, **changes}
+
+
+def _lowering(config, m, n, k, dtype=jnp.bfloat16):
+    x, y = jax.ShapeDtypeStruct((m, k), dtype), jax.ShapeDtypeStruct((k, n), dtype)
+    return lowering_error(matmul_mgpu, config, [x, y], platform="gpu")
+
+
+# JAX's own refusals on an H200 at bf16 4096^3, tile_k 64, 4 steps (tile_m, tile_n, wg_dimension)
+REFUSED_ON_H200 = [
+    ((256, 64, "m"), 327_744),
+    ((256, 128, "m"), 360_512),
+    ((256, 128, "n"), 294_976),
+]
+
+
+@pytest.mark.parametrize("tiles, smem", REFUSED_ON_H200)
+def test_shared_memory_model_reproduces_mosaic_gpus_refusals(tiles, smem):
+    tile_m, tile_n, wg = tiles
+    config = _config(
+        tile_m=tile_m, tile_n=tile_n, tile_k=64, max_concurrent_steps=4, wg_dimension=wg
+    )
+    assert module.smem_bytes(config, "bfloat16", 4096) == smem
+    error = _lowering(config, 4096, 4096, 4096)
+    assert f"smem_bytes={smem} > max_smem_bytes={LIMIT}" in error
+    args = [jax.ShapeDtypeStruct((4096, 4096), jnp.bfloat16)] * 2
+    sig = matmul_mgpu.spec.signature(args, {}, H200)
+    assert matmul_mgpu.spec.space("gpu").violations(config, sig) == ["fits_hopper"]
+
+
+@pytest.mark.parametrize(
+    "changes, mnk",
+    [
+        (dict(tile_m=256, tile_n=64, wg_dimension="n", tile_k=64, max_concurrent_steps=4), 4096),
+        (dict(tile_m=128, tile_n=128, tile_k=64, max_concurrent_steps=4), 4096),
+        (dict(tile_m=128, tile_n=256, tile_k=64, max_concurrent_steps=3), 4096),
+        (dict(tile_m=128, tile_n=128, tile_k=128, max_concurrent_steps=3), 4096),
+        (dict(tile_m=64, tile_n=256, tile_k=32, max_concurrent_steps=6, wg_dimension="m"), 2048),
+        (dict(tile_m=128, tile_n=256, tile_k=64, max_concurrent_steps=6), 128),  # 2 K steps
+        (dict(tile_m=64, tile_n=64, tile_k=64, max_concurrent_steps=2, wg_dimension="m"), 4096),
+    ],
+)
+def test_shared_memory_model_agrees_with_the_lowering(changes, mnk):
+    config = _config(**changes)
+    model = module.smem_bytes(config, "bfloat16", mnk)
+    error = _lowering(config, 512, 512, mnk)
+    if model > LIMIT:
+        assert error is not None and f"smem_bytes={model} " in error
+    else:
+        assert error is None
+
+
+def test_float32_is_refused_with_the_rule():
+    x = jnp.ones((64, 64), jnp.float32)
+    with pytest.raises(ValueError, match="one dtype in .*bfloat16.*kernels.matmul"):
+        matmul_mgpu.spec.fn(x, x)
+
+
+@pytest.mark.parametrize(
+    "dtype, shapes, config",
+    [
+        # odd shapes: M, N and K are zero-padded to the block's tile and the result sliced
+        (jnp.bfloat16, ((100, 200), (200, 72)), dict(tile_m=64, tile_n=64, wg_dimension="m")),
+        (jnp.float16, ((64, 128), (128, 256)), dict(tile_m=64, tile_n=64, tile_k=32)),
+    ],
+)
+def test_matches_the_reference_under_gpu_interpret_mode(dtype, shapes, config):
+    x, y = rand(shapes[0], dtype, seed=0), rand(shapes[1], dtype, seed=1)
+    run = functools.partial(
+        matmul_mgpu.spec.fn, **_config(max_concurrent_steps=2, **config), interpret=True
+    )
+    close(jax.jit(run)(x, y), matmul_mgpu_reference(x, y), jnp.bfloat16)
