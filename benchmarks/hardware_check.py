@@ -45,7 +45,7 @@ class Case:
 
     kernel: str
     shapes: Shapes
-    smoke_shapes: Shapes
+    smoke_shapes: Shapes | None  # None: not tuned in smoke mode (see SMOKE_SKIPS)
     dtype: str
     static: dict[str, Any] = field(default_factory=dict)
     share: float = 1.0  # of the tuning budget, relative to the other cases
@@ -70,6 +70,7 @@ def _rows(r: int, c: int, vectors: int) -> Shapes:
 
 CASES = [  # the ones that matter most first: a check cut short keeps them
     Case("matmul", _mm(4096, 4096, 4096), _mm(64, 64, 64), "bfloat16", share=3.0),
+    Case("matmul_mgpu", _mm(4096, 4096, 4096), None, "bfloat16", share=3.0),
     Case(
         "flash_attention",
         _attn(4, 16, 2048, 128),
@@ -94,10 +95,15 @@ CASES = [  # the ones that matter most first: a check cut short keeps them
     Case("vector_add", ((1 << 26,),) * 2, ((5000,),) * 2, "float32", share=0.3),
 ]
 
+# GPU interpret mode simulates every thread of a Mosaic GPU kernel: seconds per call at the
+# smallest shapes, too slow to tune and time in a smoke run (its correctness is still checked).
+SMOKE_SKIPS = "Mosaic GPU kernels are not tuned in smoke mode (GPU interpret mode is a simulator)"
+
 # Awkward shapes for the correctness section: no dimension a multiple of a block.
 AWKWARD: dict[str, tuple[Shapes, Shapes]] = {  # kernel -> (accelerator, smoke)
     "vector_add": (((100_003,),) * 2, ((1_003,),) * 2),
     "matmul": (_mm(1000, 777, 1234), _mm(37, 29, 45)),
+    "matmul_mgpu": (_mm(1000, 776, 1234), _mm(130, 96, 200)),
     "bmm": (((3, 200, 77), (3, 77, 130)), ((2, 20, 13), (2, 13, 24))),
     "softmax": (_rows(1000, 3000, 0), _rows(10, 300, 0)),
     "rms_norm": (_rows(1000, 3000, 1), _rows(10, 300, 1)),
@@ -105,6 +111,7 @@ AWKWARD: dict[str, tuple[Shapes, Shapes]] = {  # kernel -> (accelerator, smoke)
     "flash_attention": (_attn(2, 4, 1000, 64), _attn(1, 2, 40, 16)),
 }
 AWKWARD_STATIC = {"flash_attention": {"causal": True}}
+CHECKED_DTYPES = {"matmul_mgpu": ("bfloat16",)}  # wgmma multiplies 16-bit floats
 
 # Datasheet peaks (dense) by a device_kind substring: bf16 TFLOP/s, f32 TFLOP/s, HBM TB/s.
 PEAKS = {"H200": (989.0, 67.0, 4.8), "H100": (989.0, 67.0, 3.35), "A100": (312.0, 19.5, 2.0)}
@@ -219,7 +226,7 @@ def correctness(kernels: list[str], smoke: bool) -> list[dict[str, Any]]:
         kernel = registry.resolve(name)
         spec, shapes = kernel.spec, AWKWARD[name][1 if smoke else 0]
         static = AWKWARD_STATIC.get(name, {})
-        for dtype in ("float32", "bfloat16"):
+        for dtype in CHECKED_DTYPES.get(name, ("float32", "bfloat16")):
             args = inputs(shapes, dtype)
             sig = spec.signature(args, static, current_device())
             config = spec.default_config(sig)
@@ -376,6 +383,32 @@ def _runnable_attention(
     raise RuntimeError("no attention implementation runs here")
 
 
+README_EXAMPLE = "### JAX's own Hopper matmul, tuned without editing it"
+
+
+def readme_example(timeout_s: float) -> dict[str, Any]:
+    """The README's example that tunes JAX's own Mosaic GPU matmul, run as a user would paste it."""
+    text = (ROOT / "README.md").read_text()
+    section = text[text.index(README_EXAMPLE) :]
+    code = section[
+        section.index("```python\n") + 10 : section.index("\n```", section.index("```python"))
+    ]
+    env = dict(
+        os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])
+    )
+    start = time.perf_counter()
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=timeout_s
+        )
+        rc, output = proc.returncode, (proc.stdout + proc.stderr).strip().splitlines()[-4:]
+    except subprocess.TimeoutExpired:
+        rc, output = None, [f"stopped after {timeout_s:.0f} s"]
+    wall = time.perf_counter() - start
+    print(f"  README example: rc {rc}, {wall:.1f} s: {' | '.join(output)[:300]}")
+    return {"rc": rc, "wall_s": round(wall, 1), "output": output}
+
+
 # ------------------------------------------------------------------------------- the report
 
 
@@ -387,7 +420,9 @@ def format_shapes(shapes: Shapes) -> str:
     return ",".join("x".join(map(str, s)) for s in shapes)
 
 
-def report(info: dict[str, Any], checks: list[dict], rows: list[dict], wall_s: float) -> str:
+def report(
+    info: dict[str, Any], checks: list[dict], rows: list[dict], example: dict | None, wall_s: float
+) -> str:
     """The Markdown report: versions, the correctness table, the side-by-side table."""
     peaks = next((p for k, p in PEAKS.items() if k in info["device_kind"]), None)
     lines = [
@@ -432,6 +467,14 @@ def report(info: dict[str, Any], checks: list[dict], rows: list[dict], wall_s: f
             f"| {r['trials']} ({r['trials_ok']}/{r['trials_rejected']}) "
             f"| {', '.join(r['trial_timers'])} | {r.get('tune_wall_s', '-')} |"
         )
+    if example is not None:
+        lines += [
+            "",
+            f"README example ({README_EXAMPLE.lstrip('# ')}): exit code {example['rc']}, "
+            f"{example['wall_s']} s; last lines:",
+            "",
+            *[f"    {line}" for line in example["output"]],
+        ]
     lines += ["", "Tuned configurations, and the first error of each kind of failed trial:", ""]
     for r in rows:
         lines.append(f"- {r['case']}: {r['tuned_config']} (default {r['default_config']})")
@@ -458,6 +501,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--kernels", help="comma-separated kernel names (default: every case)")
     p.add_argument(
+        "--readme-example-s",
+        type=float,
+        default=90.0,
+        help="time for the README's JAX Hopper matmul example (on a GPU only; 0: skip it)",
+    )
+    p.add_argument(
         "--out",
         help="folder for the report (default: benchmarks/results; --smoke: a temporary one)",
     )
@@ -470,33 +519,47 @@ def main(argv: list[str] | None = None) -> int:
     from autotune.device import current_device
 
     cases = [c for c in CASES if not args.kernels or c.kernel in args.kernels.split(",")]
+    # Mosaic GPU kernels last: a kernel that breaks the GPU's context breaks what runs after it
+    checked = sorted({c.kernel for c in cases}, key=lambda k: (k.endswith("_mgpu"), k))
+    if args.smoke:
+        cases = [c for c in cases if c.smoke_shapes is not None]
+        print(SMOKE_SKIPS)
     device = current_device()
     info = versions(device)
     print(
         f"device {info['device_kind']} ({info['platform']}, {info['backend']}), jax {info['jax']}"
     )
     print("default configurations against the references:")
-    checks = correctness(sorted({c.kernel for c in cases}), args.smoke)
+    checks = correctness(checked, args.smoke)
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as tmp:
         out_dir = Path(args.out) if args.out else Path(tmp) if args.smoke else RESULTS
         out_dir.mkdir(parents=True, exist_ok=True)
         name = f"{info['device_kind'].replace(' ', '_')}-{info['date'][:10]}"
 
+        example: dict[str, Any] | None = None
+
         def write() -> str:  # after every case: a check cut short keeps what it measured
-            text = report(info, checks, rows, time.perf_counter() - start)
+            text = report(info, checks, rows, example, time.perf_counter() - start)
             (out_dir / f"{name}.md").write_text(text)
-            doc = {"versions": info, "correctness": checks, "cases": rows}
+            doc = {
+                "versions": info,
+                "correctness": checks,
+                "cases": rows,
+                "readme_example": example,
+            }
             (out_dir / f"{name}.json").write_text(json.dumps(doc, indent=1, default=str))
             return text
 
         db = os.path.join(tmp, "check.db")
+        run_example = info["platform"] == "gpu" and args.readme_example_s > 0
+        budget = args.budget_s - (args.readme_example_s if run_example else 0.0)
         print("tuning (autotune tune) and timing side by side:")
         for i, case in enumerate(cases):
             shapes = case.smoke_shapes if args.smoke else case.shapes
             # this case's share of what is left, after ~10 s per case for the side-by-side timing
             # and ~10 s for the CLI's start-up, its device worker's and the oracle
-            left = args.budget_s - (time.perf_counter() - start) - 10.0 * (len(cases) - i)
+            left = budget - (time.perf_counter() - start) - 10.0 * (len(cases) - i)
             share = case.share / sum(c.share for c in cases[i:])
             time_limit = max(5.0, left * share - 10.0)
             outcome = tune(case, shapes, db, time_limit, args.smoke)
@@ -505,6 +568,8 @@ def main(argv: list[str] | None = None) -> int:
             except Exception as e:  # one failing case must not lose the others' figures
                 print(f"  {case.label}: side-by-side failed: {type(e).__name__}: {e}"[:300])
             write()
+        if run_example:
+            example = readme_example(args.readme_example_s)
         print(write())
         print(f"wrote {out_dir / name}.md and .json")
     ok = all(c["ok"] for c in checks) and all(r.get("tuned_ok", False) for r in rows)
