@@ -1,16 +1,20 @@
 """@autotuned: call -> key -> lookup (memo, database, fallback) -> compiled kernel call.
 
-The lookup runs once per distinct call signature in a process (at trace time under jax.jit);
-later calls with the same shapes and dtypes cost one dict lookup before the jitted kernel runs.
-The database can never break model code: any failure to open, read or trust it warns once per
-cause and the call runs the fallback (or raises AutotuneError in strict mode).
+Each kernel has one jitted entry whose body does the lookup, so the lookup runs only while jit
+traces it (once per new shapes, dtypes and static arguments) and a repeated eager call costs what
+a hand-configured jitted call costs: jit's own C++ dispatch. The lookup is memoised per call
+shape, so the database is read once per distinct call in a process; `clear_memo` (after a tune)
+and `configure` drop the memo and every entry. The database can never break model code: any
+failure to open, read or trust it warns once per cause and the call runs the fallback (or raises
+AutotuneError in strict mode).
 """
 
 from __future__ import annotations
 
 import functools
+import inspect
 import logging
-import operator
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -49,12 +53,15 @@ class _Runtime:
 
     settings: Settings = field(default_factory=Settings.from_env)
     db: Any = None  # TuningDB once opened; False after it failed to open
-    # (kernel, *call shape) -> (Resolution, executable); see AutotunedKernel.__call__
-    memo: dict[tuple, tuple[Resolution, Callable]] = field(default_factory=dict)
+    # (kernel, call shape) -> the Resolution of calls of that shape; see AutotunedKernel._resolution
+    memo: dict[tuple, Resolution] = field(default_factory=dict)
     warned: set[str] = field(default_factory=set)
 
 
 _STATE = _Runtime()
+
+# Every kernel, so that clear_memo and configure can drop the jitted entries traced with old lookups.
+_KERNELS: weakref.WeakSet[AutotunedKernel] = weakref.WeakSet()
 
 
 def configure(
@@ -64,6 +71,7 @@ def configure(
     global _STATE
     base = Settings.from_env()
     _close_db()
+    _drop_entries()
     _STATE = _Runtime(
         settings=Settings(
             db_url=str(db) if db is not None else base.db_url,
@@ -74,8 +82,15 @@ def configure(
 
 
 def clear_memo() -> None:
-    """Forget every resolved call, e.g. after new results were stored."""
+    """Forget every resolved call, e.g. after new results were stored: the next call of each
+    shape looks its configuration up again."""
     _STATE.memo.clear()
+    _drop_entries()
+
+
+def _drop_entries() -> None:
+    for kernel in list(_KERNELS):
+        kernel._drop_entry()
 
 
 def _close_db() -> None:
@@ -134,12 +149,22 @@ def _as_autotune_error(e: Exception) -> AutotuneError:
     )
 
 
+class _Unfit(Exception):
+    """Raised while jit traces a kernel's entry for a call the entry does not serve."""
+
+
 class AutotunedKernel:
     """A kernel wrapper that calls its function with the tuned configuration."""
 
     def __init__(self, spec: KernelSpec) -> None:
         self.spec = spec
         self._executables: dict[tuple, Callable] = {}
+        # Keyword arguments are static in the jitted entry: options, overrides of tunables.
+        params = inspect.signature(spec.fn).parameters.values()
+        named = {p.name for p in params if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
+        self._static_names = frozenset(named | spec.tunables | {"interpret"})
+        self._drop_entry()
+        _KERNELS.add(self)
         functools.update_wrapper(self, spec.fn)
 
     def __repr__(self) -> str:
@@ -148,34 +173,80 @@ class AutotunedKernel:
     # ------------------------------------------------------------------ calling
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        if not kwargs:  # the hot path: positional arrays of a shape resolved before
-            try:
-                hit = _STATE.memo.get((self, *map(_shape_dtype, args)))
-            except (AttributeError, TypeError):  # a non-array argument: the general path
-                hit = None
-            if hit is not None:
-                return hit[1](*args)
+        # The hot path: straight into jit's C++ dispatch, which keys the call by shapes, dtypes
+        # and static (keyword) values; the lookup runs only when the entry traces a new one.
+        try:
+            return self._entry(*args, **kwargs)
+        except _Unfit:
+            pass
+        except (TypeError, ValueError):  # jit refused the arguments, or the kernel raised
+            if self._entry is not self._jit or self._fits(args, kwargs):
+                raise  # the kernel's own error (checked calls were routed already)
+        # Called in a way the entry does not serve (a Python scalar or a tuple passed
+        # positionally, an array by keyword): from now on each call is checked first.
+        self._entry = self._checked
         return self._call(args, kwargs)
 
+    def _drop_entry(self) -> None:
+        """Forget the jitted entry (its traces hold configurations looked up before)."""
+        self._jit: Callable | None = None
+        self._entry: Callable = self._first_call
+
+    def _first_call(self, *args: Any, **kwargs: Any) -> Any:
+        import jax
+
+        def entry(*args: Any, **kwargs: Any) -> Any:
+            if not self._fits(args, kwargs):  # e.g. a Python float became a weak 0-d tracer
+                raise _Unfit
+            return self._run(args, kwargs, self._traced_kernel)
+
+        # named as the kernel, as a hand-jitted kernel is named in jaxprs and profiles
+        entry.__name__ = entry.__qualname__ = self.spec.fn.__name__
+        self._jit = jax.jit(entry, static_argnames=sorted(self._static_names))
+        self._entry = self._jit
+        return self._jit(*args, **kwargs)
+
+    def _checked(self, *args: Any, **kwargs: Any) -> Any:
+        if self._fits(args, kwargs):
+            # (_jit is None only if another thread dropped the entries meanwhile)
+            return (self._jit or self._first_call)(*args, **kwargs)
+        return self._call(args, kwargs)
+
+    def _fits(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> bool:
+        """Whether the jitted entry serves a call as the decorator means it: arrays (or None)
+        positionally, static values by keyword. jit traces a positional Python scalar instead
+        of keeping it static; that shows as a 0-d weakly typed or bool value, here and traced."""
+        return (
+            all(a is None or (is_array(a) and not _scalar_like(a)) for a in args)
+            and kwargs.keys() <= self._static_names
+            and not any(map(is_array, kwargs.values()))
+        )
+
     def _call(self, args: tuple, kwargs: dict[str, Any]) -> Any:
+        """The general path: non-array arguments become static ones of a jitted executable."""
+        return self._run(args, kwargs, self.executable)
+
+    def _traced_kernel(
+        self, config: Mapping[str, Any], args: Sequence[Any], kwargs: Mapping[str, Any]
+    ) -> Callable:
+        # inside the entry's trace: the kernel itself, so the entry holds its pallas_call
+        return self.bound_function(config, interpret="interpret" not in kwargs)
+
+    def _run(self, args: Sequence[Any], kwargs: dict[str, Any], kernel_for: Callable) -> Any:
         overrides = {k: kwargs.pop(k) for k in self.spec.tunables & kwargs.keys()}
-        if not kwargs and all(is_array(a) for a in args):
-            memo_key: tuple | None = (self, *map(_shape_dtype, args))  # as in __call__
-        else:
-            memo_key = (self, "general", _call_shape(args, kwargs))
+        config = {**self._resolution(args, kwargs).config, **overrides}
+        return kernel_for(config, args, kwargs)(*args, **kwargs)
+
+    def _resolution(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Resolution:
+        """resolve(), memoised per call shape: the database is read once per key per process."""
+        memo_key = (self, _call_shape(args, kwargs))
         try:
             hit = _STATE.memo.get(memo_key)
         except TypeError:  # an unhashable static argument: resolve without the memo
-            memo_key, hit = None, None
+            return self.resolve(args, kwargs)
         if hit is None:
-            resolution = self.resolve(args, kwargs)
-            hit = (resolution, self.executable(resolution.config, args, kwargs))
-            if memo_key is not None:
-                _STATE.memo[memo_key] = hit
-        if overrides:
-            config = {**hit[0].config, **overrides}
-            return self.executable(config, args, kwargs)(*args, **kwargs)
-        return hit[1](*args, **kwargs)
+            hit = _STATE.memo[memo_key] = self.resolve(args, kwargs)
+        return hit
 
     def explain(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
         """What a call with these arguments would use: config, source ("db", "nearest",
@@ -297,7 +368,8 @@ def _broken(space: Any, config: dict, sig: Signature) -> str | None:
     return f"breaks {', '.join(broken)} for {sig.text}" if broken else None
 
 
-_shape_dtype = operator.attrgetter("shape", "dtype")  # in C: the cheapest memo key of an array
+def _scalar_like(a: Any) -> bool:
+    return len(a.shape) == 0 and (a.dtype == bool or getattr(a, "weak_type", False))
 
 
 def _call_shape(args: Sequence[Any], kwargs: Mapping[str, Any]) -> tuple:
