@@ -2,11 +2,12 @@
 
 Each kernel has one jitted entry whose body does the lookup, so the lookup runs only while jit
 traces it (once per new shapes, dtypes and static arguments) and a repeated eager call costs what
-a hand-configured jitted call costs: jit's own C++ dispatch. The lookup is memoised per call
-shape, so the database is read once per distinct call in a process; `clear_memo` (after a tune)
-and `configure` drop the memo and every entry. The database can never break model code: any
-failure to open, read or trust it warns once per cause and the call runs the fallback (or raises
-AutotuneError in strict mode).
+a hand-configured jitted call costs: jit's own C++ dispatch. Arrays are traced, other arguments
+are static; where the kernel's signature cannot say which is which, each call is checked first
+(see AutotunedKernel.__init__). The lookup is memoised per call shape, so the database is read
+once per distinct call in a process; `clear_memo` (after a tune) and `configure` drop the memo
+and every entry. The database can never break model code: any failure to open, read or trust it
+warns once per cause and the call runs the fallback (or raises AutotuneError in strict mode).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import functools
 import inspect
 import logging
+import operator
 import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -149,20 +151,31 @@ def _as_autotune_error(e: Exception) -> AutotuneError:
     )
 
 
-class _Unfit(Exception):
-    """Raised while jit traces a kernel's entry for a call the entry does not serve."""
-
-
 class AutotunedKernel:
     """A kernel wrapper that calls its function with the tuned configuration."""
 
     def __init__(self, spec: KernelSpec) -> None:
         self.spec = spec
         self._executables: dict[tuple, Callable] = {}
-        # Keyword arguments are static in the jitted entry: options, overrides of tunables.
-        params = inspect.signature(spec.fn).parameters.values()
-        named = {p.name for p in params if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
-        self._static_names = frozenset(named | spec.tunables | {"interpret"})
+        params = [
+            p
+            for p in inspect.signature(spec.fn).parameters.values()
+            if p.name not in spec.bound_names and p.name != "interpret"
+        ]
+        # The jitted entry's static arguments: options, and overrides of tunable parameters.
+        options = {p.name for p in params if p.kind is p.KEYWORD_ONLY or p.default is not p.empty}
+        self._static_names = frozenset(options | spec.tunables | {"interpret"})
+        # A signature whose every argument is an array (positional, no default) or an option
+        # (keyword-only, a default other than None) says how calls split: they go straight to
+        # the entry, which splits them as jax.jit(fn, static_argnames=<options>) would (so a
+        # Python scalar in an array's place is traced, an array in an option's is refused).
+        # Any other (e.g. `bias=None`, `causal=False` positional) has each call checked first,
+        # so that every non-array value is static and every array traced.
+        self._direct = all(
+            (p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty)
+            or (p.kind is p.KEYWORD_ONLY and p.default is not p.empty and p.default is not None)
+            for p in params
+        )
         self._drop_entry()
         _KERNELS.add(self)
         functools.update_wrapper(self, spec.fn)
@@ -172,20 +185,10 @@ class AutotunedKernel:
 
     # ------------------------------------------------------------------ calling
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        # The hot path: straight into jit's C++ dispatch, which keys the call by shapes, dtypes
-        # and static (keyword) values; the lookup runs only when the entry traces a new one.
-        try:
-            return self._entry(*args, **kwargs)
-        except _Unfit:
-            pass
-        except (TypeError, ValueError):  # jit refused the arguments, or the kernel raised
-            if self._entry is not self._jit or self._fits(args, kwargs):
-                raise  # the kernel's own error (checked calls were routed already)
-        # Called in a way the entry does not serve (a Python scalar or a tuple passed
-        # positionally, an array by keyword): from now on each call is checked first.
-        self._entry = self._checked
-        return self._call(args, kwargs)
+    # Calling the kernel calls `_entry`, with no Python frame in between (a property whose
+    # getter is C): for a direct kernel that is the jitted entry itself, so a repeated call
+    # costs what jit's C++ dispatch costs; it keys calls by shapes, dtypes and static values.
+    __call__ = property(operator.attrgetter("_entry"))
 
     def _drop_entry(self) -> None:
         """Forget the jitted entry (its traces hold configurations looked up before)."""
@@ -195,16 +198,14 @@ class AutotunedKernel:
     def _first_call(self, *args: Any, **kwargs: Any) -> Any:
         import jax
 
-        def entry(*args: Any, **kwargs: Any) -> Any:
-            if not self._fits(args, kwargs):  # e.g. a Python float became a weak 0-d tracer
-                raise _Unfit
+        def entry(*args: Any, **kwargs: Any) -> Any:  # runs while jit traces a new call
             return self._run(args, kwargs, self._traced_kernel)
 
         # named as the kernel, as a hand-jitted kernel is named in jaxprs and profiles
         entry.__name__ = entry.__qualname__ = self.spec.fn.__name__
         self._jit = jax.jit(entry, static_argnames=sorted(self._static_names))
-        self._entry = self._jit
-        return self._jit(*args, **kwargs)
+        self._entry = self._jit if self._direct else self._checked
+        return self._entry(*args, **kwargs)
 
     def _checked(self, *args: Any, **kwargs: Any) -> Any:
         if self._fits(args, kwargs):
@@ -213,11 +214,10 @@ class AutotunedKernel:
         return self._call(args, kwargs)
 
     def _fits(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> bool:
-        """Whether the jitted entry serves a call as the decorator means it: arrays (or None)
-        positionally, static values by keyword. jit traces a positional Python scalar instead
-        of keeping it static; that shows as a 0-d weakly typed or bool value, here and traced."""
+        """Whether the jitted entry splits a call as the decorator does: arrays (or None)
+        positionally, non-array values of static names by keyword."""
         return (
-            all(a is None or (is_array(a) and not _scalar_like(a)) for a in args)
+            all(a is None or is_array(a) for a in args)
             and kwargs.keys() <= self._static_names
             and not any(map(is_array, kwargs.values()))
         )
@@ -366,10 +366,6 @@ class AutotunedKernel:
 def _broken(space: Any, config: dict, sig: Signature) -> str | None:
     broken = space.violations(config, sig)
     return f"breaks {', '.join(broken)} for {sig.text}" if broken else None
-
-
-def _scalar_like(a: Any) -> bool:
-    return len(a.shape) == 0 and (a.dtype == bool or getattr(a, "weak_type", False))
 
 
 def _call_shape(args: Sequence[Any], kwargs: Mapping[str, Any]) -> tuple:

@@ -1,6 +1,7 @@
 """The @autotuned lookup: stored config, nearest shape, defaults; inside and outside jit."""
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 from jax.experimental import pallas as pl
@@ -38,11 +39,11 @@ def shift(x, amount=0.0, *, offset=None, scale_by=1.0, block_rows=8, interpret=F
 @autotune.autotuned(
     name="runtime_tagged", space={"block_rows": [8, 16, 32]}, constraints=[rows_divide]
 )
-def tagged(x, *, block_rows=8, interpret=False):
-    """Every element is block_rows: the output says which configuration a call ran with."""
+def tagged(x, *, plus=0, block_rows=8, interpret=False):
+    """Every element is block_rows + plus: the output says which configuration a call ran with."""
 
     def body(x_ref, o_ref):
-        o_ref[...] = x_ref[...] * 0.0 + block_rows
+        o_ref[...] = x_ref[...] * 0.0 + block_rows + plus
 
     rows, cols = x.shape
     spec = pl.BlockSpec((block_rows, cols), lambda i: (i, 0))
@@ -121,6 +122,8 @@ def test_eager_calls_run_with_the_stored_config(db_url):
     store(db_url, x, 16, kernel=tagged)
     assert [ran_with(tagged(x)) for _ in range(2)] == [16, 16]
     assert ran_with(jax.jit(tagged)(x)) == 16
+    # a keyword option is static and part of the key: these keys were not tuned
+    assert [ran_with(tagged(x, plus=p)) for p in (100, 200, 100)] == [108, 208, 108]
 
 
 def test_nearest_tuned_shape_is_used_when_its_config_fits(db_url):
@@ -178,7 +181,14 @@ def test_configure_points_the_next_eager_call_at_the_new_database(db_url, tmp_pa
     assert ran_with(tagged(x)) == 16
 
 
+def test_an_array_for_a_keyword_only_option_is_refused_as_jit_refuses_it(db_url):
+    # tagged's signature is arrays and keyword-only options: its calls go to jit unchecked
+    with pytest.raises(ValueError, match="static"):
+        tagged(make_input(rows=32), plus=jnp.ones(()))
+
+
 def test_static_arguments_key_the_call_positionally_or_by_keyword(db_url):
+    # shift's signature has a positional argument with a default: each call is checked
     x = make_input(rows=32)
     calls = [  # (positional, keyword, expected)
         ((), {"scale_by": 3.0}, x * 3),
