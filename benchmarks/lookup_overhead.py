@@ -35,7 +35,7 @@ import jax.numpy as jnp  # noqa: E402
 import autotune  # noqa: E402
 from autotune import TuningDB  # noqa: E402
 from autotune.device import current_device  # noqa: E402
-from kernels import matmul, vector_add  # noqa: E402
+from kernels import flash_attention, matmul, vector_add  # noqa: E402
 
 CASES = [  # (name, kernel, argument shapes, tuned config)
     ("vector_add f32 128 (tiny: worst case)", vector_add, [(128,), (128,)], {"block": 128}),
@@ -44,6 +44,9 @@ CASES = [  # (name, kernel, argument shapes, tuned config)
      {"block_m": 64, "block_n": 64, "block_k": 128}),
     ("matmul f32 256x256 @ 256x256", matmul, [(256, 256), (256, 256)],
      {"block_m": 128, "block_n": 128, "block_k": 128}),
+    # sm_scale=None: a signature whose calls are checked before they enter jit
+    ("flash_attention f32 1x2x128x64 (checked calls)", flash_attention,
+     [(1, 2, 128, 64)] * 3, {}),
 ]  # fmt: skip
 BATCH = 50  # calls per dispatch timing
 
@@ -63,7 +66,7 @@ def store(db_path: str, kernel, args, config) -> None:
 
 def platform_config(kernel, args, config: dict) -> dict:
     """The case's config where it is valid on this platform, else the kernel's defaults
-    (e.g. on a GPU, whose space adds num_warps and num_stages)."""
+    (e.g. on a GPU, whose space adds num_warps and num_stages; or where the case gives none)."""
     device = current_device()
     sig = kernel.spec.signature(args, {}, device)
     space = kernel.spec.space(device.platform)
