@@ -216,10 +216,9 @@ class AutotunedKernel:
     def _fits(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> bool:
         """Whether the jitted entry splits a call as the decorator does: arrays (or None)
         positionally, non-array values of static names by keyword."""
-        return (
-            all(a is None or is_array(a) for a in args)
-            and kwargs.keys() <= self._static_names
-            and not any(map(is_array, kwargs.values()))
+        return _all_arrays(args) and (
+            not kwargs
+            or (kwargs.keys() <= self._static_names and not any(map(is_array, kwargs.values())))
         )
 
     def _call(self, args: tuple, kwargs: dict[str, Any]) -> Any:
@@ -366,6 +365,24 @@ class AutotunedKernel:
 def _broken(space: Any, config: dict, sig: Signature) -> str | None:
     broken = space.violations(config, sig)
     return f"breaks {', '.join(broken)} for {sig.text}" if broken else None
+
+
+# Types whose every value is an array (is_array), or None; learned as calls bring them.
+_ARRAY_TYPES: set[type] = {type(None)}
+
+
+def _all_arrays(values: Sequence[Any]) -> bool:
+    """Whether every value is an array or None, judged by its type: one set lookup per value
+    once the type is known (an array's `dtype` is a property that costs microseconds). A type
+    whose instances alone carry a shape and a dtype is judged not to be one: such calls take
+    the general path, which judges each value."""
+    if _ARRAY_TYPES.issuperset(map(type, values)):
+        return True
+    for cls in set(map(type, values)) - _ARRAY_TYPES:
+        if not (hasattr(cls, "shape") and hasattr(cls, "dtype")):
+            return False
+        _ARRAY_TYPES.add(cls)
+    return True
 
 
 def _call_shape(args: Sequence[Any], kwargs: Mapping[str, Any]) -> tuple:
