@@ -48,7 +48,7 @@ CASES = [  # (name, kernel, argument shapes, tuned config)
     ("flash_attention f32 1x2x128x64 (checked calls)", flash_attention,
      [(1, 2, 128, 64)] * 3, {}),
 ]  # fmt: skip
-BATCH = 50  # calls per dispatch timing
+BATCH = 50  # calls per dispatch timing; --calls N makes N // 10 such timings
 
 
 def store(db_path: str, kernel, args, config) -> None:
@@ -147,7 +147,7 @@ def eager_rows(calls: int) -> list[list[str]]:
                     completion(fn, args)
             for mode, timer, rounds in (
                 ("to completion", completion, calls),
-                ("dispatch", dispatch, max(calls // BATCH, 20)),
+                ("dispatch", dispatch, max(calls // 10, 20)),
             ):
                 t = interleaved(fns, args, timer, rounds)
                 rows.append(
@@ -200,7 +200,8 @@ def main() -> None:
     device = current_device()
     mode = "Pallas interpret mode" if device.interpret else "compiled"
     print(f"jax {jax.__version__} on {device.device_kind} ({mode}), {args.calls} interleaved "
-          f"calls each (dispatch: batches of {BATCH}), medians\n")  # fmt: skip
+          f"calls each to completion, {args.calls // 10} batches of {BATCH} for dispatch, "
+          "medians\n")  # fmt: skip
     header = ["kernel (db hit)", "timing", "direct jit µs", "before µs (ratio)", "after µs (ratio)"]
     print(table(header, eager_rows(args.calls)))
     print(f"\njaxpr under jax.jit, decorated vs hand-configured: {jaxpr_check()}")
