@@ -1,16 +1,22 @@
 """@autotuned: call -> key -> lookup (memo, database, fallback) -> compiled kernel call.
 
-The lookup runs once per distinct call signature in a process (at trace time under jax.jit);
-later calls with the same shapes and dtypes cost one dict lookup before the jitted kernel runs.
-The database can never break model code: any failure to open, read or trust it warns once per
-cause and the call runs the fallback (or raises AutotuneError in strict mode).
+Each kernel has one jitted entry whose body does the lookup, so the lookup runs only while jit
+traces it (once per new shapes, dtypes and static arguments) and a repeated eager call costs what
+a hand-configured jitted call costs: jit's own C++ dispatch. Arrays are traced, other arguments
+are static; where the kernel's signature cannot say which is which, each call is checked first
+(see AutotunedKernel.__init__). The lookup is memoised per call shape, so the database is read
+once per distinct call in a process; `clear_memo` (after a tune) and `configure` drop the memo
+and every entry. The database can never break model code: any failure to open, read or trust it
+warns once per cause and the call runs the fallback (or raises AutotuneError in strict mode).
 """
 
 from __future__ import annotations
 
 import functools
+import inspect
 import logging
 import operator
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -49,12 +55,15 @@ class _Runtime:
 
     settings: Settings = field(default_factory=Settings.from_env)
     db: Any = None  # TuningDB once opened; False after it failed to open
-    # (kernel, *call shape) -> (Resolution, executable); see AutotunedKernel.__call__
-    memo: dict[tuple, tuple[Resolution, Callable]] = field(default_factory=dict)
+    # (kernel, call shape) -> the Resolution of calls of that shape; see AutotunedKernel._resolution
+    memo: dict[tuple, Resolution] = field(default_factory=dict)
     warned: set[str] = field(default_factory=set)
 
 
 _STATE = _Runtime()
+
+# Every kernel, so that clear_memo and configure can drop the jitted entries traced with old lookups.
+_KERNELS: weakref.WeakSet[AutotunedKernel] = weakref.WeakSet()
 
 
 def configure(
@@ -64,6 +73,7 @@ def configure(
     global _STATE
     base = Settings.from_env()
     _close_db()
+    _drop_entries()
     _STATE = _Runtime(
         settings=Settings(
             db_url=str(db) if db is not None else base.db_url,
@@ -74,8 +84,15 @@ def configure(
 
 
 def clear_memo() -> None:
-    """Forget every resolved call, e.g. after new results were stored."""
+    """Forget every resolved call, e.g. after new results were stored: the next call of each
+    shape looks its configuration up again."""
     _STATE.memo.clear()
+    _drop_entries()
+
+
+def _drop_entries() -> None:
+    for kernel in list(_KERNELS):
+        kernel._drop_entry()
 
 
 def _close_db() -> None:
@@ -140,6 +157,27 @@ class AutotunedKernel:
     def __init__(self, spec: KernelSpec) -> None:
         self.spec = spec
         self._executables: dict[tuple, Callable] = {}
+        params = [
+            p
+            for p in inspect.signature(spec.fn).parameters.values()
+            if p.name not in spec.bound_names and p.name != "interpret"
+        ]
+        # The jitted entry's static arguments: options, and overrides of tunable parameters.
+        options = {p.name for p in params if p.kind is p.KEYWORD_ONLY or p.default is not p.empty}
+        self._static_names = frozenset(options | spec.tunables | {"interpret"})
+        # A signature whose every argument is an array (positional, no default) or an option
+        # (keyword-only, a default other than None) says how calls split: they go straight to
+        # the entry, which splits them as jax.jit(fn, static_argnames=<options>) would (so a
+        # Python scalar in an array's place is traced, an array in an option's is refused).
+        # Any other (e.g. `bias=None`, `causal=False` positional) has each call checked first,
+        # so that every non-array value is static and every array traced.
+        self._direct = all(
+            (p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty)
+            or (p.kind is p.KEYWORD_ONLY and p.default is not p.empty and p.default is not None)
+            for p in params
+        )
+        self._drop_entry()
+        _KERNELS.add(self)
         functools.update_wrapper(self, spec.fn)
 
     def __repr__(self) -> str:
@@ -147,35 +185,67 @@ class AutotunedKernel:
 
     # ------------------------------------------------------------------ calling
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        if not kwargs:  # the hot path: positional arrays of a shape resolved before
-            try:
-                hit = _STATE.memo.get((self, *map(_shape_dtype, args)))
-            except (AttributeError, TypeError):  # a non-array argument: the general path
-                hit = None
-            if hit is not None:
-                return hit[1](*args)
+    # Calling the kernel calls `_entry`, with no Python frame in between (a property whose
+    # getter is C): for a direct kernel that is the jitted entry itself, so a repeated call
+    # costs what jit's C++ dispatch costs; it keys calls by shapes, dtypes and static values.
+    __call__ = property(operator.attrgetter("_entry"))
+
+    def _drop_entry(self) -> None:
+        """Forget the jitted entry (its traces hold configurations looked up before)."""
+        self._jit: Callable | None = None
+        self._entry: Callable = self._first_call
+
+    def _first_call(self, *args: Any, **kwargs: Any) -> Any:
+        import jax
+
+        def entry(*args: Any, **kwargs: Any) -> Any:  # runs while jit traces a new call
+            return self._run(args, kwargs, self._traced_kernel)
+
+        # named as the kernel, as a hand-jitted kernel is named in jaxprs and profiles
+        entry.__name__ = entry.__qualname__ = self.spec.fn.__name__
+        self._jit = jax.jit(entry, static_argnames=sorted(self._static_names))
+        self._entry = self._jit if self._direct else self._checked
+        return self._entry(*args, **kwargs)
+
+    def _checked(self, *args: Any, **kwargs: Any) -> Any:
+        if self._fits(args, kwargs):
+            # (_jit is None only if another thread dropped the entries meanwhile)
+            return (self._jit or self._first_call)(*args, **kwargs)
         return self._call(args, kwargs)
 
+    def _fits(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> bool:
+        """Whether the jitted entry splits a call as the decorator does: arrays (or None)
+        positionally, non-array values of static names by keyword."""
+        return _all_arrays(args) and (
+            not kwargs
+            or (kwargs.keys() <= self._static_names and not any(map(is_array, kwargs.values())))
+        )
+
     def _call(self, args: tuple, kwargs: dict[str, Any]) -> Any:
+        """The general path: non-array arguments become static ones of a jitted executable."""
+        return self._run(args, kwargs, self.executable)
+
+    def _traced_kernel(
+        self, config: Mapping[str, Any], args: Sequence[Any], kwargs: Mapping[str, Any]
+    ) -> Callable:
+        # inside the entry's trace: the kernel itself, so the entry holds its pallas_call
+        return self.bound_function(config, interpret="interpret" not in kwargs)
+
+    def _run(self, args: Sequence[Any], kwargs: dict[str, Any], kernel_for: Callable) -> Any:
         overrides = {k: kwargs.pop(k) for k in self.spec.tunables & kwargs.keys()}
-        if not kwargs and all(is_array(a) for a in args):
-            memo_key: tuple | None = (self, *map(_shape_dtype, args))  # as in __call__
-        else:
-            memo_key = (self, "general", _call_shape(args, kwargs))
+        config = {**self._resolution(args, kwargs).config, **overrides}
+        return kernel_for(config, args, kwargs)(*args, **kwargs)
+
+    def _resolution(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Resolution:
+        """resolve(), memoised per call shape: the database is read once per key per process."""
+        memo_key = (self, _call_shape(args, kwargs))
         try:
             hit = _STATE.memo.get(memo_key)
         except TypeError:  # an unhashable static argument: resolve without the memo
-            memo_key, hit = None, None
+            return self.resolve(args, kwargs)
         if hit is None:
-            resolution = self.resolve(args, kwargs)
-            hit = (resolution, self.executable(resolution.config, args, kwargs))
-            if memo_key is not None:
-                _STATE.memo[memo_key] = hit
-        if overrides:
-            config = {**hit[0].config, **overrides}
-            return self.executable(config, args, kwargs)(*args, **kwargs)
-        return hit[1](*args, **kwargs)
+            hit = _STATE.memo[memo_key] = self.resolve(args, kwargs)
+        return hit
 
     def explain(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
         """What a call with these arguments would use: config, source ("db", "nearest",
@@ -297,7 +367,22 @@ def _broken(space: Any, config: dict, sig: Signature) -> str | None:
     return f"breaks {', '.join(broken)} for {sig.text}" if broken else None
 
 
-_shape_dtype = operator.attrgetter("shape", "dtype")  # in C: the cheapest memo key of an array
+# Types whose every value is an array (is_array), or None; learned as calls bring them.
+_ARRAY_TYPES: set[type] = {type(None)}
+
+
+def _all_arrays(values: Sequence[Any]) -> bool:
+    """Whether every value is an array or None, judged by its type: one set lookup per value
+    once the type is known (an array's `dtype` is a property that costs microseconds). A type
+    whose instances alone carry a shape and a dtype is judged not to be one: such calls take
+    the general path, which judges each value."""
+    if _ARRAY_TYPES.issuperset(map(type, values)):
+        return True
+    for cls in set(map(type, values)) - _ARRAY_TYPES:
+        if not (hasattr(cls, "shape") and hasattr(cls, "dtype")):
+            return False
+        _ARRAY_TYPES.add(cls)
+    return True
 
 
 def _call_shape(args: Sequence[Any], kwargs: Mapping[str, Any]) -> tuple:

@@ -1,17 +1,23 @@
-"""What an @autotuned call costs over calling the same jitted kernel by hand.
+"""What an eager @autotuned call costs over calling the same jitted kernel by hand.
 
 Run: python benchmarks/lookup_overhead.py [--calls N]
 
 For each case a tuned entry is stored in a fresh SQLite file, so the decorated call is a
-database hit; the decorated call and a direct call of `jax.jit(kernel with that config)` are
-timed alternately, each to completion (block_until_ready), and the medians are compared. Then
-the jaxpr of the decorated call under jax.jit is compared with the hand-configured one, and the
-import times of `jax` and `autotune` are measured in fresh processes.
+database hit. Three functions are timed, interleaved (each round in a rotating order): a direct
+call of `jax.jit(kernel with that config)`; the decorated kernel (one jitted entry per kernel,
+into jit's C++ dispatch); and the former eager path, reproduced here as it was before that
+change (a dict lookup keyed by the arguments' shapes and dtypes, then the jitted executable of
+the config). Two timings: each call to completion (block_until_ready), and dispatch (batches
+of calls, then one block: what a loop of eager calls costs per call while the device keeps up).
+Medians, with each path's ratio to the direct call. Then the jaxpr of the decorated call under
+jax.jit is compared with the hand-configured one, and the import times of `jax` and `autotune`
+are measured in fresh processes.
 """
 
 from __future__ import annotations
 
 import argparse
+import operator
 import os
 import statistics
 import subprocess
@@ -29,15 +35,20 @@ import jax.numpy as jnp  # noqa: E402
 import autotune  # noqa: E402
 from autotune import TuningDB  # noqa: E402
 from autotune.device import current_device  # noqa: E402
-from kernels import matmul, vector_add  # noqa: E402
+from kernels import flash_attention, matmul, vector_add  # noqa: E402
 
 CASES = [  # (name, kernel, argument shapes, tuned config)
-    ("matmul f32 256x256 @ 256x256", matmul, [(256, 256), (256, 256)],
-     {"block_m": 128, "block_n": 128, "block_k": 128}),
+    ("vector_add f32 128 (tiny: worst case)", vector_add, [(128,), (128,)], {"block": 128}),
+    ("vector_add f32 4096", vector_add, [(4096,), (4096,)], {"block": 1024}),
     ("matmul f32 64x128 @ 128x64", matmul, [(64, 128), (128, 64)],
      {"block_m": 64, "block_n": 64, "block_k": 128}),
-    ("vector_add f32 1024 (tiny: worst case)", vector_add, [(1024,), (1024,)], {"block": 1024}),
+    ("matmul f32 256x256 @ 256x256", matmul, [(256, 256), (256, 256)],
+     {"block_m": 128, "block_n": 128, "block_k": 128}),
+    # sm_scale=None: a signature whose calls are checked before they enter jit
+    ("flash_attention f32 1x2x128x64 (checked calls)", flash_attention,
+     [(1, 2, 128, 64)] * 3, {}),
 ]  # fmt: skip
+BATCH = 50  # calls per dispatch timing; --calls N makes N // 10 such timings
 
 
 def store(db_path: str, kernel, args, config) -> None:
@@ -55,7 +66,7 @@ def store(db_path: str, kernel, args, config) -> None:
 
 def platform_config(kernel, args, config: dict) -> dict:
     """The case's config where it is valid on this platform, else the kernel's defaults
-    (e.g. on a GPU, whose space adds num_warps and num_stages)."""
+    (e.g. on a GPU, whose space adds num_warps and num_stages; or where the case gives none)."""
     device = current_device()
     sig = kernel.spec.signature(args, {}, device)
     space = kernel.spec.space(device.platform)
@@ -64,10 +75,52 @@ def platform_config(kernel, args, config: dict) -> dict:
     return kernel.spec.default_config(sig)
 
 
-def timed(fn, args) -> float:
+_shape_dtype = operator.attrgetter("shape", "dtype")
+
+
+class FormerPath:
+    """The eager call path as it was before the jitted entry, for comparison: positional
+    arrays keyed by (shape, dtype) in a process-wide dict, whose hit holds the executable."""
+
+    def __init__(self, kernel, config: dict, args) -> None:
+        self.kernel = kernel
+        executable = jax.jit(kernel.bound_function(config, interpret=True))
+        self.memo = {(self, *map(_shape_dtype, args)): (config, executable)}
+
+    def __call__(self, *args, **kwargs):  # the former AutotunedKernel.__call__, line for line
+        if not kwargs:
+            try:
+                hit = self.memo.get((self, *map(_shape_dtype, args)))
+            except (AttributeError, TypeError):
+                hit = None
+            if hit is not None:
+                return hit[1](*args)
+        raise AssertionError("the benchmark only makes memo hits")
+
+
+def completion(fn, args) -> float:
     start = time.perf_counter()
     jax.block_until_ready(fn(*args))
     return time.perf_counter() - start
+
+
+def dispatch(fn, args) -> float:
+    start = time.perf_counter()
+    for _ in range(BATCH):
+        out = fn(*args)
+    elapsed = time.perf_counter() - start
+    jax.block_until_ready(out)
+    return elapsed / BATCH
+
+
+def interleaved(fns: dict, args, timer, rounds: int) -> dict[str, float]:
+    """Median seconds per call of each function, timed round-robin in a rotating order."""
+    times: dict[str, list[float]] = {name: [] for name in fns}
+    names = list(fns)
+    for i in range(rounds):
+        for name in names[i % len(names) :] + names[: i % len(names)]:
+            times[name].append(timer(fns[name], args))
+    return {name: statistics.median(t) for name, t in times.items()}
 
 
 def eager_rows(calls: int) -> list[list[str]]:
@@ -82,26 +135,28 @@ def eager_rows(calls: int) -> list[list[str]]:
             store(db_path, kernel, args, config)
             autotune.configure(db=db_path)
             assert kernel.explain(*args)["source"] == "db"
-            # what a user would write by hand: the kernel with this config, jitted (in
-            # interpret mode only where the platform needs it, as the decorator does)
-            direct = jax.jit(kernel.bound_function(config, interpret=True))
-            for _ in range(20):  # compile both and warm up
-                timed(kernel, args), timed(direct, args)
-            dec, hand = [], []
-            for i in range(calls):  # interleaved, alternating which goes first
-                pair = (kernel, direct) if i % 2 == 0 else (direct, kernel)
-                for fn in pair:
-                    (dec if fn is kernel else hand).append(timed(fn, args))
-            md, mh = statistics.median(dec), statistics.median(hand)
-            rows.append(
-                [
-                    name,
-                    f"{mh * 1e6:.1f}",
-                    f"{md * 1e6:.1f}",
-                    f"{(md - mh) * 1e6:+.2f}",
-                    f"{md / mh:.3f}",
-                ]
-            )
+            fns = {
+                # what a user would write by hand: the kernel with this config, jitted (in
+                # interpret mode only where the platform needs it, as the decorator does)
+                "direct": jax.jit(kernel.bound_function(config, interpret=True)),
+                "before": FormerPath(kernel, config, args),
+                "after": kernel,
+            }
+            for _ in range(20):  # compile all and warm up
+                for fn in fns.values():
+                    completion(fn, args)
+            for mode, timer, rounds in (
+                ("to completion", completion, calls),
+                ("dispatch", dispatch, max(calls // 10, 20)),
+            ):
+                t = interleaved(fns, args, timer, rounds)
+                rows.append(
+                    [name, mode, f"{t['direct'] * 1e6:.2f}"]
+                    + [
+                        f"{t[path] * 1e6:.2f} ({t[path] / t['direct']:.3f})"
+                        for path in ("before", "after")
+                    ]
+                )
     return rows
 
 
@@ -142,9 +197,12 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--calls", type=int, default=2000, help="timed calls of each function")
     args = p.parse_args()
-    print(f"jax {jax.__version__} on {current_device().device_kind} (Pallas interpret mode), "
-          f"{args.calls} interleaved calls each, medians\n")  # fmt: skip
-    header = ["kernel (db hit)", "direct jit µs", "@autotuned µs", "added µs/call", "ratio"]
+    device = current_device()
+    mode = "Pallas interpret mode" if device.interpret else "compiled"
+    print(f"jax {jax.__version__} on {device.device_kind} ({mode}), {args.calls} interleaved "
+          f"calls each to completion, {args.calls // 10} batches of {BATCH} for dispatch, "
+          "medians\n")  # fmt: skip
+    header = ["kernel (db hit)", "timing", "direct jit µs", "before µs (ratio)", "after µs (ratio)"]
     print(table(header, eager_rows(args.calls)))
     print(f"\njaxpr under jax.jit, decorated vs hand-configured: {jaxpr_check()}")
     jax_s, autotune_s = import_time("jax"), import_time("autotune")

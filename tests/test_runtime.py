@@ -1,20 +1,71 @@
 """The @autotuned lookup: stored config, nearest shape, defaults; inside and outside jit."""
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
-from toy_kernels import make_input, scale
+from jax.experimental import pallas as pl
+from toy_kernels import make_input, rows_divide, scale
 
 import autotune
 from autotune import TuningDB
 from autotune.device import current_device
 from autotune.errors import AutotuneError
+from autotune.measure import TimingPolicy
+
+QUICK = TimingPolicy(warmup=1, min_reps=2, max_reps=3, max_time_s=0.05)
 
 
-def store(db_url, x, block_rows):
-    """Store a best entry for `scale` at x's shape, as a tuning run would."""
-    sig = scale.spec.signature([x], {}, current_device())
-    key = scale.spec.key(sig, current_device())
+@autotune.autotuned(name="runtime_shift", space={"block_rows": [8, 16]}, constraints=[rows_divide])
+def shift(x, amount=0.0, *, offset=None, scale_by=1.0, block_rows=8, interpret=False):
+    """x * scale_by + amount (Python constants of the kernel body), plus an optional array."""
+
+    def body(x_ref, o_ref):
+        o_ref[...] = x_ref[...] * scale_by + amount
+
+    rows, cols = x.shape
+    spec = pl.BlockSpec((block_rows, cols), lambda i: (i, 0))
+    out = pl.pallas_call(
+        body,
+        out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+        grid=(rows // block_rows,),
+        in_specs=[spec],
+        out_specs=spec,
+        interpret=interpret,
+    )(x)
+    return out if offset is None else out + offset
+
+
+@autotune.autotuned(
+    name="runtime_tagged", space={"block_rows": [8, 16, 32]}, constraints=[rows_divide]
+)
+def tagged(x, *, plus=0, block_rows=8, interpret=False):
+    """Every element is block_rows + plus: the output says which configuration a call ran with."""
+
+    def body(x_ref, o_ref):
+        o_ref[...] = x_ref[...] * 0.0 + block_rows + plus
+
+    rows, cols = x.shape
+    spec = pl.BlockSpec((block_rows, cols), lambda i: (i, 0))
+    return pl.pallas_call(
+        body,
+        out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+        grid=(rows // block_rows,),
+        in_specs=[spec],
+        out_specs=spec,
+        interpret=interpret,
+    )(x)
+
+
+def ran_with(out):
+    """The block_rows a call of `tagged` ran with."""
+    return int(np.asarray(out)[0, 0])
+
+
+def store(db_url, x, block_rows, kernel=scale):
+    """Store a best entry for `kernel` at x's shape, as a tuning run would."""
+    sig = kernel.spec.signature([x], {}, current_device())
+    key = kernel.spec.key(sig, current_device())
     with TuningDB(db_url) as db:
         db.put_best(
             key,
@@ -60,6 +111,19 @@ def test_caller_keyword_wins_over_the_tuned_value(db_url):
     store(db_url, x, 16)
     assert scale.explain(x, block_rows=32)["config"] == {"block_rows": 32}
     assert "grid=(2,)" in str(jax.make_jaxpr(lambda a: scale(a, block_rows=32))(x)).replace(" ", "")
+    store(db_url, x, 16, kernel=tagged)
+    assert ran_with(tagged(x, block_rows=32)) == 32  # eager
+    assert ran_with(tagged(x)) == 16
+
+
+def test_eager_calls_run_with_the_stored_config(db_url):
+    x = make_input(rows=64)
+    assert [ran_with(tagged(x)) for _ in range(2)] == [8, 8]  # a miss: the defaults
+    store(db_url, x, 16, kernel=tagged)
+    assert [ran_with(tagged(x)) for _ in range(2)] == [16, 16]
+    assert ran_with(jax.jit(tagged)(x)) == 16
+    # a keyword option is static and part of the key: these keys were not tuned
+    assert [ran_with(tagged(x, plus=p)) for p in (100, 200, 100)] == [108, 208, 108]
 
 
 def test_nearest_tuned_shape_is_used_when_its_config_fits(db_url):
@@ -73,5 +137,78 @@ def test_nearest_tuned_shape_is_used_when_its_config_fits(db_url):
 def test_strict_mode_raises_on_a_miss(db_url, monkeypatch):
     monkeypatch.setenv("PALLAS_AUTOTUNE_STRICT", "1")
     autotune.configure()
-    with pytest.raises(AutotuneError, match="no tuned configuration for scale f32\\[64,128\\]"):
-        scale(make_input(rows=64))
+    for _ in range(2):  # a failed lookup is not cached: the next call raises too
+        with pytest.raises(AutotuneError, match="no tuned configuration for scale f32\\[64,128\\]"):
+            scale(make_input(rows=64))
+    x = make_input(rows=32)
+    store(db_url, x, 16, kernel=tagged)
+    autotune.configure(strict=True)
+    assert ran_with(tagged(x)) == 16
+
+
+def test_misses_are_recorded_once_per_new_key(db_url):
+    x = make_input(rows=64)
+    for _ in range(3):
+        np.testing.assert_allclose(scale(x), x * 2)
+    np.testing.assert_allclose(jax.jit(lambda a: scale(a))(x), x * 2)
+    for _ in range(2):
+        scale(make_input(rows=32))
+    misses = TuningDB(db_url).misses(kernel="scale")
+    assert sorted((m["signature"], m["count"]) for m in misses) == [
+        ("f32[32,128]", 1),
+        ("f32[64,128]", 1),
+    ]
+
+
+def test_tuning_in_this_process_changes_what_the_next_eager_call_uses(db_url):
+    x = make_input(rows=64)
+    store(db_url, x, 32, kernel=tagged)
+    assert ran_with(tagged(x)) == 32
+    # one trial: the default (8), stored over the 32 because it was measured and 32 was not
+    result = autotune.tune(tagged, [x], n_trials=1, strategy="grid", warm_start=False, policy=QUICK)
+    assert result.best_config == {"block_rows": 8}
+    assert ran_with(tagged(x)) == 8
+    assert tagged.explain(x)["source"] == "db"
+
+
+def test_configure_points_the_next_eager_call_at_the_new_database(db_url, tmp_path):
+    x = make_input(rows=64)
+    store(db_url, x, 32, kernel=tagged)
+    assert ran_with(tagged(x)) == 32
+    other = str(tmp_path / "other.db")
+    store(other, x, 16, kernel=tagged)
+    autotune.configure(db=other)
+    assert ran_with(tagged(x)) == 16
+
+
+def test_an_array_for_a_keyword_only_option_is_refused_as_jit_refuses_it(db_url):
+    # tagged's signature is arrays and keyword-only options: its calls go to jit unchecked
+    with pytest.raises(ValueError, match="static"):
+        tagged(make_input(rows=32), plus=jnp.ones(()))
+
+
+def test_static_arguments_key_the_call_positionally_or_by_keyword(db_url):
+    # shift's signature has a positional argument with a default: each call is checked
+    x = make_input(rows=32)
+    calls = [  # (positional, keyword, expected)
+        ((), {"scale_by": 3.0}, x * 3),
+        ((), {"scale_by": 4.0}, x * 4),
+        ((1.0,), {}, x + 1),  # a positional Python scalar is static, as a keyword one is
+        ((2.0,), {}, x + 2),
+        ((), {"offset": x}, x * 2),  # an array by keyword is an array
+        ((), {"scale_by": 5.0}, x * 5),
+    ]
+    for args, kwargs, expected in calls + calls:
+        np.testing.assert_allclose(shift(x, *args, **kwargs), expected, rtol=1e-6)
+    # under jit the same arguments resolve alike (and find the keys recorded above)
+    np.testing.assert_allclose(jax.jit(lambda a: shift(a, 2.0))(x), x + 2, rtol=1e-6)
+    misses = TuningDB(db_url).misses(kernel="runtime_shift")
+    one = "f32[32,128]"
+    assert sorted((m["signature"], m["static"], m["count"]) for m in misses) == [
+        (one, '{"amount":0.0,"offset":null,"scale_by":3.0}', 1),
+        (one, '{"amount":0.0,"offset":null,"scale_by":4.0}', 1),
+        (one, '{"amount":0.0,"offset":null,"scale_by":5.0}', 1),
+        (one, '{"amount":1.0,"offset":null,"scale_by":1.0}', 1),
+        (one, '{"amount":2.0,"offset":null,"scale_by":1.0}', 1),
+        (f"{one},{one}", '{"amount":0.0,"scale_by":1.0}', 1),  # offset=x: an array argument
+    ]
