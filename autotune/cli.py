@@ -414,7 +414,12 @@ def cmd_tune_job(args: argparse.Namespace, measurement: dict[str, Any]) -> int:
         if args.job:
             tasks = jobs.load_job(args.job)
         else:
-            tasks = jobs.pending_tasks(db, kernel=args.only_kernel, trials=args.trials)
+            tasks, unknown = jobs.pending_tasks(db, kernel=args.only_kernel, trials=args.trials)
+            for name, count in unknown.items():
+                print(
+                    f"skipped {count} pending miss(es) of kernel {name!r}: not registered here "
+                    "(name the module that registers it with --import MODULE)"
+                )
         if args.shard:
             tasks = jobs.shard(tasks, *jobs.parse_shard(args.shard))
         storage = args.storage or jobs.default_storage(db.url)

@@ -226,9 +226,17 @@ def shard(tasks: Sequence[Task], index: int, count: int) -> list[Task]:
     return [t for k, t in enumerate(tasks) if k % count == index]
 
 
-def pending_tasks(db: Any, *, kernel: str | None = None, trials: int = 32) -> list[Task]:
-    """One task per recorded miss on this device kind (most often missed first)."""
+def pending_tasks(
+    db: Any, *, kernel: str | None = None, trials: int = 32
+) -> tuple[list[Task], dict[str, int]]:
+    """One task per recorded miss on this device kind (most often missed first), and the
+    number of misses per kernel that is not registered here (not tuned).
+
+    A miss names its kernel by registered name only: whoever can write the database must not
+    choose what this process imports, so the operator imports the user's kernels (`--import`).
+    """
     from autotune.device import current_device
+    from autotune.registry import registered
     from autotune.signature import parse_args, parse_static
 
     device = current_device()
@@ -238,8 +246,13 @@ def pending_tasks(db: Any, *, kernel: str | None = None, trials: int = 32) -> li
         device_kind=device.device_kind,
         backend=device.backend,
     )
+    known = registered()
     tasks: dict[Task, int] = {}
+    unknown: dict[str, int] = {}
     for m in misses:
+        if m["kernel"] not in known:
+            unknown[m["kernel"]] = unknown.get(m["kernel"], 0) + m["count"]
+            continue
         args = parse_args(m["signature"])
         task = Task(
             kernel=m["kernel"],
@@ -249,7 +262,7 @@ def pending_tasks(db: Any, *, kernel: str | None = None, trials: int = 32) -> li
             trials=trials,
         )
         tasks[task] = tasks.get(task, 0) + m["count"]  # misses of older kernel versions add up
-    return sorted(tasks, key=lambda t: -tasks[t])
+    return sorted(tasks, key=lambda t: -tasks[t]), unknown
 
 
 @dataclass
