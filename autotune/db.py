@@ -39,8 +39,8 @@ from sqlalchemy import (
     select,
     update,
 )
-from sqlalchemy.engine import Connection
-from sqlalchemy.exc import IntegrityError, OperationalError, SQLAlchemyError
+from sqlalchemy.engine import Connection, Engine, make_url
+from sqlalchemy.exc import ArgumentError, IntegrityError, OperationalError, SQLAlchemyError
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
 from autotune.errors import DatabaseError, SignatureError
@@ -173,14 +173,21 @@ def normalize_url(url: str | os.PathLike | None) -> str:
     if url is None:
         path = default_db_path()
         _make_private_dir(path.parent)
-        return f"sqlite:///{path}"
+        return sqlite_url(path)
     url = os.fspath(url)
     if url.startswith(("postgresql://", "postgres://")):
         # the driver of the `postgres` extra; SQLAlchemy 2.0 would pick psycopg2 for a bare URL
         return "postgresql+psycopg://" + url.split("://", 1)[1]
     if "://" in url:
         return url
-    return f"sqlite:///{Path(url).expanduser().resolve()}"
+    return sqlite_url(Path(url).expanduser().resolve())
+
+
+def sqlite_url(path: Path) -> str:
+    """The SQLAlchemy URL of exactly this SQLite file: SQLAlchemy reads `%` in a URL as an
+    escape, `?` as the start of a query and `#` as a fragment, so those are escaped."""
+    text = str(path).replace("%", "%25").replace("?", "%3F").replace("#", "%23")
+    return f"sqlite:///{text}"
 
 
 def _make_private_dir(path: Path) -> None:
@@ -189,10 +196,34 @@ def _make_private_dir(path: Path) -> None:
 
 
 def _sqlite_file(url: str) -> Path | None:
-    prefix = "sqlite:///"
-    if url.startswith(prefix) and url[len(prefix) :] not in ("", ":memory:"):
-        return Path(url[len(prefix) :])
-    return None
+    """The file of a SQLite URL (None: not SQLite, or in memory)."""
+    try:
+        parsed = make_url(url)
+    except ArgumentError:
+        return None
+    if parsed.get_backend_name() != "sqlite" or parsed.database in (None, "", ":memory:"):
+        return None
+    return Path(parsed.database)
+
+
+def sqlite_reader(file: Path, busy_timeout_s: float = DEFAULT_BUSY_TIMEOUT_S) -> Engine:
+    """An engine that only reads `file`. WAL mode reads through the -shm file; in a folder
+    that cannot be written (a read-only mount, a database baked into an image) SQLite cannot
+    create it, so a database without one is opened immutable: nothing can be writing to it."""
+    shm = file.with_name(file.name + "-shm")
+    mode = "mode=ro" if shm.exists() or os.access(file.parent, os.W_OK) else "immutable=1"
+    uri = f"{file.absolute().as_uri()}?{mode}"  # as_uri escapes what a URI would misread
+
+    def connect() -> sqlite3.Connection:
+        return sqlite3.connect(uri, uri=True, timeout=busy_timeout_s, check_same_thread=False)
+
+    return create_engine(sqlite_url(file), creator=connect)
+
+
+def _writable(file: Path) -> bool:
+    """Whether SQLite can write `file`: the file itself (if it exists) and, for the -wal and
+    -shm files beside it, its folder."""
+    return os.access(file.parent, os.W_OK) and (not file.exists() or os.access(file, os.W_OK))
 
 
 def _row(obj: Base) -> dict[str, Any]:
@@ -229,15 +260,22 @@ class TuningDB:
     ) -> None:
         self.url = normalize_url(url)
         file = _sqlite_file(self.url)
+        self.read_only = False  # a SQLite file that this process cannot write: served as is
         try:
             if file is not None:
                 if not file.parent.is_dir():
                     raise DatabaseError(
                         f"database directory {file.parent} does not exist: create it or pick another --db"
                     )
-                _create_private_file(file)
-                self.engine = create_engine(self.url, connect_args={"timeout": busy_timeout_s})
-                event.listen(self.engine, "connect", _sqlite_pragmas(busy_timeout_s))
+                self.read_only = file.exists() and not _writable(file)
+                if self.read_only:
+                    self.engine = sqlite_reader(file, busy_timeout_s)
+                else:
+                    _create_private_file(file)
+                    self.engine = create_engine(self.url, connect_args={"timeout": busy_timeout_s})
+                event.listen(
+                    self.engine, "connect", _sqlite_pragmas(busy_timeout_s, self.read_only)
+                )
                 event.listen(self.engine, "begin", _sqlite_begin)
                 self._writer = self.engine.execution_options(sqlite_begin="IMMEDIATE")
             else:
@@ -340,7 +378,10 @@ class TuningDB:
         raise DatabaseError(f"could not store the best entry of {key.kernel} {key.signature}")
 
     def record_miss(self, key: TuningKey) -> None:
-        """Count a lookup miss of `key` (one atomic write; callers call it once per new key)."""
+        """Count a lookup miss of `key` (one atomic write; callers call it once per new key).
+        A read-only database has nowhere to count it: nothing is done."""
+        if self.read_only:
+            return
 
         def write(s: Session) -> None:
             counted = s.execute(
@@ -466,6 +507,11 @@ class TuningDB:
         return rows
 
     def _session(self, write: bool = False) -> _GuardedSession:
+        if write and self.read_only:
+            raise DatabaseError(
+                f"tuning database {self.url} is read-only here (its file or folder cannot be "
+                "written): write to a copy, or pick another --db"
+            )
         return _GuardedSession(self, self._writer if write else self.engine, write)
 
 
@@ -619,13 +665,14 @@ def _create_private_file(file: Path) -> None:
         os.close(os.open(file, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
 
 
-def _sqlite_pragmas(busy_timeout_s: float) -> Callable[[Any, Any], None]:
+def _sqlite_pragmas(busy_timeout_s: float, read_only: bool) -> Callable[[Any, Any], None]:
     def on_connect(dbapi_conn: Any, _record: Any) -> None:
         # transactions are begun by _sqlite_begin, not by the driver (SQLAlchemy's recipe)
         dbapi_conn.isolation_level = None
         cur = dbapi_conn.cursor()
         cur.execute(f"PRAGMA busy_timeout={int(busy_timeout_s * 1000)}")  # an int we computed
-        cur.execute("PRAGMA journal_mode=WAL")
+        if not read_only:  # switching the journal mode is a write
+            cur.execute("PRAGMA journal_mode=WAL")
         cur.close()
 
     return on_connect

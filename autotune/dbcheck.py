@@ -5,7 +5,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from autotune.db import KEY_COLUMNS, SCHEMA_VERSION, _sqlite_file, decode_config, normalize_url
+from autotune.db import (
+    KEY_COLUMNS,
+    SCHEMA_VERSION,
+    _sqlite_file,
+    decode_config,
+    normalize_url,
+    sqlite_reader,
+)
 from autotune.device import BACKENDS
 from autotune.errors import AutotuneError
 
@@ -23,8 +30,7 @@ def check_database(url: Any) -> tuple[list[str], dict[str, int]]:
     if file is not None:
         if not file.is_file():
             return [f"{file} does not exist or is not a file"], {}
-        # read-only: a check must not create, migrate or repair anything
-        engine = create_engine(f"sqlite:///file:{file}?mode=ro&uri=true")
+        engine = sqlite_reader(file)  # a check must not create, migrate or repair anything
     else:
         engine = create_engine(url)
     problems: list[str] = []

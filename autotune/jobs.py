@@ -302,10 +302,10 @@ class JobProgress:
 
 def default_storage(db_url: str) -> str | None:
     """The study storage beside a SQLite tuning database (tuning.db -> tuning-studies.db)."""
-    from autotune.db import _sqlite_file, normalize_url
+    from autotune.db import _sqlite_file, normalize_url, sqlite_url
 
     file = _sqlite_file(normalize_url(db_url))
-    return f"sqlite:///{file.with_name(file.stem + '-studies.db')}" if file else None
+    return sqlite_url(file.with_name(file.stem + "-studies.db")) if file else None
 
 
 def run_tasks(

@@ -44,7 +44,12 @@ class SharedStudy:
     def __init__(self, storage: str, study_name: str | None, sampler: Any) -> None:
         if not study_name:
             raise SpaceError("a study in a storage needs a study_name")
+        from autotune.db import _create_private_file, _sqlite_file
+
         self.worker = f"{socket.gethostname()}:{os.getpid()}"
+        file = _sqlite_file(optuna_url(storage))
+        if file is not None and file.parent.is_dir():
+            _create_private_file(file)  # as private as the tuning database beside it
         for attempt in range(5):
             try:
                 self.storage = optuna.storages.RDBStorage(
@@ -169,7 +174,9 @@ def optuna_url(url: str) -> str:
     if "://" not in url:
         from pathlib import Path
 
-        return f"sqlite:///{Path(url).expanduser().resolve()}"
+        from autotune.db import sqlite_url
+
+        return sqlite_url(Path(url).expanduser().resolve())
     return url
 
 

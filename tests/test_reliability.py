@@ -4,6 +4,7 @@ fallback, warns once per cause, raises AutotuneError in strict mode, and `db che
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -281,6 +282,53 @@ def test_unreadable_file_for_an_unprivileged_process():
         assert out["strict"] and "cannot open tuning database" in out["strict"]
     finally:
         shutil.rmtree(folder)
+
+
+@contextlib.contextmanager
+def read_only_folder(folder):
+    """The folder and its files cannot be written, as on a read-only mount. Root writes
+    whatever the mode says, so for root the folder is made immutable (chattr +i) instead."""
+    files = [p for p in Path(folder).iterdir()]
+    if os.geteuid() == 0:
+        if shutil.which("chattr") is None:
+            pytest.skip("root ignores file modes, and chattr is not here")
+        subprocess.run(["chattr", "+i", folder], check=True)
+    else:
+        for p in files:
+            os.chmod(p, 0o400)
+        os.chmod(folder, 0o500)
+    try:
+        yield
+    finally:
+        if os.geteuid() == 0:
+            subprocess.run(["chattr", "-i", folder], check=True)
+        else:
+            os.chmod(folder, 0o700)
+
+
+def test_database_in_a_read_only_folder_is_served(tmp_path, caplog, capsys):
+    folder = tmp_path / "image"
+    folder.mkdir()
+    path = folder / "tuning.db"
+    store(path, make_input(rows=64))
+    assert sorted(p.name for p in folder.iterdir()) == ["tuning.db"]  # checkpointed, no -shm
+    before = _digest(path)
+    with read_only_folder(folder):
+        autotune.configure(db=path)
+        with caplog.at_level(logging.WARNING, logger="autotune.runtime"):
+            assert scale.explain(make_input(rows=64))["source"] == "db"
+            assert scale.explain(make_input(rows=32))["source"] == "nearest"  # a miss: not stored
+            np.testing.assert_allclose(scale(make_input(rows=64)), make_input(rows=64) * 2)
+        assert [r.getMessage() for r in caplog.records] == []
+        rc, out = db_check(path, capsys)
+        assert rc == 0 and "no problems found" in out, out
+        assert main(["db", "list", "--db", str(path)]) == 0
+        assert "block_rows=16" in capsys.readouterr().out
+        export = str(tmp_path / "export.json")
+        assert main(["db", "export", "--out", export, "--db", str(path)]) == 0
+        assert main(["db", "import", export, "--db", str(path)]) == 2  # a write: refused
+        assert "is read-only here" in capsys.readouterr().err
+    assert _digest(path) == before and sorted(p.name for p in folder.iterdir()) == ["tuning.db"]
 
 
 LOCKER = textwrap.dedent(
