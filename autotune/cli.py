@@ -500,8 +500,8 @@ def _table_row(r: dict[str, Any]) -> dict[str, Any]:
         v = r[k]
         if k == "config":
             v = _config_text(v) if isinstance(v, dict) else str(v)
-        elif k.endswith("time_s") and v is not None:
-            k, v = k.replace("_s", "_ms"), f"{v * 1e3:.4f}"
+        elif k.endswith("time_s"):
+            k, v = k.replace("_s", "_ms"), None if v is None else f"{v * 1e3:.4f}"
         elif k == "speedup" and v is not None:
             v = f"{v:.2f}x"
         out[k] = "" if v is None else v

@@ -227,14 +227,25 @@ def _writable(file: Path) -> bool:
 
 
 def _row(obj: Base) -> dict[str, Any]:
-    """A plain record of a row; `config` decoded from JSON (other callers validate it)."""
+    """A plain record of a row; `config` decoded from JSON (other callers validate it).
+
+    SQLite stores whatever a tampering hand writes: a number column holding anything but a
+    number reads as None, so the tools that list and chart rows never compute with text
+    (`autotune db check` names it)."""
     record = {c.name: getattr(obj, c.name) for c in obj.__table__.columns}
-    for name, value in record.items():
+    for c in obj.__table__.columns:
+        value = record[c.name]
         if isinstance(value, datetime):
-            record[name] = value.replace(tzinfo=value.tzinfo or timezone.utc).isoformat()
+            record[c.name] = value.replace(tzinfo=value.tzinfo or timezone.utc).isoformat()
+        elif isinstance(c.type, (Float, Integer)) and not _is_number(value):
+            record[c.name] = None
     if "config" in record:
         record["config"] = decode_config(record["config"])
     return record
+
+
+def _is_number(value: Any) -> bool:
+    return value is None or (isinstance(value, (int, float)) and not isinstance(value, bool))
 
 
 def decode_config(text: Any) -> Any:

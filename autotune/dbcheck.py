@@ -16,9 +16,10 @@ from autotune.db import (
 from autotune.device import BACKENDS
 from autotune.errors import AutotuneError
 
+TIMES = ("time_s", "default_time_s", "speedup")  # positive numbers; only time_s is required
 # the columns read, by name: what the first released schema (v1) already had
-RESULT_COLUMNS = ("id", *KEY_COLUMNS, "config", "trial_id")
-TRIAL_COLUMNS = ("id", *KEY_COLUMNS, "config", "status")
+RESULT_COLUMNS = ("id", *KEY_COLUMNS, "config", "trial_id", *TIMES)
+TRIAL_COLUMNS = ("id", *KEY_COLUMNS, "config", "status", "time_s")
 
 
 def check_database(url: Any) -> tuple[list[str], dict[str, int]]:
@@ -70,7 +71,16 @@ def check_database(url: Any) -> tuple[list[str], dict[str, int]]:
     for r in results:
         where = f"best entry {r['id']} ({_text(r['kernel'])} {_text(r['signature'])} on {_text(r['device_kind'])})"
         problems += [f"{where}: {p}" for p in _entry_problems(r, trials)]
+    for t in trials.values():
+        if not (t["time_s"] is None or _positive(t["time_s"])):
+            problems.append(
+                f"trial {t['id']}: time_s {_text(t['time_s'])!r} is not a positive number"
+            )
     return problems, counts
+
+
+def _positive(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
 
 
 def _rows(conn: Any, table: str, columns: tuple[str, ...]) -> list[dict[str, Any]]:
@@ -92,6 +102,10 @@ def _entry_problems(r: dict[str, Any], trials: dict[int, dict[str, Any]]) -> lis
     from autotune.signature import Signature, parse_args, parse_static
 
     problems = []
+    for name in TIMES:
+        value = r[name]
+        if not (_positive(value) or (value is None and name != "time_s")):
+            problems.append(f"{name} {_text(value)!r} is not a positive number")
     platform, backend, kind = r["platform"], r["backend"], r["device_kind"]
     if platform not in BACKENDS:
         problems.append(f"unknown platform {_text(platform)!r}")

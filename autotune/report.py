@@ -229,12 +229,18 @@ def write(db: Any, out: str | Path, kernel: str | None = None) -> tuple[Path, li
         )
     for entry, charts in sections:
         if "signature" in entry:
-            config = " ".join(f"{k}={v}" for k, v in sorted(entry["config"].items()))
+            config = entry["config"]
+            config = (
+                " ".join(f"{k}={v}" for k, v in sorted(config.items()))
+                if isinstance(config, dict)
+                else "(unreadable config)"
+            )
             speedup = f"{entry['speedup']:.2f}x" if entry["speedup"] else "n/a"
+            time = f"{entry['time_s'] * 1e3:.4f} ms" if entry["time_s"] else "n/a"
             parts.append(
                 f"<h2>{html.escape(entry['kernel'])} {html.escape(entry['signature'])} on "
                 f"{html.escape(entry['device_kind'])} ({html.escape(entry['backend'])})</h2>"
-                f"<p>best {html.escape(config)}: {entry['time_s'] * 1e3:.4f} ms, speedup {speedup}, "
+                f"<p>best {html.escape(config)}: {time}, speedup {speedup}, "
                 f"{entry['n_trials']} trials, {entry['n_rejected']} rejected</p>"
             )
         else:

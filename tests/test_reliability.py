@@ -400,6 +400,20 @@ def test_check_names_what_is_wrong_with_an_entry(tmp_path, capsys, sql, words):
     assert rc == 1 and words in out, out
 
 
+@pytest.mark.parametrize("table", ["results", "trials"])
+def test_a_time_that_is_not_a_number_is_found_by_check_and_listed(table, tmp_path, capsys):
+    path = tmp_path / "tuning.db"
+    store(path, make_input(rows=64))
+    tamper(path, f"UPDATE {table} SET time_s = 'fast'")
+    rc, out = db_check(path, capsys)
+    assert rc == 1 and "time_s 'fast' is not a positive number" in out, out
+    for argv in (["db", "list"], ["db", "trials"], ["db", "show", "1"], ["db", "stats"]):
+        assert main([*argv, "--db", str(path)]) == 0, argv
+    assert "block_rows=16" in capsys.readouterr().out
+    assert main(["report", "--db", str(path), "--out", str(tmp_path / "report")]) == 0
+    assert "block_rows=16" in (tmp_path / "report" / "index.html").read_text()
+
+
 @pytest.mark.postgres
 def test_check_reads_a_postgres_database(pg_url, capsys):
     store(pg_url, make_input(rows=64))
