@@ -214,8 +214,9 @@ def cmd_tune(args: argparse.Namespace) -> int:
 
     import jax
 
+    from autotune import jobs
     from autotune.registry import resolve
-    from autotune.tuner import tune
+    from autotune.tuner import study_name_of, tune
 
     if args.kernel is None or args.shape is None:
         raise UsageError(
@@ -232,6 +233,9 @@ def cmd_tune(args: argparse.Namespace) -> int:
     dtypes = parse_dtypes(args.dtype, len(shapes))
     static = parse_static(args.static)
     inputs = [jax.ShapeDtypeStruct(s, d) for s, d in zip(shapes, dtypes)]
+    # without --storage, a study beside a SQLite database: a rerun after a crash resumes it,
+    # and a finished run deletes it, so the next run tunes afresh
+    storage = args.storage or jobs.default_storage(args.db)
 
     def progress(trial: Any, i: int, n: int) -> None:
         time = f"{trial.time_s * 1e3:9.4f} ms" if trial.time_s is not None else " " * 12
@@ -251,7 +255,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
             patience=args.patience,
             kwargs=static,
             progress=progress,
-            storage=args.storage,
+            storage=storage,
             **measurement,
         )
     except TypeError as e:  # the kernel's own signature refused the arguments
@@ -260,6 +264,10 @@ def cmd_tune(args: argparse.Namespace) -> int:
         ) from None
     speedup = f"{result.speedup:.2f}x" if result.speedup else "n/a"
     default = f"{result.default_time_s * 1e3:.4f} ms" if result.default_time_s else "failed"
+    if storage and not args.storage:
+        jobs.delete_study(storage, study_name_of(result.key))
+    if result.resumed:
+        print(f"resumed: {jobs.resumed_text(result)}")
     print(
         f"\n{result.kernel} {result.key.signature} on {result.key.device_kind} ({result.key.backend})\n"
         f"  best     {_config_text(result.best_config)}  {result.best_time_s * 1e3:.4f} ms\n"

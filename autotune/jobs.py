@@ -350,7 +350,7 @@ def run_tasks(
                 else:
                     study = study_name_of(key)
                     if force and storage:
-                        _delete_study(storage, study)
+                        delete_study(storage, study)
 
                     def on_trial(record: Any, j: int, n: int) -> None:
                         progress.trial, progress.n_trials = j, n
@@ -392,10 +392,17 @@ def run_tasks(
 def _summary(result: Any) -> str:
     config = " ".join(f"{k}={v}" for k, v in sorted(result.best_config.items()))
     speedup = f"{result.speedup:.2f}x" if result.speedup else "n/a"
-    return f"{config} {result.best_time_s * 1e3:.4f} ms, speedup {speedup}, {len(result.trials)} trials"
+    resumed = f" ({resumed_text(result)})" if result.resumed else ""
+    return f"{config} {result.best_time_s * 1e3:.4f} ms, speedup {speedup}, {len(result.trials)} trials{resumed}"
 
 
-def _delete_study(storage: str, name: str) -> None:
+def resumed_text(result: Any) -> str:
+    """'4 of 10 trials already measured': what a resumed study did not measure again."""
+    return f"{result.resumed} of {len(result.trials)} trials already measured"
+
+
+def delete_study(storage: str, name: str) -> None:
+    """Delete a study (a fresh start for its key); nothing happens if there is none."""
     import optuna
 
     from autotune.studies import optuna_url

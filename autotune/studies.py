@@ -71,6 +71,13 @@ class SharedStudy:
             load_if_exists=True,
         )
 
+    def n_measured(self) -> int:
+        """How many configurations the study's workers (this one's earlier runs included) have
+        measured so far."""
+        states = (TrialState.COMPLETE, TrialState.PRUNED)
+        trials = self.study.get_trials(deepcopy=False, states=states)
+        return sum("status" in t.user_attrs for t in trials)
+
     def refresh(self, enc: Any) -> tuple[dict[tuple, tuple], set[tuple]]:
         """The study's measured configs (config, value, status, detail of the first
         measurement of each) and its live claims."""

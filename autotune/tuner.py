@@ -21,6 +21,7 @@ from autotune.measure import DEFAULT_POLICY, TimingPolicy
 from autotune.search import Evaluation, run_search
 from autotune.signature import TuningKey, is_array
 from autotune.strategies import DEFAULT_STRATEGY
+from autotune.studies import SharedStudy
 from autotune.verify import compare
 from autotune.warmstart import warm_starts
 from autotune.worker import DEFAULT_LIMITS, DeviceWorker, InProcessWorker, WorkerLimits
@@ -68,6 +69,7 @@ class TuneResult:
     finalists_s: float = 0.0  # the interleaved re-measurement, its compiles included
     oracle_s: float = 0.0  # compiling and running the default in interpret mode, checking it
     worker_start_s: float = 0.0  # starting the first device worker (0 in process)
+    resumed: int = 0  # trials measured by earlier runs of the study before this one began
 
     @property
     def speedup(self) -> float | None:
@@ -273,14 +275,17 @@ def _tune(
             (record.db_id,) = handle.add_trials(key, run_id, [record.as_dict()])
         return record
 
-    measured_here = 0
+    study = (study_name or study_name_of(key)) if storage else None
+    # trials an interrupted run (or another worker) measured: they count against the budget
+    resumed = SharedStudy(storage, study, None).n_measured() if storage else 0
+    measured = resumed
 
     def evaluate(config: dict[str, Any]) -> Evaluation:
-        nonlocal measured_here
+        nonlocal measured
         record = measure(config)
-        measured_here += 1
+        measured += 1
         if progress:
-            progress(record, measured_here, min(n_trials, len(valid)))
+            progress(record, measured, min(n_trials, len(valid)))
         value = record.time_s if record.status == "ok" else None
         return Evaluation(config, value, record.status, detail=record.as_dict())
 
@@ -298,13 +303,13 @@ def _tune(
             time_limit_s=time_limit_s,
             patience=patience,
             storage=storage,
-            study_name=(study_name or study_name_of(key)) if storage else None,
+            study_name=study,
             upcoming=worker.prefetch,
         )
         # with a storage, these are every worker's trials of the study, resumed ones included
         trials = [TrialRecord(**ev.detail) for ev in evaluations]
         result = _result(spec, sig, key, trials, default, measure, run_id, worker, n_finalists)
-        result.oracle_s = oracle_s
+        result.oracle_s, result.resumed = oracle_s, resumed
         if handle is not None:
             result.db_url = _store(handle, result, strategy, device, shared=storage is not None)
             runtime.clear_memo()

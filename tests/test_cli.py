@@ -113,3 +113,34 @@ def test_tune_isolates_by_default_and_records_a_crash(subprocess_env):
     assert "--run-timeout must be positive" in bad.stderr
     bad = run([*args, "--compile-workers", "-1"], subprocess_env, check_rc=2)
     assert "--compile-workers must be 0 or more, got -1" in bad.stderr
+
+
+@pytest.mark.slow
+def test_plain_tune_killed_mid_run_resumes_and_a_finished_one_starts_afresh(subprocess_env, db_url):
+    import os
+    import signal
+
+    cmd = ["tune", "matmul", "--shape", "32x64,64x32", "--trials", "6", "--seed", "0"]
+    env = dict(subprocess_env, PYTHONUNBUFFERED="1")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "autotune.cli", *cmd], env=env, stdout=subprocess.PIPE, text=True
+    )
+    for line in proc.stdout:
+        if "trial   3/6" in line:
+            os.kill(proc.pid, signal.SIGKILL)
+            break
+    proc.wait(timeout=60)
+    proc.stdout.close()
+    stored = len(TuningDB(db_url).trials())
+    assert stored >= 3 and TuningDB(db_url).query() == []
+
+    out = run(cmd, subprocess_env).stdout
+    done = int(out.split("resumed: ")[1].split(" of 6 trials already measured")[0])
+    assert done >= 2  # trial 3 was stored; the kill may land before its study heard of it
+    assert out.count("trial ") == 6 - done
+    assert len(TuningDB(db_url).trials()) <= 7  # at most the one in flight measured twice
+    (entry,) = TuningDB(db_url).query()
+    assert entry["n_trials"] == 6
+
+    again = run(cmd, subprocess_env).stdout  # finished: its study is gone, this one is new
+    assert "resumed" not in again and again.count("trial ") == 6
