@@ -4,16 +4,17 @@ from __future__ import annotations
 
 import argparse
 import csv
-import inspect
 import io
 import json
 import logging
+import math
 import os
 import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
-from autotune import cli_db
+from autotune import cli_db, jobs
+from autotune.db import check_url
 from autotune.errors import AutotuneError, SignatureError
 from autotune.jobs import parse_dtypes, parse_shapes  # noqa: F401  (re-exported)
 from autotune.strategies import DEFAULT_STRATEGY, STRATEGIES
@@ -188,10 +189,22 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
+    # every check comes before the database is opened or a worker started: nothing is written
     if args.trials < 1:
         raise UsageError(f"--trials must be at least 1, got {args.trials}")
-    if min(args.compile_timeout, args.run_timeout) <= 0:
-        raise UsageError("--compile-timeout and --run-timeout must be positive")
+    for flag, value in (
+        ("--compile-timeout", args.compile_timeout),
+        ("--run-timeout", args.run_timeout),
+        ("--time-limit", args.time_limit),
+    ):
+        if value is not None and not (math.isfinite(value) and value > 0):
+            raise UsageError(f"{flag} must be a positive number of seconds, got {value}")
+    if args.patience is not None and args.patience < 1:
+        raise UsageError(f"--patience must be at least 1 trial, got {args.patience}")
+    jobs.check_seed(args.seed, "--seed")
+    for flag, url in (("--db", args.db), ("--storage", args.storage)):
+        if url is not None:
+            check_url(url, flag)
     if args.finalists < 0:
         raise UsageError(f"--finalists must be 0 or more, got {args.finalists}")
     if args.compile_workers is not None and args.compile_workers < 0:
@@ -214,7 +227,6 @@ def cmd_tune(args: argparse.Namespace) -> int:
 
     import jax
 
-    from autotune import jobs
     from autotune.registry import resolve
     from autotune.tuner import study_name_of, tune
 
@@ -227,12 +239,13 @@ def cmd_tune(args: argparse.Namespace) -> int:
         raise UsageError("--shard and --force apply to --job and --pending")
     if "" not in sys.path:  # import paths name the user's modules, found from where they stand
         sys.path.insert(0, "")
-    resolve(args.kernel)  # a bad name fails here, before a worker starts
     kernel = args.kernel
     shapes = parse_shapes(args.shape)
     dtypes = parse_dtypes(args.dtype, len(shapes))
     static = parse_static(args.static)
     inputs = [jax.ShapeDtypeStruct(s, d) for s, d in zip(shapes, dtypes)]
+    jobs.check_inputs_fit(shapes, dtypes)
+    jobs.check_call(resolve(kernel), inputs, static, args.shape)
     # without --storage, a study beside a SQLite database: a rerun after a crash resumes it,
     # and a finished run deletes it, so the next run tunes afresh
     storage = args.storage or jobs.default_storage(args.db)
@@ -292,12 +305,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     dtypes = parse_dtypes(args.dtype, len(shapes))
     inputs = [jax.ShapeDtypeStruct(s, d) for s, d in zip(shapes, dtypes)]
     static = parse_static(args.static)
-    try:
-        inspect.signature(kernel.spec.fn).bind(*inputs, **static)
-    except TypeError as e:
-        raise UsageError(
-            f"{args.kernel} cannot be called with --shape {args.shape} --static {static}: {e}"
-        ) from None
+    jobs.check_call(kernel, inputs, static, args.shape)
     kind = args.device_kind or DEFAULT_TPU_KIND
     rows = check_tpu_space(kernel, inputs, static, kind)
     print(
@@ -341,6 +349,7 @@ def cmd_db(args: argparse.Namespace) -> int:
 
     if args.db_command == "check":
         return cmd_db_check(args)
+    cli_db.check_arguments(args)  # before the database is opened: nothing is created
     if args.db_command in cli_db.COMMANDS:
         with TuningDB(args.db) as db:
             return cli_db.COMMANDS[args.db_command](args, db, render)
@@ -418,18 +427,18 @@ def cmd_tune_job(args: argparse.Namespace, measurement: dict[str, Any]) -> int:
             "drop the kernel and --shape (with --pending, --kernel K picks one kernel)"
         )
     jobs.import_modules(args.imports)
+    shard = jobs.parse_shard(args.shard) if args.shard else None
+    tasks = jobs.load_job(args.job) if args.job else []  # every task checked before the database
     with TuningDB(args.db) as db:
-        if args.job:
-            tasks = jobs.load_job(args.job)
-        else:
+        if args.pending:
             tasks, unknown = jobs.pending_tasks(db, kernel=args.only_kernel, trials=args.trials)
             for name, count in unknown.items():
                 print(
                     f"skipped {count} pending miss(es) of kernel {name!r}: not registered here "
                     "(name the module that registers it with --import MODULE)"
                 )
-        if args.shard:
-            tasks = jobs.shard(tasks, *jobs.parse_shard(args.shard))
+        if shard:
+            tasks = jobs.shard(tasks, *shard)
         storage = args.storage or jobs.default_storage(db.url)
         console = Console(highlight=False)
         console.print(
@@ -450,6 +459,8 @@ def cmd_report(args: argparse.Namespace) -> int:
     from autotune import report
     from autotune.db import TuningDB
 
+    report.check_out(args.out)
+    cli_db.check_arguments(args)
     with TuningDB(args.db) as db:
         index, pngs = report.write(db, args.out, kernel=args.kernel)
     print(f"wrote {index}" + (f" and {len(pngs)} PNG files" if pngs else ""))

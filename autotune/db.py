@@ -190,6 +190,23 @@ def sqlite_url(path: Path) -> str:
     return f"sqlite:///{text}"
 
 
+def check_url(url: str, what: str = "--db") -> None:
+    """Refuse a database URL whose kind is unknown or whose driver is not installed, without
+    connecting or creating anything."""
+    try:
+        create_engine(normalize_url(url)).dispose()  # loads the driver; connects to nothing
+    except ImportError as e:
+        raise DatabaseError(
+            f"{what} {url}: its database driver is not installed ({e}): install it, or use a "
+            "file path or a postgresql:// URL (pip install 'pallas-autotune[postgres]')"
+        ) from None
+    except ArgumentError as e:
+        raise DatabaseError(
+            f"{what} {url} is not a database URL ({e}): give a file path, sqlite:///FILE or "
+            "postgresql://USER@HOST/NAME"
+        ) from None
+
+
 def _make_private_dir(path: Path) -> None:
     path.mkdir(parents=True, exist_ok=True, mode=0o700)
     os.chmod(path, 0o700)
@@ -300,7 +317,7 @@ class TuningDB:
         except BaseException as e:
             if hasattr(self, "engine"):
                 self.engine.dispose()
-            if isinstance(e, (SQLAlchemyError, sqlite3.Error, OSError)):
+            if isinstance(e, (SQLAlchemyError, sqlite3.Error, OSError, ImportError)):
                 raise DatabaseError(f"cannot open tuning database {self.url}: {_reason(e)}") from e
             raise
 

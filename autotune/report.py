@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from autotune.errors import AutotuneError
+
 log = logging.getLogger(__name__)
 W, H, PAD = 480, 260, 44  # chart size and margin, in px
 
@@ -207,6 +209,16 @@ def _slug(text: str) -> str:
 
 
 # ------------------------------------------------------------------ output
+
+
+def check_out(out: str | Path) -> None:
+    """Refuse an output directory that cannot be one: an existing file, or a path under one."""
+    for path in (Path(out), *Path(out).parents):
+        if path.exists():
+            if not path.is_dir():
+                where = "is" if path == Path(out) else f"is under {path}, which is"
+                raise AutotuneError(f"--out {out} {where} a file: give a directory")
+            return
 
 
 def write(db: Any, out: str | Path, kernel: str | None = None) -> tuple[Path, list[Path]]:

@@ -364,6 +364,11 @@ def _result(
     if default_trial is None:  # the default lies outside the space: measure it as the baseline
         default_trial = measure(default, is_default=True)
     ok = [t for t in trials if t.status == "ok"]
+    if not trials:  # the budget has at least one trial and one valid config: time ran out
+        raise KernelError(
+            f"the time limit ran out before any candidate of {spec.name} for {sig.text} was "
+            "measured: give more time (--time-limit / time_limit_s)"
+        )
     if not ok:
         raise KernelError(
             f"no candidate of {spec.name} for {sig.text} ran and matched the oracle "

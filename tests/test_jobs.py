@@ -85,7 +85,9 @@ def test_shards_split_a_job_deterministically(tmp_path):
 
 def test_a_job_takes_every_strategy_and_defaults_to_the_default(tmp_path):
     def strategy(line):
-        (task,) = load_job(write(tmp_path, f"[[task]]\nkernel = 'm'\nshapes = ['8']\n{line}"))
+        (task,) = load_job(
+            write(tmp_path, f"[[task]]\nkernel = 'vector_add'\nshapes = ['8,8']\n{line}")
+        )
         return task.strategy
 
     assert strategy("") == DEFAULT_STRATEGY
