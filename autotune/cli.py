@@ -120,8 +120,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     c.add_argument("--static", action="append", default=[], metavar="NAME=VALUE")
     c.add_argument("--device-kind", default=None, help="the TPU whose limits the constraints apply")
+    add_import_argument(c)
 
-    sub.add_parser("kernels", help="list registered kernels and their tunable parameters")
+    add_import_argument(
+        sub.add_parser("kernels", help="list registered kernels and their tunable parameters")
+    )
 
     d = sub.add_parser("db", help="query the tuning database")
     dsub = d.add_subparsers(dest="db_command", required=True, parser_class=_Parser)
@@ -139,6 +142,8 @@ def build_parser() -> argparse.ArgumentParser:
         q.add_argument("--db", default=None)
     add_db_check_parser(dsub)
     cli_db.add_parsers(dsub)
+    for name in ("check", "stale", "prune"):  # the db commands that resolve kernels
+        add_import_argument(dsub.choices[name])
 
     r = sub.add_parser("report", help="an HTML report of tuned entries (PNGs with matplotlib)")
     r.add_argument("--kernel")
@@ -146,6 +151,23 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--db", default=None)
     add_landscape_parser(dsub)
     return p
+
+
+def add_import_argument(p: argparse.ArgumentParser) -> None:
+    """--import MODULE for every command that resolves kernels: the user's own kernels are
+    registered by importing the module that defines them."""
+    p.add_argument(
+        "--import",
+        dest="imports",
+        action="append",
+        default=[],
+        metavar="MODULE",
+        help="import a module that registers your own kernels (repeatable)",
+    )
+
+
+def import_user_modules(args: argparse.Namespace) -> None:
+    jobs.import_modules(getattr(args, "imports", ()))
 
 
 def add_landscape_parser(dsub: Any) -> None:
@@ -215,6 +237,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
         # inputs and the interpret-mode oracle on the CPU; the worker sees the platforms asked for.
         worker_platforms = os.environ.get("JAX_PLATFORMS", "")
         os.environ["JAX_PLATFORMS"] = "cpu"
+    import_user_modules(args)  # after JAX_PLATFORMS is set: the module may import JAX
     measurement = {
         "isolate": args.isolate,
         "limits": WorkerLimits(compile_s=args.compile_timeout, run_s=args.run_timeout),
@@ -298,8 +321,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     from autotune.check import DEFAULT_TPU_KIND, check_tpu_space
     from autotune.registry import resolve
 
-    if "" not in sys.path:
-        sys.path.insert(0, "")
+    import_user_modules(args)
     kernel = resolve(args.kernel)
     shapes = parse_shapes(args.shape)
     dtypes = parse_dtypes(args.dtype, len(shapes))
@@ -333,6 +355,7 @@ def cmd_kernels(args: argparse.Namespace) -> int:
     from autotune.device import current_device
     from autotune.registry import registered
 
+    import_user_modules(args)
     platform = current_device().platform
     rows = []
     for name, kernel in registered().items():
@@ -347,6 +370,7 @@ def cmd_kernels(args: argparse.Namespace) -> int:
 def cmd_db(args: argparse.Namespace) -> int:
     from autotune.db import TuningDB
 
+    import_user_modules(args)
     if args.db_command == "check":
         return cmd_db_check(args)
     cli_db.check_arguments(args)  # before the database is opened: nothing is created
@@ -401,14 +425,7 @@ def add_job_arguments(t: argparse.ArgumentParser) -> None:
         help="Optuna RDB storage URL for the studies (shared by workers; resumable). Default "
         "with --job/--pending: a SQLite file beside a SQLite tuning database",
     )
-    g.add_argument(
-        "--import",
-        dest="imports",
-        action="append",
-        default=[],
-        metavar="MODULE",
-        help="import a module that registers kernels (for --pending of your own kernels)",
-    )
+    add_import_argument(g)
 
 
 def cmd_tune_job(args: argparse.Namespace, measurement: dict[str, Any]) -> int:
@@ -426,7 +443,6 @@ def cmd_tune_job(args: argparse.Namespace, measurement: dict[str, Any]) -> int:
             "--job and --pending take their kernels and shapes from the file or the misses: "
             "drop the kernel and --shape (with --pending, --kernel K picks one kernel)"
         )
-    jobs.import_modules(args.imports)
     shard = jobs.parse_shard(args.shard) if args.shard else None
     tasks = jobs.load_job(args.job) if args.job else []  # every task checked before the database
     with TuningDB(args.db) as db:
