@@ -524,6 +524,12 @@ _TABLE_COLUMNS = (
     "speedup",
     "n_trials",
     "n_rejected",
+    # db stats
+    "entries",
+    "trials",
+    "misses",
+    "median_speedup",
+    "max_speedup",
 )
 
 
@@ -537,7 +543,7 @@ def _table_row(r: dict[str, Any]) -> dict[str, Any]:
             v = _config_text(v) if isinstance(v, dict) else str(v)
         elif k.endswith("time_s"):
             k, v = k.replace("_s", "_ms"), None if v is None else f"{v * 1e3:.4f}"
-        elif k == "speedup" and v is not None:
+        elif k.endswith("speedup") and v is not None:
             v = f"{v:.2f}x"
         out[k] = "" if v is None else v
     return out

@@ -399,6 +399,7 @@ class TuningDB:
                     else:
                         for k, v in fields.items():
                             setattr(row, k, v)
+                    _answer_miss(s, key)
                 return True
             except DatabaseError as e:
                 if not isinstance(e.__cause__, (IntegrityError, OperationalError)):
@@ -564,6 +565,12 @@ def _upsert_best(s: Session, key: TuningKey, entry: dict[str, Any]) -> None:
     else:
         for k, v in fields.items():
             setattr(row, k, v)
+    _answer_miss(s, key)
+
+
+def _answer_miss(s: Session, key: TuningKey) -> None:
+    """A key now tuned is no longer a pending miss."""
+    s.execute(delete(Miss).filter_by(**key.as_dict()))
 
 
 EXPORT_FORMAT = "pallas-autotune-export"

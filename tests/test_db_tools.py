@@ -155,6 +155,26 @@ def test_show_and_stats(filled, capsys, db_url):
     assert stats[("scale", "cpu")]["median_speedup"] == 2.0
     rc, out, _ = cli(capsys, "db", "stats", "--format", "csv")
     assert out.splitlines()[0].startswith("kernel,device_kind,entries,trials,misses")
+    rc, out, _ = cli(capsys, "db", "stats")  # the table has the figures too
+    head, *rows = out.splitlines()
+    assert head.split() == [
+        "kernel",
+        "device_kind",
+        "entries",
+        "trials",
+        "misses",
+        "median_speedup",
+        "max_speedup",
+    ]
+    assert rows[0].split()[-2:] == ["2.00x", "2.00x"]
+
+
+def test_a_miss_is_answered_when_its_key_is_tuned(db_url):
+    with TuningDB(db_url) as db:
+        db.record_miss(key())
+        db.record_miss(key("f32[999,128]"))
+        put(db, key(), 8, 1e-3)
+        assert [m["signature"] for m in db.misses()] == ["f32[999,128]"]
 
 
 def test_python_api_queries_with_the_same_filters(filled):
