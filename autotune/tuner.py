@@ -76,6 +76,25 @@ class TuneResult:
         return self.default_time_s / self.best_time_s if self.default_time_s else None
 
     @property
+    def why_default_kept(self) -> str | None:
+        """Why the default won although a candidate measured faster at first (None if none
+        did): the side-by-side re-measurement found the difference within the noise."""
+        if self.best_config != self.default_config:
+            return None
+        default = next((f for f in self.finalists if f.config == self.default_config), None)
+        faster = [f for f in self.finalists if default and f.first_s < default.first_s]
+        if not faster:
+            return None
+        f = min(faster, key=lambda f: f.first_s)
+        config = " ".join(f"{k}={v}" for k, v in sorted(f.config.items()))
+        return (
+            f"{config} measured faster at first ({f.first_s * 1e3:.4f} ms against the default's "
+            f"{default.first_s * 1e3:.4f} ms), but side by side with the default "
+            f"({f.time_s * 1e3:.4f} ms against {default.time_s * 1e3:.4f} ms) not beyond the "
+            "noise, so the default was kept"
+        )
+
+    @property
     def n_rejected(self) -> int:
         return sum(t.status == "rejected" for t in self.trials)
 
