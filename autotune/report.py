@@ -12,6 +12,7 @@ import html
 import logging
 import math
 import re
+import textwrap
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -276,31 +277,43 @@ def _write_pngs(sections: list, out: Path) -> list[Path] | None:
     paths = []
     for _, charts in sections:
         for c in charts:
-            fig, ax = plt.subplots(figsize=(W / 100, H / 100), dpi=100)
-            d = c.data
-            if c.kind == "history":
-                ax.plot(d["times"], "o", label="trial")
-                ax.plot(d["best"], "-", label="best so far")
-                ax.set(xlabel="trial", ylabel="ms")
-                ax.legend()
-            elif c.kind == "importance":
-                ax.barh(list(d["importances"]), list(d["importances"].values()))
-                ax.invert_yaxis()
-            elif c.kind == "heatmap":
-                grid = [[d["cells"].get((x, y), float("nan")) for x in d["xs"]] for y in d["ys"]]
-                im = ax.imshow(grid, origin="lower", aspect="auto")
-                ax.set_xticks(range(len(d["xs"])), [str(x) for x in d["xs"]])
-                ax.set_yticks(range(len(d["ys"])), [str(y) for y in d["ys"]])
-                ax.set(xlabel=d["a"], ylabel=d["b"])
-                fig.colorbar(im, ax=ax, label="ms")
-            else:
-                ax.barh(d["labels"], d["values"])
-                ax.axvline(1.0, color="gray", linestyle="--")
-                ax.invert_yaxis()
-            ax.set_title(c.title, fontsize=8)
-            fig.tight_layout()
+            fig = draw_png(c)
             path = out / f"{c.name}.png"
             fig.savefig(path)
             plt.close(fig)
             paths.append(path)
     return paths
+
+
+PNG_TITLE_CHARS = 70  # a title line that fits the chart's width at its font size
+
+
+def draw_png(c: Chart) -> Any:
+    """The matplotlib figure of a chart (needs matplotlib)."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(W / 100, H / 100), dpi=100)
+    d = c.data
+    if c.kind == "history":
+        ax.plot(d["times"], "o", label="trial")
+        ax.plot(d["best"], "-", label="best so far")
+        ax.set(xlabel="trial", ylabel="ms")
+        ax.legend()
+    elif c.kind == "importance":
+        ax.barh(list(d["importances"]), list(d["importances"].values()))
+        ax.invert_yaxis()
+    elif c.kind == "heatmap":
+        grid = [[d["cells"].get((x, y), float("nan")) for x in d["xs"]] for y in d["ys"]]
+        im = ax.imshow(grid, origin="lower", aspect="auto")
+        ax.set_xticks(range(len(d["xs"])), [str(x) for x in d["xs"]])
+        ax.set_yticks(range(len(d["ys"])), [str(y) for y in d["ys"]])
+        ax.set(xlabel=d["a"], ylabel=d["b"])
+        fig.colorbar(im, ax=ax, label="ms")
+    else:
+        ax.barh(d["labels"], d["values"])
+        ax.axvline(1.0, color="gray", linestyle="--")
+        ax.invert_yaxis()
+    # over the figure, not the axes (which long labels push right), and wrapped to its width
+    fig.suptitle(textwrap.fill(c.title, PNG_TITLE_CHARS), fontsize=8)
+    fig.tight_layout()
+    return fig
