@@ -47,7 +47,10 @@ from autotune.errors import DatabaseError, SignatureError
 from autotune.settings import default_db_path
 from autotune.signature import TuningKey, parse_args, short_dtype
 
-SCHEMA_VERSION = 1  # v1: the first released schema (tests/fixtures/v1.db)
+# v1: the first released schema (tests/fixtures/v1.db); v2: the tables are prefixed
+# (`autotune_trials`, ...), so that Optuna's tables (one is `trials`) can share a database.
+# `schema_info` keeps its name: a pallas-autotune of any version finds the version there.
+SCHEMA_VERSION = 2
 DEFAULT_BUSY_TIMEOUT_S = 30.0  # tools wait this long for another writer; the runtime much less
 KEY_COLUMNS = (
     "kernel",
@@ -73,6 +76,15 @@ def utcnow() -> datetime:
     return datetime.now(timezone.utc)
 
 
+def table_names(version: int) -> dict[str, str]:
+    """The tables of schema `version`, by what they hold: results, trials, misses."""
+    prefix = "autotune_" if version >= 2 else ""
+    return {role: prefix + role for role in ("results", "trials", "misses")}
+
+
+TABLES = table_names(SCHEMA_VERSION)
+
+
 class Base(DeclarativeBase):
     pass
 
@@ -96,7 +108,7 @@ class SchemaInfo(Base):
 class Trial(_KeyColumns, Base):
     """One measured (or failed) candidate of a tuning run."""
 
-    __tablename__ = "trials"
+    __tablename__ = TABLES["trials"]
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     run_id: Mapped[str] = mapped_column(String(64), index=True)
     config: Mapped[str] = mapped_column(Text)
@@ -117,7 +129,7 @@ class Trial(_KeyColumns, Base):
 class Result(_KeyColumns, Base):
     """The best configuration of one key, with its provenance."""
 
-    __tablename__ = "results"
+    __tablename__ = TABLES["results"]
     __table_args__ = (UniqueConstraint(*KEY_COLUMNS, name="uq_results_key"),)
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     config: Mapped[str] = mapped_column(Text)
@@ -140,7 +152,7 @@ class Result(_KeyColumns, Base):
 class Miss(_KeyColumns, Base):
     """A key that model code asked for and the database did not have."""
 
-    __tablename__ = "misses"
+    __tablename__ = TABLES["misses"]
     __table_args__ = (UniqueConstraint(*KEY_COLUMNS, name="uq_misses_key"),)
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     count: Mapped[int] = mapped_column(Integer, default=1)
@@ -152,7 +164,19 @@ class Miss(_KeyColumns, Base):
 # Tables that are new in the current models are created after the migrations run, so a bump
 # that only adds tables needs `MIGRATIONS[v] = lambda conn: None`; one that adds a column to an
 # existing table: `MIGRATIONS[1] = lambda conn: add_column(conn, Result, "new_column")`.
-MIGRATIONS: dict[int, Callable[[Connection], None]] = {}
+def _prefix_tables(conn: Connection) -> None:
+    """v1 -> v2: rename the tables to their prefixed names, and their indexes with them."""
+    quote = conn.dialect.identifier_preparer.quote
+    # identifiers come from our own model metadata, never from data
+    for role, model in (("trials", Trial), ("results", Result), ("misses", Miss)):
+        conn.exec_driver_sql(f"ALTER TABLE {quote(role)} RENAME TO {quote(model.__tablename__)}")
+        for index in model.__table__.indexes:  # ix_<table>_<column>: named after the table
+            (column,) = index.columns
+            conn.exec_driver_sql(f"DROP INDEX IF EXISTS {quote(f'ix_{role}_{column.name}')}")
+            index.create(conn)
+
+
+MIGRATIONS: dict[int, Callable[[Connection], None]] = {1: _prefix_tables}
 
 
 def add_column(conn: Connection, model: type[Base], name: str) -> None:

@@ -12,6 +12,7 @@ from autotune.db import (
     decode_config,
     normalize_url,
     sqlite_reader,
+    table_names,
 )
 from autotune.device import BACKENDS
 from autotune.errors import AutotuneError
@@ -24,7 +25,7 @@ TRIAL_COLUMNS = ("id", *KEY_COLUMNS, "config", "status", "time_s")
 
 def check_database(url: Any) -> tuple[list[str], dict[str, int]]:
     """Problems found (one sentence each) and row counts; never writes to the database."""
-    from sqlalchemy import create_engine, inspect, text
+    from sqlalchemy import create_engine, func, inspect, select, table, text
 
     url = normalize_url(url)
     file = _sqlite_file(url)
@@ -43,25 +44,30 @@ def check_database(url: Any) -> tuple[list[str], dict[str, int]]:
                 if verdict != ["ok"]:
                     problems.append(f"SQLite integrity check failed: {'; '.join(verdict[:5])}")
             tables = set(inspect(conn).get_table_names())
-            missing = {"schema_info", "results", "trials", "misses"} - tables
-            if missing:
-                return problems + [
-                    f"not a tuning database: no table(s) {', '.join(sorted(missing))}"
-                ], {}
+            if "schema_info" not in tables:
+                return problems + ["not a tuning database: no table schema_info"], {}
             version = conn.execute(text("SELECT version FROM schema_info WHERE id = 1")).scalar()
-            if version is None:
-                problems.append("schema_info has no version row")
-            elif version > SCHEMA_VERSION:
+            if version is not None and version > SCHEMA_VERSION:
                 return problems + [
                     f"schema v{version} is newer than this pallas-autotune (v{SCHEMA_VERSION}): "
                     "the runtime will not use it; upgrade pallas-autotune"
                 ], {}
-            results = _rows(conn, "results", RESULT_COLUMNS)
-            trials = {r["id"]: r for r in _rows(conn, "trials", TRIAL_COLUMNS)}
+            if version is None:
+                problems.append("schema_info has no version row")
+            # an older schema is read as it is: upgrading it is a write, left to the runtime
+            names = table_names(version or SCHEMA_VERSION)
+            missing = set(names.values()) - tables
+            if missing:
+                return problems + [
+                    f"not a tuning database: no table(s) {', '.join(sorted(missing))}"
+                ], {}
+            results = _rows(conn, names["results"], RESULT_COLUMNS)
+            trials = {r["id"]: r for r in _rows(conn, names["trials"], TRIAL_COLUMNS)}
+            misses = select(func.count()).select_from(table(names["misses"]))
             counts = {
                 "results": len(results),
                 "trials": len(trials),
-                "misses": conn.execute(text("SELECT count(*) FROM misses")).scalar() or 0,
+                "misses": conn.execute(misses).scalar() or 0,
             }
     except Exception as e:  # a corrupt file fails anywhere above
         reason = str(getattr(e, "orig", None) or e).splitlines()[0]

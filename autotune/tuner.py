@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from autotune import registry, runtime
-from autotune.errors import DatabaseError, KernelError, SignatureError, SpaceError
+from autotune.errors import KernelError, SignatureError, SpaceError
 from autotune.finalists import Finalist, remeasure
 from autotune.measure import DEFAULT_POLICY, TimingPolicy
 from autotune.search import Evaluation, run_search
@@ -280,11 +280,6 @@ def _tune(
     else:
         worker.set_oracle(worker_oracle)
     run_id = uuid.uuid4().hex
-    if storage and store and _same_database(storage, db):
-        raise DatabaseError(  # Optuna's tables (one is `trials`) would collide with ours
-            f"the study storage {storage} is the tuning database itself: give the studies "
-            "their own database (e.g. .../studies beside .../tuning)"
-        )
     handle = _open_db(db) if store else None
 
     def measure(config: dict[str, Any], is_default: bool = False) -> TrialRecord:
@@ -353,12 +348,6 @@ def study_name_of(key: TuningKey) -> str:
     if len(name) <= 500:  # Optuna's limit is 512 characters
         return name
     return f"{key.kernel}@{key.kernel_version}/" + hashlib.sha256(name.encode()).hexdigest()
-
-
-def _same_database(storage: str, db: Any) -> bool:
-    from autotune.db import normalize_url
-
-    return normalize_url(storage) == (db.url if hasattr(db, "url") else normalize_url(db))
 
 
 def _open_db(db: Any) -> Any:

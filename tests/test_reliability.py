@@ -130,7 +130,7 @@ def newer_schema(path):
 def _tampered_config(config_text):
     def case(path):
         store(path, make_input(rows=64))
-        tamper(path, "UPDATE results SET config = ?", config_text)
+        tamper(path, "UPDATE autotune_results SET config = ?", config_text)
         return "ignored", "config not served"
 
     return case
@@ -138,13 +138,13 @@ def _tampered_config(config_text):
 
 def tampered_column_type(path):
     store(path, make_input(rows=64))
-    tamper(path, "UPDATE results SET tuned_at = 'yesterday'")
+    tamper(path, "UPDATE autotune_results SET tuned_at = 'yesterday'")
     return "lookup failed", None  # the check reads only the columns it validates
 
 
 def wrong_device_kind(path):
     store(path, make_input(rows=64))
-    tamper(path, "UPDATE results SET device_kind = 'TPU v5 lite'")
+    tamper(path, "UPDATE autotune_results SET device_kind = 'TPU v5 lite'")
     return None, "device kind 'TPU v5 lite' is not a cpu device"
 
 
@@ -336,7 +336,7 @@ LOCKER = textwrap.dedent(
     import sqlite3, sys, time
     conn = sqlite3.connect(sys.argv[1], isolation_level=None)
     conn.execute("BEGIN EXCLUSIVE")
-    conn.execute("UPDATE misses SET count = count + 1")
+    conn.execute("UPDATE autotune_misses SET count = count + 1")
     print("locked", flush=True)
     time.sleep(60)
     """
@@ -378,16 +378,25 @@ def test_database_locked_by_another_process(tmp_path, caplog):
 @pytest.mark.parametrize(
     "sql, words",
     [
-        ("UPDATE trials SET status = 'rejected'", "points at trial 1 of status 'rejected'"),
-        ("DELETE FROM trials", "points at trial 1, which does not exist"),
-        ("UPDATE results SET kernel_version = 'old'", "stale: tuned for kernel version old"),
-        ("UPDATE results SET signature = 'f32[1,,2]'", "unreadable key: malformed signature"),
         (
-            "UPDATE results SET config = '{\"block_rows\":32}'",
+            "UPDATE autotune_trials SET status = 'rejected'",
+            "points at trial 1 of status 'rejected'",
+        ),
+        ("DELETE FROM autotune_trials", "points at trial 1, which does not exist"),
+        (
+            "UPDATE autotune_results SET kernel_version = 'old'",
+            "stale: tuned for kernel version old",
+        ),
+        (
+            "UPDATE autotune_results SET signature = 'f32[1,,2]'",
+            "unreadable key: malformed signature",
+        ),
+        (
+            "UPDATE autotune_results SET config = '{\"block_rows\":32}'",
             "config differs from that of its trial",
         ),
         (
-            "UPDATE results SET config = '{\"block_rows\":24}'",
+            "UPDATE autotune_results SET config = '{\"block_rows\":24}'",
             "breaks rows_divide for its own shape",
         ),
     ],
@@ -400,7 +409,7 @@ def test_check_names_what_is_wrong_with_an_entry(tmp_path, capsys, sql, words):
     assert rc == 1 and words in out, out
 
 
-@pytest.mark.parametrize("table", ["results", "trials"])
+@pytest.mark.parametrize("table", ["autotune_results", "autotune_trials"])
 def test_a_time_that_is_not_a_number_is_found_by_check_and_listed(table, tmp_path, capsys):
     path = tmp_path / "tuning.db"
     store(path, make_input(rows=64))
@@ -421,7 +430,7 @@ def test_check_reads_a_postgres_database(pg_url, capsys):
     assert rc == 0 and "1 results, 1 trials" in out and "no problems found" in out, out
     engine = TuningDB(pg_url).engine
     with engine.begin() as conn:
-        conn.exec_driver_sql("UPDATE results SET config = '[16]'")
+        conn.exec_driver_sql("UPDATE autotune_results SET config = '[16]'")
     engine.dispose()
     rc, out = db_check(pg_url, capsys)
     assert rc == 1 and "config is a JSON list, not an object" in out, out
