@@ -7,6 +7,7 @@ on configurations being measured, heartbeats, and the release of dead workers' c
 from __future__ import annotations
 
 import contextlib
+import datetime
 import os
 import socket
 import threading
@@ -129,15 +130,29 @@ class SharedStudy:
     def heartbeat(self, trial: optuna.Trial) -> _Heartbeat:
         return _Heartbeat(self.storage, trial._trial_id)
 
+    def close_queue(self) -> None:
+        """Fail the trials still queued (WAITING): the study's budget is spent, and nobody
+        will ask for them; left alone they would read as work still to do."""
+        for t in self.study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
+            self._fail(t)
+
     def _release_dead(self) -> None:
         optuna.storages.fail_stale_trials(self.study)
         host = socket.gethostname()
+        grace = datetime.timedelta(seconds=3 * HEARTBEAT_S)
         for t in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
             worker_host, _, pid = str(t.user_attrs.get("worker", "")).partition(":")
             if worker_host == host and pid.isdigit() and not _alive(int(pid)):
-                # another worker may have released it first
-                with contextlib.suppress(optuna.exceptions.UpdateFinishedTrialError):
-                    self.storage.set_trial_state_values(t._trial_id, TrialState.FAIL)
+                self._fail(t)
+            elif "worker" not in t.user_attrs and _age(t) > grace:
+                # asked for, then its worker was killed before it claimed the trial: no claim
+                # and no heartbeat will ever release it
+                self._fail(t)
+
+    def _fail(self, trial: Any) -> None:
+        # another worker may have finished it first
+        with contextlib.suppress(optuna.exceptions.UpdateFinishedTrialError):
+            self.storage.set_trial_state_values(trial._trial_id, TrialState.FAIL)
 
 
 class _Heartbeat:
@@ -160,6 +175,11 @@ class _Heartbeat:
     def __exit__(self, *exc: object) -> None:
         self.stop.set()
         self.thread.join()
+
+
+def _age(trial: Any) -> datetime.timedelta:
+    """How long ago a running trial was started (Optuna stores local naive times)."""
+    return datetime.datetime.now() - (trial.datetime_start or datetime.datetime.now())
 
 
 def _alive(pid: int) -> bool:
