@@ -401,15 +401,21 @@ class TuningDB:
         self._retry_unique(key, lambda s: _upsert_best(s, key, entry))
 
     def put_best_among(
-        self, key: TuningKey, entry: dict[str, Any], trial_ids: Iterable[int | None]
+        self,
+        key: TuningKey,
+        entry: dict[str, Any],
+        trial_ids: Iterable[int | None],
+        compared: Iterable[int] = (),
     ) -> bool:
         """Store `entry` as the best of `key`, unless the stored entry is one of `trial_ids`
-        (another worker of the same study) and at least as fast; True if it was stored.
+        (another worker of the same study), not one of `compared` (entries this worker
+        re-measured beside its own winner, and so has already judged), and at least as fast;
+        True if it was stored.
 
         Compared and written in one transaction (the row locked where the database can), so
         workers of one study that finish in any order keep the fastest trial of them all.
         """
-        ids = {i for i in trial_ids if i is not None}
+        ids = {i for i in trial_ids if i is not None} - set(compared)
         fields = _best_fields(entry)
         for _ in range(5):  # a concurrent writer may insert the key, or hold SQLite's write lock
             try:

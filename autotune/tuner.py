@@ -322,10 +322,16 @@ def _tune(
         )
         # with a storage, these are every worker's trials of the study, resumed ones included
         trials = [TrialRecord(**ev.detail) for ev in evaluations]
-        result = _result(spec, sig, key, trials, default, measure, run_id, worker, n_finalists)
+        # another worker of the study may have stored its winner: re-measured beside ours, the
+        # entry is decided from side-by-side figures, not from two machines' lucky samples
+        stored = handle.best(key) if handle is not None and storage else None
+        rival = stored if stored and stored["trial_id"] in {t.db_id for t in trials} else None
+        result = _result(
+            spec, sig, key, trials, default, measure, run_id, worker, n_finalists, rival
+        )
         result.oracle_s, result.resumed = oracle_s, resumed
         if handle is not None:
-            result.db_url = _store(handle, result, strategy, device, shared=storage is not None)
+            result.db_url = _store(handle, result, strategy, device, storage is not None, rival)
             runtime.clear_memo()
     finally:
         if handle is not None and handle is not db:
@@ -366,8 +372,10 @@ def _result(
     run_id: str,
     worker: Any,
     n_finalists: int,
+    rival: dict[str, Any] | None = None,
 ) -> TuneResult:
-    """The winner among `trials`, after the finalists' interleaved re-measurement."""
+    """The winner among `trials`, after the finalists' interleaved re-measurement (`rival`,
+    another worker's stored entry, among them)."""
     default_trial = next((t for t in trials if t.is_default), None)
     if default_trial is None:  # the default lies outside the space: measure it as the baseline
         default_trial = measure(default, is_default=True)
@@ -388,7 +396,8 @@ def _result(
     ranked: list[Finalist] = []
     finalists_start = time.perf_counter()
     if n_finalists > 0:
-        ranked = remeasure(worker, ok, default, n_finalists)  # the default among them if ok
+        also = [rival["config"]] if rival else []
+        ranked = remeasure(worker, ok, default, n_finalists, also)  # the default too, if ok
         best = next(t for t in ok if t.config == ranked[0].config)
         best_time_s = ranked[0].time_s
         default_time_s = next((f.time_s for f in ranked if f.config == default), default_time_s)
@@ -433,8 +442,16 @@ def _oracle(
     return oracle
 
 
-def _store(handle: Any, result: TuneResult, strategy: str, device: Any, *, shared: bool) -> str:
-    """The best entry (its trials are stored as they are measured)."""
+def _store(
+    handle: Any,
+    result: TuneResult,
+    strategy: str,
+    device: Any,
+    shared: bool,
+    rival: dict[str, Any] | None,
+) -> str:
+    """The best entry (its trials are stored as they are measured); `rival` is the entry
+    another worker of the study had stored when the finalists were chosen."""
     best = next(t for t in result.trials if t.config == result.best_config and t.status == "ok")
     entry = {
         "config": result.best_config,
@@ -451,8 +468,13 @@ def _store(handle: Any, result: TuneResult, strategy: str, device: Any, *, share
         "jaxlib_version": device.jaxlib_version,
         "runtime_version": device.runtime_summary,
     }
-    if shared:  # workers of one study finish in any order: keep the fastest of them all
-        handle.put_best_among(result.key, entry, {t.db_id for t in result.trials})
+    if shared:  # workers of one study finish in any order
+        compared = [
+            rival["trial_id"]
+            for f in result.finalists
+            if rival and f.config == rival["config"] and f.timing is not None
+        ]
+        handle.put_best_among(result.key, entry, {t.db_id for t in result.trials}, compared)
     else:
         handle.put_best(result.key, entry)
     log.info("stored %s %s: %s", result.kernel, result.key.signature, result.best_config)

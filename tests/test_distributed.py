@@ -124,3 +124,25 @@ def test_a_finished_shared_study_leaves_nothing_queued_or_running(tmp_path, monk
     assert optuna.trial.TrialState.WAITING not in states  # the grid's unused queue is closed
     assert study.trials[orphan.number].state == optuna.trial.TrialState.FAIL
     assert optuna.trial.TrialState.RUNNING not in states
+
+
+def test_a_later_worker_judges_the_stored_winner_side_by_side(tmp_path, db_url):
+    import sqlite3
+
+    from toy_kernels import make_input, scale
+
+    import autotune
+
+    storage = f"sqlite:///{tmp_path / 'studies.db'}"
+    x = make_input(rows=32)  # block_rows 8, 16, 32 fit
+    autotune.tune(scale, [x], n_trials=2, db=db_url, storage=storage, strategy="grid")
+    (first,) = TuningDB(db_url).query()
+    conn = sqlite3.connect(db_url)
+    with conn:  # a lucky sample on the first worker's machine: a figure 1000x too fast
+        conn.execute("UPDATE autotune_results SET time_s = time_s / 1000")
+    conn.close()
+    second = autotune.tune(scale, [x], n_trials=3, db=db_url, storage=storage, strategy="grid")
+    assert first["config"] in [f.config for f in second.finalists]  # re-measured side by side
+    (entry,) = TuningDB(db_url).query()
+    assert entry["config"] == second.best_config
+    assert entry["time_s"] == pytest.approx(second.best_time_s)  # not the lucky figure
