@@ -4,16 +4,17 @@ from __future__ import annotations
 
 import argparse
 import csv
-import inspect
 import io
 import json
 import logging
+import math
 import os
 import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
-from autotune import cli_db
+from autotune import cli_db, jobs
+from autotune.db import check_url
 from autotune.errors import AutotuneError, SignatureError
 from autotune.jobs import parse_dtypes, parse_shapes  # noqa: F401  (re-exported)
 from autotune.strategies import DEFAULT_STRATEGY, STRATEGIES
@@ -126,8 +127,11 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument(
         "--sample", type=int, default=None, help="check N candidates spread over the space"
     )
+    add_import_argument(c)
 
-    sub.add_parser("kernels", help="list registered kernels and their tunable parameters")
+    add_import_argument(
+        sub.add_parser("kernels", help="list registered kernels and their tunable parameters")
+    )
 
     d = sub.add_parser("db", help="query the tuning database")
     dsub = d.add_subparsers(dest="db_command", required=True, parser_class=_Parser)
@@ -145,6 +149,8 @@ def build_parser() -> argparse.ArgumentParser:
         q.add_argument("--db", default=None)
     add_db_check_parser(dsub)
     cli_db.add_parsers(dsub)
+    for name in ("check", "stale", "prune"):  # the db commands that resolve kernels
+        add_import_argument(dsub.choices[name])
 
     r = sub.add_parser("report", help="an HTML report of tuned entries (PNGs with matplotlib)")
     r.add_argument("--kernel")
@@ -152,6 +158,23 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--db", default=None)
     add_landscape_parser(dsub)
     return p
+
+
+def add_import_argument(p: argparse.ArgumentParser) -> None:
+    """--import MODULE for every command that resolves kernels: the user's own kernels are
+    registered by importing the module that defines them."""
+    p.add_argument(
+        "--import",
+        dest="imports",
+        action="append",
+        default=[],
+        metavar="MODULE",
+        help="import a module that registers your own kernels (repeatable)",
+    )
+
+
+def import_user_modules(args: argparse.Namespace) -> None:
+    jobs.import_modules(getattr(args, "imports", ()))
 
 
 def add_landscape_parser(dsub: Any) -> None:
@@ -195,10 +218,22 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
+    # every check comes before the database is opened or a worker started: nothing is written
     if args.trials < 1:
         raise UsageError(f"--trials must be at least 1, got {args.trials}")
-    if min(args.compile_timeout, args.run_timeout) <= 0:
-        raise UsageError("--compile-timeout and --run-timeout must be positive")
+    for flag, value in (
+        ("--compile-timeout", args.compile_timeout),
+        ("--run-timeout", args.run_timeout),
+        ("--time-limit", args.time_limit),
+    ):
+        if value is not None and not (math.isfinite(value) and value > 0):
+            raise UsageError(f"{flag} must be a positive number of seconds, got {value}")
+    if args.patience is not None and args.patience < 1:
+        raise UsageError(f"--patience must be at least 1 trial, got {args.patience}")
+    jobs.check_seed(args.seed, "--seed")
+    for flag, url in (("--db", args.db), ("--storage", args.storage)):
+        if url is not None:
+            check_url(url, flag)
     if args.finalists < 0:
         raise UsageError(f"--finalists must be 0 or more, got {args.finalists}")
     if args.compile_workers is not None and args.compile_workers < 0:
@@ -209,6 +244,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
         # inputs and the interpret-mode oracle on the CPU; the worker sees the platforms asked for.
         worker_platforms = os.environ.get("JAX_PLATFORMS", "")
         os.environ["JAX_PLATFORMS"] = "cpu"
+    import_user_modules(args)  # after JAX_PLATFORMS is set: the module may import JAX
     measurement = {
         "isolate": args.isolate,
         "limits": WorkerLimits(compile_s=args.compile_timeout, run_s=args.run_timeout),
@@ -222,7 +258,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
     import jax
 
     from autotune.registry import resolve
-    from autotune.tuner import tune
+    from autotune.tuner import study_name_of, tune
 
     if args.kernel is None or args.shape is None:
         raise UsageError(
@@ -233,12 +269,16 @@ def cmd_tune(args: argparse.Namespace) -> int:
         raise UsageError("--shard and --force apply to --job and --pending")
     if "" not in sys.path:  # import paths name the user's modules, found from where they stand
         sys.path.insert(0, "")
-    resolve(args.kernel)  # a bad name fails here, before a worker starts
     kernel = args.kernel
     shapes = parse_shapes(args.shape)
     dtypes = parse_dtypes(args.dtype, len(shapes))
     static = parse_static(args.static)
     inputs = [jax.ShapeDtypeStruct(s, d) for s, d in zip(shapes, dtypes)]
+    jobs.check_inputs_fit(shapes, dtypes)
+    jobs.check_call(resolve(kernel), inputs, static, args.shape)
+    # without --storage, a study beside a SQLite database: a rerun after a crash resumes it,
+    # and a finished run deletes it, so the next run tunes afresh
+    storage = args.storage or jobs.default_storage(args.db)
 
     def progress(trial: Any, i: int, n: int) -> None:
         time = f"{trial.time_s * 1e3:9.4f} ms" if trial.time_s is not None else " " * 12
@@ -258,7 +298,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
             patience=args.patience,
             kwargs=static,
             progress=progress,
-            storage=args.storage,
+            storage=storage,
             **measurement,
         )
     except TypeError as e:  # the kernel's own signature refused the arguments
@@ -267,6 +307,10 @@ def cmd_tune(args: argparse.Namespace) -> int:
         ) from None
     speedup = f"{result.speedup:.2f}x" if result.speedup else "n/a"
     default = f"{result.default_time_s * 1e3:.4f} ms" if result.default_time_s else "failed"
+    if storage and not args.storage:
+        jobs.delete_study(storage, study_name_of(result.key))
+    if result.resumed:
+        print(f"resumed: {jobs.resumed_text(result)}")
     print(
         f"\n{result.kernel} {result.key.signature} on {result.key.device_kind} ({result.key.backend})\n"
         f"  best     {_config_text(result.best_config)}  {result.best_time_s * 1e3:.4f} ms\n"
@@ -275,6 +319,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
         f"   crashed/timeout {result.n_crashed}   worker restarts {result.restarts}\n"
         f"  stored in {result.db_url}"
     )
+    if result.why_default_kept:
+        print(f"  why 1.00x: {result.why_default_kept}")
     return 0
 
 
@@ -284,19 +330,13 @@ def cmd_check(args: argparse.Namespace) -> int:
     from autotune.check import DEFAULT_KINDS, check_space
     from autotune.registry import resolve
 
-    if "" not in sys.path:
-        sys.path.insert(0, "")
+    import_user_modules(args)
     kernel = resolve(args.kernel)
     shapes = parse_shapes(args.shape)
     dtypes = parse_dtypes(args.dtype, len(shapes))
     inputs = [jax.ShapeDtypeStruct(s, d) for s, d in zip(shapes, dtypes)]
     static = parse_static(args.static)
-    try:
-        inspect.signature(kernel.spec.fn).bind(*inputs, **static)
-    except TypeError as e:
-        raise UsageError(
-            f"{args.kernel} cannot be called with --shape {args.shape} --static {static}: {e}"
-        ) from None
+    jobs.check_call(kernel, inputs, static, args.shape)
     kind = args.device_kind or DEFAULT_KINDS[args.platform]
     if args.sample is not None and args.sample < 1:
         raise UsageError(f"--sample {args.sample}: give a positive number of candidates")
@@ -328,6 +368,7 @@ def cmd_kernels(args: argparse.Namespace) -> int:
     from autotune.device import current_device
     from autotune.registry import registered
 
+    import_user_modules(args)
     platform = current_device().platform
     rows = []
     for name, kernel in registered().items():
@@ -342,8 +383,10 @@ def cmd_kernels(args: argparse.Namespace) -> int:
 def cmd_db(args: argparse.Namespace) -> int:
     from autotune.db import TuningDB
 
+    import_user_modules(args)
     if args.db_command == "check":
         return cmd_db_check(args)
+    cli_db.check_arguments(args)  # before the database is opened: nothing is created
     if args.db_command in cli_db.COMMANDS:
         with TuningDB(args.db) as db:
             return cli_db.COMMANDS[args.db_command](args, db, render)
@@ -395,14 +438,7 @@ def add_job_arguments(t: argparse.ArgumentParser) -> None:
         help="Optuna RDB storage URL for the studies (shared by workers; resumable). Default "
         "with --job/--pending: a SQLite file beside a SQLite tuning database",
     )
-    g.add_argument(
-        "--import",
-        dest="imports",
-        action="append",
-        default=[],
-        metavar="MODULE",
-        help="import a module that registers kernels (for --pending of your own kernels)",
-    )
+    add_import_argument(g)
 
 
 def cmd_tune_job(args: argparse.Namespace, measurement: dict[str, Any]) -> int:
@@ -420,14 +456,18 @@ def cmd_tune_job(args: argparse.Namespace, measurement: dict[str, Any]) -> int:
             "--job and --pending take their kernels and shapes from the file or the misses: "
             "drop the kernel and --shape (with --pending, --kernel K picks one kernel)"
         )
-    jobs.import_modules(args.imports)
+    shard = jobs.parse_shard(args.shard) if args.shard else None
+    tasks = jobs.load_job(args.job) if args.job else []  # every task checked before the database
     with TuningDB(args.db) as db:
-        if args.job:
-            tasks = jobs.load_job(args.job)
-        else:
-            tasks = jobs.pending_tasks(db, kernel=args.only_kernel, trials=args.trials)
-        if args.shard:
-            tasks = jobs.shard(tasks, *jobs.parse_shard(args.shard))
+        if args.pending:
+            tasks, unknown = jobs.pending_tasks(db, kernel=args.only_kernel, trials=args.trials)
+            for name, count in unknown.items():
+                print(
+                    f"skipped {count} pending miss(es) of kernel {name!r}: not registered here "
+                    "(name the module that registers it with --import MODULE)"
+                )
+        if shard:
+            tasks = jobs.shard(tasks, *shard)
         storage = args.storage or jobs.default_storage(db.url)
         console = Console(highlight=False)
         console.print(
@@ -448,6 +488,8 @@ def cmd_report(args: argparse.Namespace) -> int:
     from autotune import report
     from autotune.db import TuningDB
 
+    report.check_out(args.out)
+    cli_db.check_arguments(args)
     with TuningDB(args.db) as db:
         index, pngs = report.write(db, args.out, kernel=args.kernel)
     print(f"wrote {index}" + (f" and {len(pngs)} PNG files" if pngs else ""))
@@ -496,6 +538,12 @@ _TABLE_COLUMNS = (
     "speedup",
     "n_trials",
     "n_rejected",
+    # db stats
+    "entries",
+    "trials",
+    "misses",
+    "median_speedup",
+    "max_speedup",
 )
 
 
@@ -507,9 +555,9 @@ def _table_row(r: dict[str, Any]) -> dict[str, Any]:
         v = r[k]
         if k == "config":
             v = _config_text(v) if isinstance(v, dict) else str(v)
-        elif k.endswith("time_s") and v is not None:
-            k, v = k.replace("_s", "_ms"), f"{v * 1e3:.4f}"
-        elif k == "speedup" and v is not None:
+        elif k.endswith("time_s"):
+            k, v = k.replace("_s", "_ms"), None if v is None else f"{v * 1e3:.4f}"
+        elif k.endswith("speedup") and v is not None:
             v = f"{v:.2f}x"
         out[k] = "" if v is None else v
     return out

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from autotune.db import PREFER, TuningDB
+from autotune.db import PREFER, TuningDB, validate_export
 from autotune.errors import AutotuneError
 
 FORMATS = ("table", "json", "csv")
@@ -33,6 +33,40 @@ def _filter_values(args: argparse.Namespace) -> dict[str, Any]:
         "platform": args.platform,
         "dtype": args.dtype,
     }
+
+
+MAX_ID = 2**63 - 1  # ids are 64-bit integers in every database
+
+
+def check_arguments(args: argparse.Namespace) -> None:
+    """Refuse bad arguments before the database is opened, so that nothing is created: an
+    unknown dtype filter, an id no database can hold, an import file that is not an export
+    (read here: `args.doc`), a URL whose kind or driver is unknown."""
+    from autotune.db import check_url
+    from autotune.signature import parse_dtype
+
+    if getattr(args, "dtype", None) is not None:
+        args.dtype = parse_dtype(args.dtype)
+    if getattr(args, "id", None) is not None and not 1 <= args.id <= MAX_ID:
+        raise AutotuneError(f"no entry with id {args.id}: see `autotune db list` for the ids")
+    if getattr(args, "file", None) is not None:
+        args.doc = _read_export(args.file)
+        try:
+            validate_export(args.doc)
+        except AutotuneError as e:
+            raise AutotuneError(f"{args.file}: {e}; nothing was imported") from None
+    for what in ("db", "url"):
+        if getattr(args, what, None) is not None:
+            check_url(getattr(args, what), "--db" if what == "db" else "the database")
+
+
+def _read_export(file: str) -> Any:
+    try:
+        return json.loads(Path(file).read_text())
+    except OSError as e:
+        raise AutotuneError(f"cannot read {file}: {e.strerror or e}") from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise AutotuneError(f"{file} is not JSON ({e}): give a file from `db export`") from None
 
 
 def add_parsers(dsub: Any) -> None:
@@ -99,15 +133,7 @@ def cmd_export(args: argparse.Namespace, db: TuningDB, render: Callable) -> int:
 
 def cmd_import(args: argparse.Namespace, db: TuningDB, render: Callable) -> int:
     try:
-        doc = json.loads(Path(args.file).read_text())
-    except OSError as e:
-        raise AutotuneError(f"cannot read {args.file}: {e.strerror or e}") from None
-    except json.JSONDecodeError as e:
-        raise AutotuneError(
-            f"{args.file} is not JSON ({e}): give a file from `db export`"
-        ) from None
-    try:
-        counts = db.import_entries(doc, prefer=args.prefer)
+        counts = db.import_entries(args.doc, prefer=args.prefer)
     except AutotuneError as e:
         raise AutotuneError(f"{args.file}: {e}; nothing was imported") from None
     print(_counts(counts))

@@ -39,15 +39,19 @@ from sqlalchemy import (
     select,
     update,
 )
-from sqlalchemy.engine import Connection
-from sqlalchemy.exc import IntegrityError, OperationalError, SQLAlchemyError
+from sqlalchemy.engine import Connection, Engine, make_url
+from sqlalchemy.exc import ArgumentError, IntegrityError, OperationalError, SQLAlchemyError
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
 from autotune.errors import DatabaseError, SignatureError
 from autotune.settings import default_db_path
 from autotune.signature import TuningKey, parse_args, short_dtype
 
-SCHEMA_VERSION = 2  # v1: the first released schema (tests/fixtures/v1.db); v2: trials.oracle
+# v1: the first released schema (tests/fixtures/v1.db); v2: the tables are prefixed
+# (`autotune_trials`, ...), so that Optuna's tables (one is `trials`) can share a database, and
+# each trial records the oracle that judged it (`oracle`). `schema_info` keeps its name: a
+# pallas-autotune of any version finds the version there.
+SCHEMA_VERSION = 2
 DEFAULT_BUSY_TIMEOUT_S = 30.0  # tools wait this long for another writer; the runtime much less
 KEY_COLUMNS = (
     "kernel",
@@ -73,6 +77,15 @@ def utcnow() -> datetime:
     return datetime.now(timezone.utc)
 
 
+def table_names(version: int) -> dict[str, str]:
+    """The tables of schema `version`, by what they hold: results, trials, misses."""
+    prefix = "autotune_" if version >= 2 else ""
+    return {role: prefix + role for role in ("results", "trials", "misses")}
+
+
+TABLES = table_names(SCHEMA_VERSION)
+
+
 class Base(DeclarativeBase):
     pass
 
@@ -96,7 +109,7 @@ class SchemaInfo(Base):
 class Trial(_KeyColumns, Base):
     """One measured (or failed) candidate of a tuning run."""
 
-    __tablename__ = "trials"
+    __tablename__ = TABLES["trials"]
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     run_id: Mapped[str] = mapped_column(String(64), index=True)
     config: Mapped[str] = mapped_column(Text)
@@ -119,7 +132,7 @@ class Trial(_KeyColumns, Base):
 class Result(_KeyColumns, Base):
     """The best configuration of one key, with its provenance."""
 
-    __tablename__ = "results"
+    __tablename__ = TABLES["results"]
     __table_args__ = (UniqueConstraint(*KEY_COLUMNS, name="uq_results_key"),)
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     config: Mapped[str] = mapped_column(Text)
@@ -142,7 +155,7 @@ class Result(_KeyColumns, Base):
 class Miss(_KeyColumns, Base):
     """A key that model code asked for and the database did not have."""
 
-    __tablename__ = "misses"
+    __tablename__ = TABLES["misses"]
     __table_args__ = (UniqueConstraint(*KEY_COLUMNS, name="uq_misses_key"),)
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     count: Mapped[int] = mapped_column(Integer, default=1)
@@ -154,9 +167,25 @@ class Miss(_KeyColumns, Base):
 # Tables that are new in the current models are created after the migrations run, so a bump
 # that only adds tables needs `MIGRATIONS[v] = lambda conn: None`; one that adds a column to an
 # existing table: `MIGRATIONS[1] = lambda conn: add_column(conn, Result, "new_column")`.
-MIGRATIONS: dict[int, Callable[[Connection], None]] = {
-    1: lambda conn: add_column(conn, Trial, "oracle"),
-}
+def _to_v2(conn: Connection) -> None:
+    """v1 -> v2: the prefixed table names, and the trials' oracle column."""
+    _prefix_tables(conn)
+    add_column(conn, Trial, "oracle")
+
+
+def _prefix_tables(conn: Connection) -> None:
+    """v1 -> v2: rename the tables to their prefixed names, and their indexes with them."""
+    quote = conn.dialect.identifier_preparer.quote
+    # identifiers come from our own model metadata, never from data
+    for role, model in (("trials", Trial), ("results", Result), ("misses", Miss)):
+        conn.exec_driver_sql(f"ALTER TABLE {quote(role)} RENAME TO {quote(model.__tablename__)}")
+        for index in model.__table__.indexes:  # ix_<table>_<column>: named after the table
+            (column,) = index.columns
+            conn.exec_driver_sql(f"DROP INDEX IF EXISTS {quote(f'ix_{role}_{column.name}')}")
+            index.create(conn)
+
+
+MIGRATIONS: dict[int, Callable[[Connection], None]] = {1: _to_v2}
 
 
 def add_column(conn: Connection, model: type[Base], name: str) -> None:
@@ -177,14 +206,38 @@ def normalize_url(url: str | os.PathLike | None) -> str:
     if url is None:
         path = default_db_path()
         _make_private_dir(path.parent)
-        return f"sqlite:///{path}"
+        return sqlite_url(path)
     url = os.fspath(url)
     if url.startswith(("postgresql://", "postgres://")):
         # the driver of the `postgres` extra; SQLAlchemy 2.0 would pick psycopg2 for a bare URL
         return "postgresql+psycopg://" + url.split("://", 1)[1]
     if "://" in url:
         return url
-    return f"sqlite:///{Path(url).expanduser().resolve()}"
+    return sqlite_url(Path(url).expanduser().resolve())
+
+
+def sqlite_url(path: Path) -> str:
+    """The SQLAlchemy URL of exactly this SQLite file: SQLAlchemy reads `%` in a URL as an
+    escape, `?` as the start of a query and `#` as a fragment, so those are escaped."""
+    text = str(path).replace("%", "%25").replace("?", "%3F").replace("#", "%23")
+    return f"sqlite:///{text}"
+
+
+def check_url(url: str, what: str = "--db") -> None:
+    """Refuse a database URL whose kind is unknown or whose driver is not installed, without
+    connecting or creating anything."""
+    try:
+        create_engine(normalize_url(url)).dispose()  # loads the driver; connects to nothing
+    except ImportError as e:
+        raise DatabaseError(
+            f"{what} {url}: its database driver is not installed ({e}): install it, or use a "
+            "file path or a postgresql:// URL (pip install 'pallas-autotune[postgres]')"
+        ) from None
+    except ArgumentError as e:
+        raise DatabaseError(
+            f"{what} {url} is not a database URL ({e}): give a file path, sqlite:///FILE or "
+            "postgresql://USER@HOST/NAME"
+        ) from None
 
 
 def _make_private_dir(path: Path) -> None:
@@ -193,21 +246,56 @@ def _make_private_dir(path: Path) -> None:
 
 
 def _sqlite_file(url: str) -> Path | None:
-    prefix = "sqlite:///"
-    if url.startswith(prefix) and url[len(prefix) :] not in ("", ":memory:"):
-        return Path(url[len(prefix) :])
-    return None
+    """The file of a SQLite URL (None: not SQLite, or in memory)."""
+    try:
+        parsed = make_url(url)
+    except ArgumentError:
+        return None
+    if parsed.get_backend_name() != "sqlite" or parsed.database in (None, "", ":memory:"):
+        return None
+    return Path(parsed.database)
+
+
+def sqlite_reader(file: Path, busy_timeout_s: float = DEFAULT_BUSY_TIMEOUT_S) -> Engine:
+    """An engine that only reads `file`. WAL mode reads through the -shm file; in a folder
+    that cannot be written (a read-only mount, a database baked into an image) SQLite cannot
+    create it, so a database without one is opened immutable: nothing can be writing to it."""
+    shm = file.with_name(file.name + "-shm")
+    mode = "mode=ro" if shm.exists() or os.access(file.parent, os.W_OK) else "immutable=1"
+    uri = f"{file.absolute().as_uri()}?{mode}"  # as_uri escapes what a URI would misread
+
+    def connect() -> sqlite3.Connection:
+        return sqlite3.connect(uri, uri=True, timeout=busy_timeout_s, check_same_thread=False)
+
+    return create_engine(sqlite_url(file), creator=connect)
+
+
+def _writable(file: Path) -> bool:
+    """Whether SQLite can write `file`: the file itself (if it exists) and, for the -wal and
+    -shm files beside it, its folder."""
+    return os.access(file.parent, os.W_OK) and (not file.exists() or os.access(file, os.W_OK))
 
 
 def _row(obj: Base) -> dict[str, Any]:
-    """A plain record of a row; `config` decoded from JSON (other callers validate it)."""
+    """A plain record of a row; `config` decoded from JSON (other callers validate it).
+
+    SQLite stores whatever a tampering hand writes: a number column holding anything but a
+    number reads as None, so the tools that list and chart rows never compute with text
+    (`autotune db check` names it)."""
     record = {c.name: getattr(obj, c.name) for c in obj.__table__.columns}
-    for name, value in record.items():
+    for c in obj.__table__.columns:
+        value = record[c.name]
         if isinstance(value, datetime):
-            record[name] = value.replace(tzinfo=value.tzinfo or timezone.utc).isoformat()
+            record[c.name] = value.replace(tzinfo=value.tzinfo or timezone.utc).isoformat()
+        elif isinstance(c.type, (Float, Integer)) and not _is_number(value):
+            record[c.name] = None
     if "config" in record:
         record["config"] = decode_config(record["config"])
     return record
+
+
+def _is_number(value: Any) -> bool:
+    return value is None or (isinstance(value, (int, float)) and not isinstance(value, bool))
 
 
 def decode_config(text: Any) -> Any:
@@ -233,15 +321,22 @@ class TuningDB:
     ) -> None:
         self.url = normalize_url(url)
         file = _sqlite_file(self.url)
+        self.read_only = False  # a SQLite file that this process cannot write: served as is
         try:
             if file is not None:
                 if not file.parent.is_dir():
                     raise DatabaseError(
                         f"database directory {file.parent} does not exist: create it or pick another --db"
                     )
-                _create_private_file(file)
-                self.engine = create_engine(self.url, connect_args={"timeout": busy_timeout_s})
-                event.listen(self.engine, "connect", _sqlite_pragmas(busy_timeout_s))
+                self.read_only = file.exists() and not _writable(file)
+                if self.read_only:
+                    self.engine = sqlite_reader(file, busy_timeout_s)
+                else:
+                    _create_private_file(file)
+                    self.engine = create_engine(self.url, connect_args={"timeout": busy_timeout_s})
+                event.listen(
+                    self.engine, "connect", _sqlite_pragmas(busy_timeout_s, self.read_only)
+                )
                 event.listen(self.engine, "begin", _sqlite_begin)
                 self._writer = self.engine.execution_options(sqlite_begin="IMMEDIATE")
             else:
@@ -255,7 +350,7 @@ class TuningDB:
         except BaseException as e:
             if hasattr(self, "engine"):
                 self.engine.dispose()
-            if isinstance(e, (SQLAlchemyError, sqlite3.Error, OSError)):
+            if isinstance(e, (SQLAlchemyError, sqlite3.Error, OSError, ImportError)):
                 raise DatabaseError(f"cannot open tuning database {self.url}: {_reason(e)}") from e
             raise
 
@@ -315,15 +410,21 @@ class TuningDB:
         self._retry_unique(key, lambda s: _upsert_best(s, key, entry))
 
     def put_best_among(
-        self, key: TuningKey, entry: dict[str, Any], trial_ids: Iterable[int | None]
+        self,
+        key: TuningKey,
+        entry: dict[str, Any],
+        trial_ids: Iterable[int | None],
+        compared: Iterable[int] = (),
     ) -> bool:
         """Store `entry` as the best of `key`, unless the stored entry is one of `trial_ids`
-        (another worker of the same study) and at least as fast; True if it was stored.
+        (another worker of the same study), not one of `compared` (entries this worker
+        re-measured beside its own winner, and so has already judged), and at least as fast;
+        True if it was stored.
 
         Compared and written in one transaction (the row locked where the database can), so
         workers of one study that finish in any order keep the fastest trial of them all.
         """
-        ids = {i for i in trial_ids if i is not None}
+        ids = {i for i in trial_ids if i is not None} - set(compared)
         fields = _best_fields(entry)
         for _ in range(5):  # a concurrent writer may insert the key, or hold SQLite's write lock
             try:
@@ -337,6 +438,7 @@ class TuningDB:
                     else:
                         for k, v in fields.items():
                             setattr(row, k, v)
+                    _answer_miss(s, key)
                 return True
             except DatabaseError as e:
                 if not isinstance(e.__cause__, (IntegrityError, OperationalError)):
@@ -344,7 +446,10 @@ class TuningDB:
         raise DatabaseError(f"could not store the best entry of {key.kernel} {key.signature}")
 
     def record_miss(self, key: TuningKey) -> None:
-        """Count a lookup miss of `key` (one atomic write; callers call it once per new key)."""
+        """Count a lookup miss of `key` (one atomic write; callers call it once per new key).
+        A read-only database has nowhere to count it: nothing is done."""
+        if self.read_only:
+            return
 
         def write(s: Session) -> None:
             counted = s.execute(
@@ -470,6 +575,11 @@ class TuningDB:
         return rows
 
     def _session(self, write: bool = False) -> _GuardedSession:
+        if write and self.read_only:
+            raise DatabaseError(
+                f"tuning database {self.url} is read-only here (its file or folder cannot be "
+                "written): write to a copy, or pick another --db"
+            )
         return _GuardedSession(self, self._writer if write else self.engine, write)
 
 
@@ -494,6 +604,12 @@ def _upsert_best(s: Session, key: TuningKey, entry: dict[str, Any]) -> None:
     else:
         for k, v in fields.items():
             setattr(row, k, v)
+    _answer_miss(s, key)
+
+
+def _answer_miss(s: Session, key: TuningKey) -> None:
+    """A key now tuned is no longer a pending miss."""
+    s.execute(delete(Miss).filter_by(**key.as_dict()))
 
 
 EXPORT_FORMAT = "pallas-autotune-export"
@@ -623,13 +739,14 @@ def _create_private_file(file: Path) -> None:
         os.close(os.open(file, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
 
 
-def _sqlite_pragmas(busy_timeout_s: float) -> Callable[[Any, Any], None]:
+def _sqlite_pragmas(busy_timeout_s: float, read_only: bool) -> Callable[[Any, Any], None]:
     def on_connect(dbapi_conn: Any, _record: Any) -> None:
         # transactions are begun by _sqlite_begin, not by the driver (SQLAlchemy's recipe)
         dbapi_conn.isolation_level = None
         cur = dbapi_conn.cursor()
         cur.execute(f"PRAGMA busy_timeout={int(busy_timeout_s * 1000)}")  # an int we computed
-        cur.execute("PRAGMA journal_mode=WAL")
+        if not read_only:  # switching the journal mode is a write
+            cur.execute("PRAGMA journal_mode=WAL")
         cur.close()
 
     return on_connect

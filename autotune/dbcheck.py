@@ -6,25 +6,33 @@ from __future__ import annotations
 from typing import Any
 
 from autotune.backends import PLATFORM_BACKENDS
-from autotune.db import KEY_COLUMNS, SCHEMA_VERSION, _sqlite_file, decode_config, normalize_url
+from autotune.db import (
+    KEY_COLUMNS,
+    SCHEMA_VERSION,
+    _sqlite_file,
+    decode_config,
+    normalize_url,
+    sqlite_reader,
+    table_names,
+)
 from autotune.errors import AutotuneError
 
+TIMES = ("time_s", "default_time_s", "speedup")  # positive numbers; only time_s is required
 # the columns read, by name: what the first released schema (v1) already had
-RESULT_COLUMNS = ("id", *KEY_COLUMNS, "config", "trial_id")
-TRIAL_COLUMNS = ("id", *KEY_COLUMNS, "config", "status")
+RESULT_COLUMNS = ("id", *KEY_COLUMNS, "config", "trial_id", *TIMES)
+TRIAL_COLUMNS = ("id", *KEY_COLUMNS, "config", "status", "time_s")
 
 
 def check_database(url: Any) -> tuple[list[str], dict[str, int]]:
     """Problems found (one sentence each) and row counts; never writes to the database."""
-    from sqlalchemy import create_engine, inspect, text
+    from sqlalchemy import create_engine, func, inspect, select, table, text
 
     url = normalize_url(url)
     file = _sqlite_file(url)
     if file is not None:
         if not file.is_file():
             return [f"{file} does not exist or is not a file"], {}
-        # read-only: a check must not create, migrate or repair anything
-        engine = create_engine(f"sqlite:///file:{file}?mode=ro&uri=true")
+        engine = sqlite_reader(file)  # a check must not create, migrate or repair anything
     else:
         engine = create_engine(url)
     problems: list[str] = []
@@ -36,25 +44,30 @@ def check_database(url: Any) -> tuple[list[str], dict[str, int]]:
                 if verdict != ["ok"]:
                     problems.append(f"SQLite integrity check failed: {'; '.join(verdict[:5])}")
             tables = set(inspect(conn).get_table_names())
-            missing = {"schema_info", "results", "trials", "misses"} - tables
-            if missing:
-                return problems + [
-                    f"not a tuning database: no table(s) {', '.join(sorted(missing))}"
-                ], {}
+            if "schema_info" not in tables:
+                return problems + ["not a tuning database: no table schema_info"], {}
             version = conn.execute(text("SELECT version FROM schema_info WHERE id = 1")).scalar()
-            if version is None:
-                problems.append("schema_info has no version row")
-            elif version > SCHEMA_VERSION:
+            if version is not None and version > SCHEMA_VERSION:
                 return problems + [
                     f"schema v{version} is newer than this pallas-autotune (v{SCHEMA_VERSION}): "
                     "the runtime will not use it; upgrade pallas-autotune"
                 ], {}
-            results = _rows(conn, "results", RESULT_COLUMNS)
-            trials = {r["id"]: r for r in _rows(conn, "trials", TRIAL_COLUMNS)}
+            if version is None:
+                problems.append("schema_info has no version row")
+            # an older schema is read as it is: upgrading it is a write, left to the runtime
+            names = table_names(version or SCHEMA_VERSION)
+            missing = set(names.values()) - tables
+            if missing:
+                return problems + [
+                    f"not a tuning database: no table(s) {', '.join(sorted(missing))}"
+                ], {}
+            results = _rows(conn, names["results"], RESULT_COLUMNS)
+            trials = {r["id"]: r for r in _rows(conn, names["trials"], TRIAL_COLUMNS)}
+            misses = select(func.count()).select_from(table(names["misses"]))
             counts = {
                 "results": len(results),
                 "trials": len(trials),
-                "misses": conn.execute(text("SELECT count(*) FROM misses")).scalar() or 0,
+                "misses": conn.execute(misses).scalar() or 0,
             }
     except Exception as e:  # a corrupt file fails anywhere above
         reason = str(getattr(e, "orig", None) or e).splitlines()[0]
@@ -64,7 +77,16 @@ def check_database(url: Any) -> tuple[list[str], dict[str, int]]:
     for r in results:
         where = f"best entry {r['id']} ({_text(r['kernel'])} {_text(r['signature'])} on {_text(r['device_kind'])})"
         problems += [f"{where}: {p}" for p in _entry_problems(r, trials)]
+    for t in trials.values():
+        if not (t["time_s"] is None or _positive(t["time_s"])):
+            problems.append(
+                f"trial {t['id']}: time_s {_text(t['time_s'])!r} is not a positive number"
+            )
     return problems, counts
+
+
+def _positive(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
 
 
 def _rows(conn: Any, table: str, columns: tuple[str, ...]) -> list[dict[str, Any]]:
@@ -86,6 +108,10 @@ def _entry_problems(r: dict[str, Any], trials: dict[int, dict[str, Any]]) -> lis
     from autotune.signature import Signature, parse_args, parse_static
 
     problems = []
+    for name in TIMES:
+        value = r[name]
+        if not (_positive(value) or (value is None and name != "time_s")):
+            problems.append(f"{name} {_text(value)!r} is not a positive number")
     platform, backend, kind = r["platform"], r["backend"], r["device_kind"]
     if platform not in PLATFORM_BACKENDS:
         problems.append(f"unknown platform {_text(platform)!r}")

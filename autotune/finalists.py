@@ -34,25 +34,32 @@ class Finalist:
         return self.timing.median_s if self.timing else self.first_s
 
 
-def select(trials: Sequence[Any], default: Mapping[str, Any], n: int) -> list[Any]:
+def select(
+    trials: Sequence[Any], default: Mapping[str, Any], n: int, also: Sequence[Mapping] = ()
+) -> list[Any]:
     """The ok trials worth re-measuring: the `n` fastest, any within the fastest one's
-    p10..p90 band, and the default's trial."""
+    p10..p90 band, the default's trial, and those of the configs `also` names."""
     ok = sorted((t for t in trials if t.status == "ok"), key=lambda t: t.time_s)
     if not ok:
         return []
     best = ok[0]
     band = best.time_s + (best.time_p90_s - best.time_p10_s)
     chosen = [t for i, t in enumerate(ok) if i < n or t.time_s <= band]
-    chosen += [t for t in ok if t.config == dict(default) and t not in chosen]
+    wanted = [dict(default), *map(dict, also)]
+    chosen += [t for t in ok if t.config in wanted and t not in chosen]
     return chosen
 
 
 def remeasure(
-    worker: Any, trials: Sequence[Any], default: Mapping[str, Any], n: int = 3
+    worker: Any,
+    trials: Sequence[Any],
+    default: Mapping[str, Any],
+    n: int = 3,
+    also: Sequence[Mapping] = (),
 ) -> list[Finalist]:
-    """Re-measure the finalists on `worker` (interleaved); fastest first, ties broken by
-    closeness to the default. Falls back to the first figures if the worker fails."""
-    chosen = select(trials, default, n)
+    """Re-measure the finalists (see `select`) on `worker` (interleaved); fastest first, ties
+    broken by closeness to the default. Falls back to the first figures if the worker fails."""
+    chosen = select(trials, default, n, also)
     if not chosen:
         return []
     timings: list[Timing | None] = [None] * len(chosen)

@@ -22,6 +22,7 @@ import contextlib
 import importlib
 import json
 import logging
+import math
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -68,13 +69,28 @@ def parse_shapes(text: str) -> list[tuple[int, ...]]:
             raise SignatureError(
                 f"malformed --shape {text!r}: write e.g. 256x256,256x128 (one per argument)"
             )
-        shapes.append(tuple(int(d) for d in dims))
+        shape = tuple(int(d) for d in dims)
+        if 0 in shape:
+            raise SignatureError(
+                f"--shape {text!r}: argument {len(shapes) + 1} ({part}) has a zero dimension: "
+                "every dimension must be at least 1"
+            )
+        shapes.append(shape)
     return shapes
 
 
 def parse_dtypes(text: str, n: int) -> list[str]:
     """One dtype for every argument, or one per argument: 'float32' or 'bfloat16,float32'."""
+    import jax
+
     names = [parse_dtype(t) for t in text.split(",")]
+    wide = [d for d in names if d in ("float64", "int64", "uint64", "complex128")]
+    if wide and not jax.config.jax_enable_x64:
+        # JAX would make the inputs 32-bit and the entry would be stored under the wrong key
+        raise SignatureError(
+            f"--dtype {wide[0]} needs JAX's 64-bit mode: set JAX_ENABLE_X64=1 (without it "
+            "JAX computes in 32 bits)"
+        )
     if len(names) == 1:
         return names * n
     if len(names) != n:
@@ -82,6 +98,59 @@ def parse_dtypes(text: str, n: int) -> list[str]:
             f"--dtype gives {len(names)} dtypes for {n} shapes: give one, or one per shape"
         )
     return names
+
+
+INPUT_MEMORY_SHARE = 0.5  # the inputs' share of host memory; the oracle and outputs need the rest
+
+
+def check_inputs_fit(shapes: Sequence[tuple[int, ...]], dtypes: Sequence[str]) -> None:
+    """Refuse inputs that cannot fit in this machine's memory, before anything is allocated."""
+    import os
+
+    import jax.numpy as jnp
+
+    size = sum(math.prod(s) * jnp.dtype(d).itemsize for s, d in zip(shapes, dtypes))
+    try:
+        memory = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):  # not a POSIX host: no check
+        return
+    if size > INPUT_MEMORY_SHARE * memory:
+        raise SignatureError(
+            f"the inputs take {size / 2**30:.1f} GiB, more than this machine can hold beside "
+            f"the oracle ({memory / 2**30:.1f} GiB of memory): give smaller shapes"
+        )
+
+
+def check_call(kernel: Any, inputs: Sequence[Any], static: dict[str, Any], shape: str) -> None:
+    """Refuse shapes and static arguments the kernel's own signature does not take, saying
+    how many arrays it takes."""
+    import inspect
+
+    signature = inspect.signature(kernel.spec.fn)
+    positional = [
+        p
+        for p in signature.parameters.values()
+        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.name not in static
+    ]
+    required = [p.name for p in positional if p.default is p.empty]
+    varargs = any(p.kind == p.VAR_POSITIONAL for p in signature.parameters.values())
+    if len(inputs) < len(required) or (len(inputs) > len(positional) and not varargs):
+        count = (
+            f"{len(required)}"
+            if len(required) == len(positional)
+            else (f"{len(required)} to {len(positional)}")
+        )
+        names = ", ".join(p.name for p in positional)
+        raise SignatureError(
+            f"{kernel.spec.name} takes {count} array argument(s) ({names}): --shape {shape!r} "
+            f"gives {len(inputs)}; give one shape per argument, separated by commas"
+        )
+    try:
+        signature.bind_partial(*inputs, **static)  # tunables without defaults come later
+    except TypeError as e:
+        raise SignatureError(
+            f"{kernel.spec.name} cannot be called with --shape {shape} --static {static}: {e}"
+        ) from None
 
 
 @dataclass(frozen=True)
@@ -125,6 +194,7 @@ def make_task(
         raise JobError(f"trials must be a whole number of at least 1, got {trials!r}")
     if strategy not in STRATEGIES:
         raise JobError(f"unknown strategy {strategy!r}: use one of {', '.join(STRATEGIES)}")
+    check_seed(seed)
     shapes = parse_shapes(shape)
     return Task(
         kernel=kernel,
@@ -137,6 +207,17 @@ def make_task(
     )
 
 
+MAX_SEED = 2**32 - 1  # the samplers' seeds are unsigned 32-bit
+
+
+def check_seed(seed: Any, what: str = "seed") -> None:
+    """A seed is None or a whole number from 0 to 2^32 - 1."""
+    if seed is None:
+        return
+    if not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed <= MAX_SEED:
+        raise JobError(f"{what} must be a whole number from 0 to {MAX_SEED}, got {seed!r}")
+
+
 def load_job(path: str | Path) -> list[Task]:
     """The tasks of a job file, in file order (imports its `import` modules first)."""
     path = Path(path)
@@ -144,6 +225,8 @@ def load_job(path: str | Path) -> list[Task]:
         doc = tomllib.loads(path.read_text())
     except OSError as e:
         raise JobError(f"cannot read job file {path}: {e.strerror or e}") from e
+    except UnicodeDecodeError:
+        raise JobError(f"job file {path} is not text: give a TOML job file") from None
     except tomllib.TOMLDecodeError as e:
         raise JobError(f"job file {path} is not valid TOML: {e}") from e
     unknown = sorted(set(doc) - {"import", "defaults", "task"})
@@ -156,9 +239,14 @@ def load_job(path: str | Path) -> list[Task]:
         raise JobError(
             f"job file {path} lists no tasks: add [[task]] tables with kernel and shapes"
         )
+    bad = sorted(set(defaults) - _TASK_FIELDS)
+    if bad:
+        raise JobError(f"job file {path}, [defaults]: unknown field(s) {', '.join(bad)}")
     tasks = []
     for n, entry in enumerate(entries, 1):
         where = f"job file {path}, task {n}"
+        if not isinstance(entry, dict):
+            raise JobError(f"{where}: write it as a [[task]] table")
         spec = {**defaults, **entry}
         bad = sorted(set(spec) - _TASK_FIELDS)
         if bad:
@@ -173,20 +261,30 @@ def load_job(path: str | Path) -> list[Task]:
         for shape in shapes:
             for dtype in dtypes:
                 try:
-                    tasks.append(
-                        make_task(
-                            spec["kernel"],
-                            shape,
-                            dtype,
-                            static,
-                            spec.get("trials", 32),
-                            spec.get("strategy", DEFAULT_STRATEGY),
-                            spec.get("seed"),
-                        )
+                    task = make_task(
+                        spec["kernel"],
+                        shape,
+                        dtype,
+                        static,
+                        spec.get("trials", 32),
+                        spec.get("strategy", DEFAULT_STRATEGY),
+                        spec.get("seed"),
                     )
+                    check_task(task, shape)  # every task up front, not when its turn comes
                 except AutotuneError as e:
                     raise JobError(f"{where}: {e}") from None
+                tasks.append(task)
     return tasks
+
+
+def check_task(task: Task, shape: str) -> None:
+    """Refuse a task that cannot run: an unknown kernel, inputs too large for this machine,
+    shapes or static arguments the kernel does not take."""
+    from autotune import registry
+
+    kernel = registry.resolve(task.kernel)
+    check_inputs_fit(task.shapes, task.dtypes)
+    check_call(kernel, task.inputs(), task.static_dict, shape)
 
 
 def _strings(value: Any, what: str) -> list[str]:
@@ -226,9 +324,17 @@ def shard(tasks: Sequence[Task], index: int, count: int) -> list[Task]:
     return [t for k, t in enumerate(tasks) if k % count == index]
 
 
-def pending_tasks(db: Any, *, kernel: str | None = None, trials: int = 32) -> list[Task]:
-    """One task per recorded miss on this device kind (most often missed first)."""
+def pending_tasks(
+    db: Any, *, kernel: str | None = None, trials: int = 32
+) -> tuple[list[Task], dict[str, int]]:
+    """One task per recorded miss on this device kind (most often missed first), and the
+    number of misses per kernel that is not registered here (not tuned).
+
+    A miss names its kernel by registered name only: whoever can write the database must not
+    choose what this process imports, so the operator imports the user's kernels (`--import`).
+    """
     from autotune.device import current_device
+    from autotune.registry import registered
     from autotune.signature import parse_args, parse_static
 
     device = current_device()
@@ -238,8 +344,13 @@ def pending_tasks(db: Any, *, kernel: str | None = None, trials: int = 32) -> li
         device_kind=device.device_kind,
         backend=device.backend,
     )
+    known = registered()
     tasks: dict[Task, int] = {}
+    unknown: dict[str, int] = {}
     for m in misses:
+        if m["kernel"] not in known:
+            unknown[m["kernel"]] = unknown.get(m["kernel"], 0) + m["count"]
+            continue
         args = parse_args(m["signature"])
         task = Task(
             kernel=m["kernel"],
@@ -249,7 +360,7 @@ def pending_tasks(db: Any, *, kernel: str | None = None, trials: int = 32) -> li
             trials=trials,
         )
         tasks[task] = tasks.get(task, 0) + m["count"]  # misses of older kernel versions add up
-    return sorted(tasks, key=lambda t: -tasks[t])
+    return sorted(tasks, key=lambda t: -tasks[t]), unknown
 
 
 @dataclass
@@ -289,10 +400,10 @@ class JobProgress:
 
 def default_storage(db_url: str) -> str | None:
     """The study storage beside a SQLite tuning database (tuning.db -> tuning-studies.db)."""
-    from autotune.db import _sqlite_file, normalize_url
+    from autotune.db import _sqlite_file, normalize_url, sqlite_url
 
     file = _sqlite_file(normalize_url(db_url))
-    return f"sqlite:///{file.with_name(file.stem + '-studies.db')}" if file else None
+    return sqlite_url(file.with_name(file.stem + "-studies.db")) if file else None
 
 
 def run_tasks(
@@ -337,7 +448,7 @@ def run_tasks(
                 else:
                     study = study_name_of(key)
                     if force and storage:
-                        _delete_study(storage, study)
+                        delete_study(storage, study)
 
                     def on_trial(record: Any, j: int, n: int) -> None:
                         progress.trial, progress.n_trials = j, n
@@ -379,10 +490,17 @@ def run_tasks(
 def _summary(result: Any) -> str:
     config = " ".join(f"{k}={v}" for k, v in sorted(result.best_config.items()))
     speedup = f"{result.speedup:.2f}x" if result.speedup else "n/a"
-    return f"{config} {result.best_time_s * 1e3:.4f} ms, speedup {speedup}, {len(result.trials)} trials"
+    resumed = f" ({resumed_text(result)})" if result.resumed else ""
+    return f"{config} {result.best_time_s * 1e3:.4f} ms, speedup {speedup}, {len(result.trials)} trials{resumed}"
 
 
-def _delete_study(storage: str, name: str) -> None:
+def resumed_text(result: Any) -> str:
+    """'4 of 10 trials already measured': what a resumed study did not measure again."""
+    return f"{result.resumed} of {len(result.trials)} trials already measured"
+
+
+def delete_study(storage: str, name: str) -> None:
+    """Delete a study (a fresh start for its key); nothing happens if there is none."""
     import optuna
 
     from autotune.studies import optuna_url

@@ -12,10 +12,13 @@ import html
 import logging
 import math
 import re
+import textwrap
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from autotune.errors import AutotuneError
 
 log = logging.getLogger(__name__)
 W, H, PAD = 480, 260, 44  # chart size and margin, in px
@@ -209,6 +212,16 @@ def _slug(text: str) -> str:
 # ------------------------------------------------------------------ output
 
 
+def check_out(out: str | Path) -> None:
+    """Refuse an output directory that cannot be one: an existing file, or a path under one."""
+    for path in (Path(out), *Path(out).parents):
+        if path.exists():
+            if not path.is_dir():
+                where = "is" if path == Path(out) else f"is under {path}, which is"
+                raise AutotuneError(f"--out {out} {where} a file: give a directory")
+            return
+
+
 def write(db: Any, out: str | Path, kernel: str | None = None) -> tuple[Path, list[Path]]:
     """Write index.html (and PNGs where matplotlib is installed); returns their paths."""
     out = Path(out)
@@ -229,12 +242,18 @@ def write(db: Any, out: str | Path, kernel: str | None = None) -> tuple[Path, li
         )
     for entry, charts in sections:
         if "signature" in entry:
-            config = " ".join(f"{k}={v}" for k, v in sorted(entry["config"].items()))
+            config = entry["config"]
+            config = (
+                " ".join(f"{k}={v}" for k, v in sorted(config.items()))
+                if isinstance(config, dict)
+                else "(unreadable config)"
+            )
             speedup = f"{entry['speedup']:.2f}x" if entry["speedup"] else "n/a"
+            time = f"{entry['time_s'] * 1e3:.4f} ms" if entry["time_s"] else "n/a"
             parts.append(
                 f"<h2>{html.escape(entry['kernel'])} {html.escape(entry['signature'])} on "
                 f"{html.escape(entry['device_kind'])} ({html.escape(entry['backend'])})</h2>"
-                f"<p>best {html.escape(config)}: {entry['time_s'] * 1e3:.4f} ms, speedup {speedup}, "
+                f"<p>best {html.escape(config)}: {time}, speedup {speedup}, "
                 f"{entry['n_trials']} trials, {entry['n_rejected']} rejected</p>"
             )
         else:
@@ -258,31 +277,43 @@ def _write_pngs(sections: list, out: Path) -> list[Path] | None:
     paths = []
     for _, charts in sections:
         for c in charts:
-            fig, ax = plt.subplots(figsize=(W / 100, H / 100), dpi=100)
-            d = c.data
-            if c.kind == "history":
-                ax.plot(d["times"], "o", label="trial")
-                ax.plot(d["best"], "-", label="best so far")
-                ax.set(xlabel="trial", ylabel="ms")
-                ax.legend()
-            elif c.kind == "importance":
-                ax.barh(list(d["importances"]), list(d["importances"].values()))
-                ax.invert_yaxis()
-            elif c.kind == "heatmap":
-                grid = [[d["cells"].get((x, y), float("nan")) for x in d["xs"]] for y in d["ys"]]
-                im = ax.imshow(grid, origin="lower", aspect="auto")
-                ax.set_xticks(range(len(d["xs"])), [str(x) for x in d["xs"]])
-                ax.set_yticks(range(len(d["ys"])), [str(y) for y in d["ys"]])
-                ax.set(xlabel=d["a"], ylabel=d["b"])
-                fig.colorbar(im, ax=ax, label="ms")
-            else:
-                ax.barh(d["labels"], d["values"])
-                ax.axvline(1.0, color="gray", linestyle="--")
-                ax.invert_yaxis()
-            ax.set_title(c.title, fontsize=8)
-            fig.tight_layout()
+            fig = draw_png(c)
             path = out / f"{c.name}.png"
             fig.savefig(path)
             plt.close(fig)
             paths.append(path)
     return paths
+
+
+PNG_TITLE_CHARS = 70  # a title line that fits the chart's width at its font size
+
+
+def draw_png(c: Chart) -> Any:
+    """The matplotlib figure of a chart (needs matplotlib)."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(W / 100, H / 100), dpi=100)
+    d = c.data
+    if c.kind == "history":
+        ax.plot(d["times"], "o", label="trial")
+        ax.plot(d["best"], "-", label="best so far")
+        ax.set(xlabel="trial", ylabel="ms")
+        ax.legend()
+    elif c.kind == "importance":
+        ax.barh(list(d["importances"]), list(d["importances"].values()))
+        ax.invert_yaxis()
+    elif c.kind == "heatmap":
+        grid = [[d["cells"].get((x, y), float("nan")) for x in d["xs"]] for y in d["ys"]]
+        im = ax.imshow(grid, origin="lower", aspect="auto")
+        ax.set_xticks(range(len(d["xs"])), [str(x) for x in d["xs"]])
+        ax.set_yticks(range(len(d["ys"])), [str(y) for y in d["ys"]])
+        ax.set(xlabel=d["a"], ylabel=d["b"])
+        fig.colorbar(im, ax=ax, label="ms")
+    else:
+        ax.barh(d["labels"], d["values"])
+        ax.axvline(1.0, color="gray", linestyle="--")
+        ax.invert_yaxis()
+    # over the figure, not the axes (which long labels push right), and wrapped to its width
+    fig.suptitle(textwrap.fill(c.title, PNG_TITLE_CHARS), fontsize=8)
+    fig.tight_layout()
+    return fig

@@ -251,7 +251,7 @@ class AutotunedKernel:
         """What a call with these arguments would use: config, source ("db", "nearest",
         "default"), key (a dict) and signature."""
         overrides = {k: kwargs.pop(k) for k in self.spec.tunables & kwargs.keys()}
-        r = self.resolve(args, kwargs)
+        r = self.resolve(args, kwargs, record_miss=False)  # a question, not a call to count
         config = {**r.config, **overrides}
         return {
             "config": config,
@@ -290,8 +290,11 @@ class AutotunedKernel:
 
     # ------------------------------------------------------------------ lookup
 
-    def resolve(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Resolution:
-        """Look the configuration for a call up: database, then the fallback policy."""
+    def resolve(
+        self, args: Sequence[Any], kwargs: Mapping[str, Any], record_miss: bool = True
+    ) -> Resolution:
+        """Look the configuration for a call up: database, then the fallback policy; a miss
+        is recorded for `autotune tune --pending` unless `record_miss` is False."""
         device = current_device()
         sig = self.spec.signature(args, kwargs, device)
         key = self.spec.key(sig, device)
@@ -309,7 +312,7 @@ class AutotunedKernel:
                     f"{message} (strict mode): re-tune it, or check it with `autotune db check`"
                 )
             _warn_once(f"invalid:{key}", f"pallas-autotune: {message}; using the fallback")
-        if db:
+        if db and record_miss:
             _db_call("recording a miss", lambda: db.record_miss(key))
         if settings.strict:
             raise AutotuneError(

@@ -301,6 +301,8 @@ def run_search(
         while claimed:
             time.sleep(0.5)
             measured, claimed = _refresh(shared, enc)
+        if len(measured) >= budget:  # spent for every worker (a time limit is this one's own)
+            shared.close_queue()
         return list(measured.values())
     return results
 

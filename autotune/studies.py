@@ -7,6 +7,7 @@ on configurations being measured, heartbeats, and the release of dead workers' c
 from __future__ import annotations
 
 import contextlib
+import datetime
 import os
 import socket
 import threading
@@ -44,7 +45,12 @@ class SharedStudy:
     def __init__(self, storage: str, study_name: str | None, sampler: Any) -> None:
         if not study_name:
             raise SpaceError("a study in a storage needs a study_name")
+        from autotune.db import _create_private_file, _sqlite_file
+
         self.worker = f"{socket.gethostname()}:{os.getpid()}"
+        file = _sqlite_file(optuna_url(storage))
+        if file is not None and file.parent.is_dir():
+            _create_private_file(file)  # as private as the tuning database beside it
         for attempt in range(5):
             try:
                 self.storage = optuna.storages.RDBStorage(
@@ -65,6 +71,13 @@ class SharedStudy:
             sampler=sampler,
             load_if_exists=True,
         )
+
+    def n_measured(self) -> int:
+        """How many configurations the study's workers (this one's earlier runs included) have
+        measured so far."""
+        states = (TrialState.COMPLETE, TrialState.PRUNED)
+        trials = self.study.get_trials(deepcopy=False, states=states)
+        return sum("status" in t.user_attrs for t in trials)
 
     def refresh(self, enc: Any) -> tuple[dict[tuple, tuple], set[tuple]]:
         """The study's measured configs (config, value, status, detail of the first
@@ -117,15 +130,29 @@ class SharedStudy:
     def heartbeat(self, trial: optuna.Trial) -> _Heartbeat:
         return _Heartbeat(self.storage, trial._trial_id)
 
+    def close_queue(self) -> None:
+        """Fail the trials still queued (WAITING): the study's budget is spent, and nobody
+        will ask for them; left alone they would read as work still to do."""
+        for t in self.study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
+            self._fail(t)
+
     def _release_dead(self) -> None:
         optuna.storages.fail_stale_trials(self.study)
         host = socket.gethostname()
+        grace = datetime.timedelta(seconds=3 * HEARTBEAT_S)
         for t in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
             worker_host, _, pid = str(t.user_attrs.get("worker", "")).partition(":")
             if worker_host == host and pid.isdigit() and not _alive(int(pid)):
-                # another worker may have released it first
-                with contextlib.suppress(optuna.exceptions.UpdateFinishedTrialError):
-                    self.storage.set_trial_state_values(t._trial_id, TrialState.FAIL)
+                self._fail(t)
+            elif "worker" not in t.user_attrs and _age(t) > grace:
+                # asked for, then its worker was killed before it claimed the trial: no claim
+                # and no heartbeat will ever release it
+                self._fail(t)
+
+    def _fail(self, trial: Any) -> None:
+        # another worker may have finished it first
+        with contextlib.suppress(optuna.exceptions.UpdateFinishedTrialError):
+            self.storage.set_trial_state_values(trial._trial_id, TrialState.FAIL)
 
 
 class _Heartbeat:
@@ -150,6 +177,11 @@ class _Heartbeat:
         self.thread.join()
 
 
+def _age(trial: Any) -> datetime.timedelta:
+    """How long ago a running trial was started (Optuna stores local naive times)."""
+    return datetime.datetime.now() - (trial.datetime_start or datetime.datetime.now())
+
+
 def _alive(pid: int) -> bool:
     if pid == os.getpid():
         return True
@@ -169,7 +201,9 @@ def optuna_url(url: str) -> str:
     if "://" not in url:
         from pathlib import Path
 
-        return f"sqlite:///{Path(url).expanduser().resolve()}"
+        from autotune.db import sqlite_url
+
+        return sqlite_url(Path(url).expanduser().resolve())
     return url
 
 

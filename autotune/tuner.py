@@ -14,13 +14,14 @@ from typing import Any
 import numpy as np
 
 from autotune import registry, runtime
-from autotune.errors import DatabaseError, KernelError, SignatureError, SpaceError
+from autotune.errors import KernelError, SignatureError, SpaceError
 from autotune.finalists import Finalist, remeasure
 from autotune.measure import DEFAULT_POLICY, TimingPolicy
 from autotune.oracle import make_oracle
 from autotune.search import Evaluation, run_search
 from autotune.signature import TuningKey, is_array
 from autotune.strategies import DEFAULT_STRATEGY
+from autotune.studies import SharedStudy
 from autotune.warmstart import warm_starts
 from autotune.worker import DEFAULT_LIMITS, DeviceWorker, InProcessWorker, WorkerLimits
 
@@ -69,10 +70,30 @@ class TuneResult:
     oracle_s: float = 0.0  # compiling and running the default in interpret mode, checking it
     oracle: str = ""  # which oracle judged the candidates: "interpret" or "reference"
     worker_start_s: float = 0.0  # starting the first device worker (0 in process)
+    resumed: int = 0  # trials measured by earlier runs of the study before this one began
 
     @property
     def speedup(self) -> float | None:
         return self.default_time_s / self.best_time_s if self.default_time_s else None
+
+    @property
+    def why_default_kept(self) -> str | None:
+        """Why the default won although a candidate measured faster at first (None if none
+        did): the side-by-side re-measurement found the difference within the noise."""
+        if self.best_config != self.default_config:
+            return None
+        default = next((f for f in self.finalists if f.config == self.default_config), None)
+        faster = [f for f in self.finalists if default and f.first_s < default.first_s]
+        if not faster:
+            return None
+        f = min(faster, key=lambda f: f.first_s)
+        config = " ".join(f"{k}={v}" for k, v in sorted(f.config.items()))
+        return (
+            f"{config} measured faster at first ({f.first_s * 1e3:.4f} ms against the default's "
+            f"{default.first_s * 1e3:.4f} ms), but side by side with the default "
+            f"({f.time_s * 1e3:.4f} ms against {default.time_s * 1e3:.4f} ms) not beyond the "
+            "noise, so the default was kept"
+        )
 
     @property
     def n_rejected(self) -> int:
@@ -260,11 +281,6 @@ def _tune(
     else:
         worker.set_oracle(oracle.output)
     run_id = uuid.uuid4().hex
-    if storage and store and _same_database(storage, db):
-        raise DatabaseError(  # Optuna's tables (one is `trials`) would collide with ours
-            f"the study storage {storage} is the tuning database itself: give the studies "
-            "their own database (e.g. .../studies beside .../tuning)"
-        )
     handle = _open_db(db) if store else None
 
     def measure(config: dict[str, Any], is_default: bool = False) -> TrialRecord:
@@ -275,14 +291,17 @@ def _tune(
             (record.db_id,) = handle.add_trials(key, run_id, [record.as_dict()])
         return record
 
-    measured_here = 0
+    study = (study_name or study_name_of(key)) if storage else None
+    # trials an interrupted run (or another worker) measured: they count against the budget
+    resumed = SharedStudy(storage, study, None).n_measured() if storage else 0
+    measured = resumed
 
     def evaluate(config: dict[str, Any]) -> Evaluation:
-        nonlocal measured_here
+        nonlocal measured
         record = measure(config)
-        measured_here += 1
+        measured += 1
         if progress:
-            progress(record, measured_here, min(n_trials, len(valid)))
+            progress(record, measured, min(n_trials, len(valid)))
         value = record.time_s if record.status == "ok" else None
         return Evaluation(config, value, record.status, detail=record.as_dict())
 
@@ -300,15 +319,21 @@ def _tune(
             time_limit_s=time_limit_s,
             patience=patience,
             storage=storage,
-            study_name=(study_name or study_name_of(key)) if storage else None,
+            study_name=study,
             upcoming=worker.prefetch,
         )
         # with a storage, these are every worker's trials of the study, resumed ones included
         trials = [TrialRecord(**ev.detail) for ev in evaluations]
-        result = _result(spec, sig, key, trials, default, measure, run_id, worker, n_finalists)
-        result.oracle_s, result.oracle = oracle_s, oracle.name
+        # another worker of the study may have stored its winner: re-measured beside ours, the
+        # entry is decided from side-by-side figures, not from two machines' lucky samples
+        stored = handle.best(key) if handle is not None and storage else None
+        rival = stored if stored and stored["trial_id"] in {t.db_id for t in trials} else None
+        result = _result(
+            spec, sig, key, trials, default, measure, run_id, worker, n_finalists, rival
+        )
+        result.oracle_s, result.oracle, result.resumed = oracle_s, oracle.name, resumed
         if handle is not None:
-            result.db_url = _store(handle, result, strategy, device, shared=storage is not None)
+            result.db_url = _store(handle, result, strategy, device, storage is not None, rival)
             runtime.clear_memo()
     finally:
         if handle is not None and handle is not db:
@@ -333,12 +358,6 @@ def study_name_of(key: TuningKey) -> str:
     return f"{key.kernel}@{key.kernel_version}/" + hashlib.sha256(name.encode()).hexdigest()
 
 
-def _same_database(storage: str, db: Any) -> bool:
-    from autotune.db import normalize_url
-
-    return normalize_url(storage) == (db.url if hasattr(db, "url") else normalize_url(db))
-
-
 def _open_db(db: Any) -> Any:
     from autotune.db import TuningDB
 
@@ -355,12 +374,19 @@ def _result(
     run_id: str,
     worker: Any,
     n_finalists: int,
+    rival: dict[str, Any] | None = None,
 ) -> TuneResult:
-    """The winner among `trials`, after the finalists' interleaved re-measurement."""
+    """The winner among `trials`, after the finalists' interleaved re-measurement (`rival`,
+    another worker's stored entry, among them)."""
     default_trial = next((t for t in trials if t.is_default), None)
     if default_trial is None:  # the default lies outside the space: measure it as the baseline
         default_trial = measure(default, is_default=True)
     ok = [t for t in trials if t.status == "ok"]
+    if not trials:  # the budget has at least one trial and one valid config: time ran out
+        raise KernelError(
+            f"the time limit ran out before any candidate of {spec.name} for {sig.text} was "
+            "measured: give more time (--time-limit / time_limit_s)"
+        )
     if not ok:
         raise KernelError(
             f"no candidate of {spec.name} for {sig.text} ran and matched the oracle "
@@ -372,7 +398,8 @@ def _result(
     ranked: list[Finalist] = []
     finalists_start = time.perf_counter()
     if n_finalists > 0:
-        ranked = remeasure(worker, ok, default, n_finalists)  # the default among them if ok
+        also = [rival["config"]] if rival else []
+        ranked = remeasure(worker, ok, default, n_finalists, also)  # the default too, if ok
         best = next(t for t in ok if t.config == ranked[0].config)
         best_time_s = ranked[0].time_s
         default_time_s = next((f.time_s for f in ranked if f.config == default), default_time_s)
@@ -391,8 +418,16 @@ def _result(
     return result
 
 
-def _store(handle: Any, result: TuneResult, strategy: str, device: Any, *, shared: bool) -> str:
-    """The best entry (its trials are stored as they are measured)."""
+def _store(
+    handle: Any,
+    result: TuneResult,
+    strategy: str,
+    device: Any,
+    shared: bool,
+    rival: dict[str, Any] | None,
+) -> str:
+    """The best entry (its trials are stored as they are measured); `rival` is the entry
+    another worker of the study had stored when the finalists were chosen."""
     best = next(t for t in result.trials if t.config == result.best_config and t.status == "ok")
     entry = {
         "config": result.best_config,
@@ -409,8 +444,13 @@ def _store(handle: Any, result: TuneResult, strategy: str, device: Any, *, share
         "jaxlib_version": device.jaxlib_version,
         "runtime_version": device.runtime_summary,
     }
-    if shared:  # workers of one study finish in any order: keep the fastest of them all
-        handle.put_best_among(result.key, entry, {t.db_id for t in result.trials})
+    if shared:  # workers of one study finish in any order
+        compared = [
+            rival["trial_id"]
+            for f in result.finalists
+            if rival and f.config == rival["config"] and f.timing is not None
+        ]
+        handle.put_best_among(result.key, entry, {t.db_id for t in result.trials}, compared)
     else:
         handle.put_best(result.key, entry)
     log.info("stored %s %s: %s", result.kernel, result.key.signature, result.best_config)

@@ -357,10 +357,11 @@ class DeviceWorker:
         """The trial fields of one candidate; `crashed` / `timeout` if the worker did not
         survive it (the next request starts a fresh worker)."""
         config = dict(config)
-        stage = "compile"
+        stage, sent = "compile", False
         try:
-            self._ensure_started()
+            fresh = self._ensure_started()
             self._send(("measure", config))
+            sent = True
             # the limit counts from the request: a compile still running ahead gets no more
             deadline = time.monotonic() + self.limits.compile_s
             while True:
@@ -375,6 +376,9 @@ class DeviceWorker:
                 # a compile ahead may have killed it, not this config: see the class docstring
                 self._suspects |= self._prefetched
                 return self.measure(config)  # in a fresh worker, which has nothing ahead
+            if not sent and not fresh:
+                # it died between trials (killed for memory, say): this config never reached it
+                return self.measure(config)  # in a fresh worker
             return {"config": config, "status": d.status, "error": str(d)}
 
     def interleaved(
@@ -412,10 +416,13 @@ class DeviceWorker:
 
     # ---------------------------------------------------------------- process
 
-    def _ensure_started(self) -> None:
-        if self._proc is None:
-            self.restarts += 1
-            self._start()
+    def _ensure_started(self) -> bool:
+        """Start a fresh worker if there is none; True if one was started."""
+        if self._proc is not None:
+            return False
+        self.restarts += 1
+        self._start()
+        return True
 
     def _start(self) -> Any:
         env = dict(os.environ)
@@ -456,7 +463,9 @@ class DeviceWorker:
                 os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
         for stream in (proc.stdin, proc.stdout):
-            stream.close()
+            # a request that failed to send is still buffered: closing retries it, into a dead pipe
+            with contextlib.suppress(OSError):
+                stream.close()
 
     def _send(self, message: Any) -> None:
         data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)

@@ -100,7 +100,8 @@ def test_check_reports_every_tpu_candidate(subprocess_env):
     assert "7 candidates, 7 accepted by the constraints, 0 of those do not lower" in out.stdout
     assert out.stdout.count(" yes") == 7
     bad = run(["check", "vector_add", "--shape", "5000"], subprocess_env, check_rc=2)
-    assert "missing a required argument: 'y'" in bad.stderr and "Traceback" not in bad.stderr
+    assert "vector_add takes 2 array argument(s) (x, y)" in bad.stderr
+    assert "Traceback" not in bad.stderr
 
 
 def test_tune_isolates_by_default_and_records_a_crash(subprocess_env):
@@ -110,6 +111,124 @@ def test_tune_isolates_by_default_and_records_a_crash(subprocess_env):
     trials = json.loads(run(["db", "trials", "--format", "json"], subprocess_env).stdout)
     assert sorted(t["status"] for t in trials) == ["crashed", "ok"]
     bad = run([*args, "--run-timeout", "0"], subprocess_env, check_rc=2)
-    assert "--run-timeout must be positive" in bad.stderr
+    assert "--run-timeout must be a positive number of seconds" in bad.stderr
     bad = run([*args, "--compile-workers", "-1"], subprocess_env, check_rc=2)
     assert "--compile-workers must be 0 or more, got -1" in bad.stderr
+
+
+@pytest.mark.slow
+def test_plain_tune_killed_mid_run_resumes_and_a_finished_one_starts_afresh(subprocess_env, db_url):
+    import os
+    import signal
+
+    cmd = ["tune", "matmul", "--shape", "32x64,64x32", "--trials", "6", "--seed", "0"]
+    env = dict(subprocess_env, PYTHONUNBUFFERED="1")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "autotune.cli", *cmd], env=env, stdout=subprocess.PIPE, text=True
+    )
+    for line in proc.stdout:
+        if "trial   3/6" in line:
+            os.kill(proc.pid, signal.SIGKILL)
+            break
+    proc.wait(timeout=60)
+    proc.stdout.close()
+    stored = len(TuningDB(db_url).trials())
+    assert stored >= 3 and TuningDB(db_url).query() == []
+
+    out = run(cmd, subprocess_env).stdout
+    done = int(out.split("resumed: ")[1].split(" of 6 trials already measured")[0])
+    assert done >= 2  # trial 3 was stored; the kill may land before its study heard of it
+    assert out.count("trial ") == 6 - done
+    assert len(TuningDB(db_url).trials()) <= 7  # at most the one in flight measured twice
+    (entry,) = TuningDB(db_url).query()
+    assert entry["n_trials"] == 6
+
+    again = run(cmd, subprocess_env).stdout  # finished: its study is gone, this one is new
+    assert "resumed" not in again and again.count("trial ") == 6
+
+
+JUNK = bytes(range(128, 256)) * 4
+VALID_JOB = '[[task]]\nkernel = "vector_add"\nshape = "256,256"\n'
+BAD_INPUT = {
+    "negative seed": (["tune", "matmul", "--shape", "32x32,32x32", "--seed", "-1"], "--seed must"),
+    "seed above 2^32": (
+        ["tune", "matmul", "--shape", "32x32,32x32", "--seed", str(2**32)],
+        "--seed must",
+    ),
+    "run timeout nan": (
+        ["tune", "matmul", "--shape", "32x32,32x32", "--run-timeout", "nan"],
+        "--run-timeout must be a positive",
+    ),
+    "time limit nan": (
+        ["tune", "matmul", "--shape", "32x32,32x32", "--time-limit", "nan"],
+        "--time-limit must be a positive",
+    ),
+    "binary job file": (["tune", "--job", "junk.bin"], "job file junk.bin is not text"),
+    "binary import": (["db", "import", "junk.bin"], "junk.bin is not JSON"),
+    "import of another JSON": (["db", "import", "other.json"], "not a pallas-autotune export"),
+    "driver not installed": (["db", "list", "--db", "mysql://u@h/x"], "driver is not installed"),
+    "storage not a URL": (
+        ["tune", "--job", "job.toml", "--storage", "notaurl://x"],
+        "--storage notaurl://x is not a database URL",
+    ),
+    "report into a file": (["report", "--out", "a_file"], "--out a_file is a file"),
+    "report under a file": (["report", "--out", "a_file/sub"], "under a_file, which is a file"),
+    "id beyond any database": (["db", "show", "1" + "0" * 25], "no entry with id"),
+    "inputs beyond memory": (
+        ["tune", "matmul", "--shape", "1048576x1048576,1048576x1048576"],
+        "GiB, more than this machine can hold",
+    ),
+    "float64 without x64": (
+        ["tune", "matmul", "--shape", "64x64,64x64", "--dtype", "float64"],
+        "JAX_ENABLE_X64=1",
+    ),
+    "check of zero dims": (["check", "matmul", "--shape", "0x0,0x0"], "zero dimension"),
+    "a zero dimension": (
+        ["tune", "matmul", "--shape", "0x64,64x64"],
+        "argument 1 (0x64) has a zero dimension",
+    ),
+    "one shape for two arrays": (
+        ["tune", "matmul", "--shape", "64x64"],
+        "matmul takes 2 array argument(s) (x, y)",
+    ),
+    "unknown dtype filter": (["db", "list", "--dtype", "float23"], "unknown dtype 'float23'"),
+    "misspelled kernel in task 2": (
+        ["tune", "--job", "typo.toml"],
+        "typo.toml, task 2: unknown kernel 'matmull'",
+    ),
+    "unknown default": (
+        ["tune", "--job", "defaults.toml"],
+        "defaults.toml, [defaults]: unknown field(s) bogus",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", BAD_INPUT)
+def test_bad_input_is_one_line_with_exit_2_and_writes_nothing(case, tmp_path, monkeypatch, capsys):
+    from autotune.cli import main
+
+    argv, words = BAD_INPUT[case]
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PALLAS_AUTOTUNE_DB", str(tmp_path / "tuning.db"))
+    (tmp_path / "junk.bin").write_bytes(JUNK)
+    (tmp_path / "other.json").write_text('{"entries": []}')
+    (tmp_path / "a_file").write_text("")
+    (tmp_path / "job.toml").write_text(VALID_JOB)
+    (tmp_path / "typo.toml").write_text(VALID_JOB + VALID_JOB.replace("vector_add", "matmull"))
+    (tmp_path / "defaults.toml").write_text("[defaults]\nbogus = 1\n" + VALID_JOB)
+    before = sorted(tmp_path.iterdir())
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("autotune: error: ") and err.count("\n") == 1, err
+    assert words in err
+    assert sorted(tmp_path.iterdir()) == before  # no database, no studies, no report
+
+
+def test_a_time_limit_that_ends_before_any_trial_says_so(subprocess_env):
+    proc = run(
+        ["tune", "vector_add", "--shape", "256,256", "--time-limit", "1e-9", "--no-isolate"],
+        subprocess_env,
+        check_rc=2,
+    )
+    assert "the time limit ran out before any candidate" in proc.stderr
+    assert "--time-limit" in proc.stderr and "()" not in proc.stderr

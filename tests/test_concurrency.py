@@ -132,10 +132,10 @@ def assert_consistent(path):
     conn = sqlite3.connect(path)
     assert conn.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
     key = "kernel, kernel_version, platform, device_kind, backend, signature, static"
-    results = conn.execute(f"SELECT id, trial_id, config, {key} FROM results").fetchall()
+    results = conn.execute(f"SELECT id, trial_id, config, {key} FROM autotune_results").fetchall()
     for rid, trial_id, config, *rkey in results:
         trial = conn.execute(
-            f"SELECT status, config, {key} FROM trials WHERE id = ?", (trial_id,)
+            f"SELECT status, config, {key} FROM autotune_trials WHERE id = ?", (trial_id,)
         ).fetchone()
         assert trial is not None, f"best entry {rid} points at missing trial {trial_id}"
         status, tconfig, *tkey = trial

@@ -7,6 +7,9 @@ import sys
 import textwrap
 
 from autotune import TuningDB
+from autotune.jobs import default_storage
+from autotune.signature import TuningKey
+from autotune.studies import SharedStudy
 
 
 def test_round_trip_across_two_processes(subprocess_env, db_url):
@@ -61,3 +64,22 @@ def test_default_database_is_private_to_the_user(tmp_path, monkeypatch):
     assert db.url == f"sqlite:///{path}"
     assert stat.S_IMODE(os.stat(path.parent).st_mode) == 0o700
     assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+
+
+def test_file_paths_are_taken_exactly(tmp_path):
+    # a URL would read `?` as a query, `%69` as an escape and `#` as a fragment
+    for name in ("a?b.db", "we%69rd.db", "c#d.db"):
+        path = tmp_path / name
+        with TuningDB(path) as db:
+            db.record_miss(TuningKey("k", "1", "cpu", "cpu", "interpret", "f32[8]"))
+        assert len(TuningDB(path).misses()) == 1
+        SharedStudy(default_storage(str(path)), "s", sampler=None)
+        assert (tmp_path / (path.stem + "-studies.db")).is_file()
+    names = {p.name for p in tmp_path.iterdir()}
+    assert {"a", "weird.db", "c"}.isdisjoint(names)
+    assert {"a?b.db", "we%69rd.db", "c#d.db"} <= names
+
+
+def test_a_jobs_studies_file_is_private_to_the_user(tmp_path):
+    SharedStudy(default_storage(str(tmp_path / "tuning.db")), "s", sampler=None)
+    assert stat.S_IMODE(os.stat(tmp_path / "tuning-studies.db").st_mode) == 0o600

@@ -155,6 +155,26 @@ def test_show_and_stats(filled, capsys, db_url):
     assert stats[("scale", "cpu")]["median_speedup"] == 2.0
     rc, out, _ = cli(capsys, "db", "stats", "--format", "csv")
     assert out.splitlines()[0].startswith("kernel,device_kind,entries,trials,misses")
+    rc, out, _ = cli(capsys, "db", "stats")  # the table has the figures too
+    head, *rows = out.splitlines()
+    assert head.split() == [
+        "kernel",
+        "device_kind",
+        "entries",
+        "trials",
+        "misses",
+        "median_speedup",
+        "max_speedup",
+    ]
+    assert rows[0].split()[-2:] == ["2.00x", "2.00x"]
+
+
+def test_a_miss_is_answered_when_its_key_is_tuned(db_url):
+    with TuningDB(db_url) as db:
+        db.record_miss(key())
+        db.record_miss(key("f32[999,128]"))
+        put(db, key(), 8, 1e-3)
+        assert [m["signature"] for m in db.misses()] == ["f32[999,128]"]
 
 
 def test_python_api_queries_with_the_same_filters(filled):
@@ -162,3 +182,23 @@ def test_python_api_queries_with_the_same_filters(filled):
     assert len(db.query(kernel="scale", device_kind="TPU v5 lite")) == 2
     assert [e["signature"] for e in db.query(dtype="bfloat16")] == ["bf16[64,128]"]
     assert [e["platform"] for e in db.query(platform="cpu")] == ["cpu"]
+
+
+def test_every_command_that_resolves_kernels_sees_your_own_with_import(
+    tmp_path, subprocess_env, db_url
+):
+    # a fresh process knows only the shipped kernels until --import registers the user's
+    from test_cli import run
+
+    with TuningDB(db_url) as db:
+        put(db, key(platform="cpu", device_kind="cpu"), 16, 1e-3)
+        put(db, key("f32[32,128]", version="old", platform="cpu", device_kind="cpu"), 8, 1e-3)
+    imp = ["--import", "toy_kernels"]
+    assert "picky_scale" in run(["kernels", *imp], subprocess_env).stdout
+    check = run(["db", "check", *imp], subprocess_env, check_rc=1).stdout
+    assert "not registered" not in check and "stale" in check
+    stale = run(["db", "stale", "--format", "json", *imp], subprocess_env).stdout
+    assert [r["signature"] for r in json.loads(stale)] == ["f32[32,128]"]
+    pruned = run(["db", "prune", *imp], subprocess_env).stdout
+    assert pruned.startswith("deleted 1 stale entries")
+    assert run(["db", "check", *imp], subprocess_env).stdout.endswith("no problems found\n")

@@ -4,6 +4,7 @@ import collections
 import json
 import subprocess
 import sys
+import time
 
 import optuna
 import pytest
@@ -89,3 +90,59 @@ def test_three_workers_share_one_study_and_store_its_best_trial(
         f"trials per worker {sorted(per_worker.values())}, duplicates {duplicates}, "
         f"study trials {len(study.trials)} ({len(given_up)} failed: repeats and given-up claims)"
     )
+
+
+def test_a_finished_shared_study_leaves_nothing_queued_or_running(tmp_path, monkeypatch):
+    from autotune import studies
+    from autotune.search import Evaluation, run_search
+    from autotune.space import Param, Space
+
+    storage = f"sqlite:///{tmp_path / 'studies.db'}"
+    space = Space((Param("b", tuple(range(12))),))
+    valid = [{"b": b} for b in range(12)]
+
+    def evaluate(config):
+        return Evaluation(config, 1.0 + config["b"], detail={"b": config["b"]})
+
+    # a worker killed between asking for a trial and claiming it leaves it RUNNING, unclaimed
+    monkeypatch.setattr(studies, "HEARTBEAT_S", 0.5)
+    orphan = studies.SharedStudy(storage, "s", None).study.ask()
+    time.sleep(2.0)  # older than the grace period of three heartbeats
+    found = run_search(
+        space,
+        None,
+        evaluate,
+        n_trials=4,
+        strategy="grid",
+        valid=valid,
+        storage=storage,
+        study_name="s",
+    )
+    assert len(found) == 4
+    study = optuna.load_study(study_name="s", storage=storage)
+    states = {t.state for t in study.trials}
+    assert optuna.trial.TrialState.WAITING not in states  # the grid's unused queue is closed
+    assert study.trials[orphan.number].state == optuna.trial.TrialState.FAIL
+    assert optuna.trial.TrialState.RUNNING not in states
+
+
+def test_a_later_worker_judges_the_stored_winner_side_by_side(tmp_path, db_url):
+    import sqlite3
+
+    from toy_kernels import make_input, scale
+
+    import autotune
+
+    storage = f"sqlite:///{tmp_path / 'studies.db'}"
+    x = make_input(rows=32)  # block_rows 8, 16, 32 fit
+    autotune.tune(scale, [x], n_trials=2, db=db_url, storage=storage, strategy="grid")
+    (first,) = TuningDB(db_url).query()
+    conn = sqlite3.connect(db_url)
+    with conn:  # a lucky sample on the first worker's machine: a figure 1000x too fast
+        conn.execute("UPDATE autotune_results SET time_s = time_s / 1000")
+    conn.close()
+    second = autotune.tune(scale, [x], n_trials=3, db=db_url, storage=storage, strategy="grid")
+    assert first["config"] in [f.config for f in second.finalists]  # re-measured side by side
+    (entry,) = TuningDB(db_url).query()
+    assert entry["config"] == second.best_config
+    assert entry["time_s"] == pytest.approx(second.best_time_s)  # not the lucky figure

@@ -13,7 +13,9 @@ from test_cli import run
 from toy_kernels import make_input, scale
 
 from autotune import TuningDB, configure
+from autotune.device import current_device
 from autotune.jobs import JobError, load_job, parse_shard, shard
+from autotune.signature import TuningKey
 from autotune.strategies import DEFAULT_STRATEGY, STRATEGIES
 
 JOB = """
@@ -83,7 +85,9 @@ def test_shards_split_a_job_deterministically(tmp_path):
 
 def test_a_job_takes_every_strategy_and_defaults_to_the_default(tmp_path):
     def strategy(line):
-        (task,) = load_job(write(tmp_path, f"[[task]]\nkernel = 'm'\nshapes = ['8']\n{line}"))
+        (task,) = load_job(
+            write(tmp_path, f"[[task]]\nkernel = 'vector_add'\nshapes = ['8,8']\n{line}")
+        )
         return task.strategy
 
     assert strategy("") == DEFAULT_STRATEGY
@@ -135,8 +139,35 @@ def test_pending_tunes_what_model_code_missed(subprocess_env, db_url):
     assert out.strip().endswith("2 tuned, 0 skipped, 0 failed")
     configure(db=db_url)
     assert scale.explain(x)["source"] == "db"
+    assert run(["db", "misses"], subprocess_env).stdout.strip() == "(no rows)"  # answered
     again = run(["tune", "--pending", "--import", "toy_kernels"], subprocess_env).stdout
-    assert again.strip().endswith("0 tuned, 2 skipped, 0 failed")
+    assert again.startswith("0 task(s)")
+
+
+def test_pending_never_imports_a_module_that_a_miss_names(tmp_path, subprocess_env, db_url):
+    # whoever can write a shared database must not run code on the tuning hosts
+    (tmp_path / "planted.py").write_text("open('ran', 'w').close()\n")
+    device = current_device()
+    with TuningDB(db_url) as db:
+        for kernel in ("planted:kernel", "planted"):
+            db.record_miss(
+                TuningKey(
+                    kernel, "1", device.platform, device.device_kind, device.backend, "f32[8]"
+                )
+            )
+    proc = subprocess.run(
+        [sys.executable, "-m", "autotune.cli", "tune", "--pending"],
+        env=subprocess_env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert not (tmp_path / "ran").exists()
+    assert "skipped 1 pending miss(es) of kernel 'planted:kernel': not registered" in proc.stdout
+    assert "--import MODULE" in proc.stdout
+    assert proc.stdout.strip().endswith("0 tuned, 0 skipped, 0 failed")
 
 
 @pytest.mark.slow

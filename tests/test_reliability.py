@@ -4,6 +4,7 @@ fallback, warns once per cause, raises AutotuneError in strict mode, and `db che
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -129,7 +130,7 @@ def newer_schema(path):
 def _tampered_config(config_text):
     def case(path):
         store(path, make_input(rows=64))
-        tamper(path, "UPDATE results SET config = ?", config_text)
+        tamper(path, "UPDATE autotune_results SET config = ?", config_text)
         return "ignored", "config not served"
 
     return case
@@ -137,13 +138,13 @@ def _tampered_config(config_text):
 
 def tampered_column_type(path):
     store(path, make_input(rows=64))
-    tamper(path, "UPDATE results SET tuned_at = 'yesterday'")
+    tamper(path, "UPDATE autotune_results SET tuned_at = 'yesterday'")
     return "lookup failed", None  # the check reads only the columns it validates
 
 
 def wrong_device_kind(path):
     store(path, make_input(rows=64))
-    tamper(path, "UPDATE results SET device_kind = 'TPU v5 lite'")
+    tamper(path, "UPDATE autotune_results SET device_kind = 'TPU v5 lite'")
     return None, "device kind 'TPU v5 lite' is not a cpu device"
 
 
@@ -283,12 +284,59 @@ def test_unreadable_file_for_an_unprivileged_process():
         shutil.rmtree(folder)
 
 
+@contextlib.contextmanager
+def read_only_folder(folder):
+    """The folder and its files cannot be written, as on a read-only mount. Root writes
+    whatever the mode says, so for root the folder is made immutable (chattr +i) instead."""
+    files = [p for p in Path(folder).iterdir()]
+    if os.geteuid() == 0:
+        if shutil.which("chattr") is None:
+            pytest.skip("root ignores file modes, and chattr is not here")
+        subprocess.run(["chattr", "+i", folder], check=True)
+    else:
+        for p in files:
+            os.chmod(p, 0o400)
+        os.chmod(folder, 0o500)
+    try:
+        yield
+    finally:
+        if os.geteuid() == 0:
+            subprocess.run(["chattr", "-i", folder], check=True)
+        else:
+            os.chmod(folder, 0o700)
+
+
+def test_database_in_a_read_only_folder_is_served(tmp_path, caplog, capsys):
+    folder = tmp_path / "image"
+    folder.mkdir()
+    path = folder / "tuning.db"
+    store(path, make_input(rows=64))
+    assert sorted(p.name for p in folder.iterdir()) == ["tuning.db"]  # checkpointed, no -shm
+    before = _digest(path)
+    with read_only_folder(folder):
+        autotune.configure(db=path)
+        with caplog.at_level(logging.WARNING, logger="autotune.runtime"):
+            assert scale.explain(make_input(rows=64))["source"] == "db"
+            assert scale.explain(make_input(rows=32))["source"] == "nearest"  # a miss: not stored
+            np.testing.assert_allclose(scale(make_input(rows=64)), make_input(rows=64) * 2)
+        assert [r.getMessage() for r in caplog.records] == []
+        rc, out = db_check(path, capsys)
+        assert rc == 0 and "no problems found" in out, out
+        assert main(["db", "list", "--db", str(path)]) == 0
+        assert "block_rows=16" in capsys.readouterr().out
+        export = str(tmp_path / "export.json")
+        assert main(["db", "export", "--out", export, "--db", str(path)]) == 0
+        assert main(["db", "import", export, "--db", str(path)]) == 2  # a write: refused
+        assert "is read-only here" in capsys.readouterr().err
+    assert _digest(path) == before and sorted(p.name for p in folder.iterdir()) == ["tuning.db"]
+
+
 LOCKER = textwrap.dedent(
     """
     import sqlite3, sys, time
     conn = sqlite3.connect(sys.argv[1], isolation_level=None)
     conn.execute("BEGIN EXCLUSIVE")
-    conn.execute("UPDATE misses SET count = count + 1")
+    conn.execute("UPDATE autotune_misses SET count = count + 1")
     print("locked", flush=True)
     time.sleep(60)
     """
@@ -330,16 +378,25 @@ def test_database_locked_by_another_process(tmp_path, caplog):
 @pytest.mark.parametrize(
     "sql, words",
     [
-        ("UPDATE trials SET status = 'rejected'", "points at trial 1 of status 'rejected'"),
-        ("DELETE FROM trials", "points at trial 1, which does not exist"),
-        ("UPDATE results SET kernel_version = 'old'", "stale: tuned for kernel version old"),
-        ("UPDATE results SET signature = 'f32[1,,2]'", "unreadable key: malformed signature"),
         (
-            "UPDATE results SET config = '{\"block_rows\":32}'",
+            "UPDATE autotune_trials SET status = 'rejected'",
+            "points at trial 1 of status 'rejected'",
+        ),
+        ("DELETE FROM autotune_trials", "points at trial 1, which does not exist"),
+        (
+            "UPDATE autotune_results SET kernel_version = 'old'",
+            "stale: tuned for kernel version old",
+        ),
+        (
+            "UPDATE autotune_results SET signature = 'f32[1,,2]'",
+            "unreadable key: malformed signature",
+        ),
+        (
+            "UPDATE autotune_results SET config = '{\"block_rows\":32}'",
             "config differs from that of its trial",
         ),
         (
-            "UPDATE results SET config = '{\"block_rows\":24}'",
+            "UPDATE autotune_results SET config = '{\"block_rows\":24}'",
             "breaks rows_divide for its own shape",
         ),
     ],
@@ -352,6 +409,20 @@ def test_check_names_what_is_wrong_with_an_entry(tmp_path, capsys, sql, words):
     assert rc == 1 and words in out, out
 
 
+@pytest.mark.parametrize("table", ["autotune_results", "autotune_trials"])
+def test_a_time_that_is_not_a_number_is_found_by_check_and_listed(table, tmp_path, capsys):
+    path = tmp_path / "tuning.db"
+    store(path, make_input(rows=64))
+    tamper(path, f"UPDATE {table} SET time_s = 'fast'")
+    rc, out = db_check(path, capsys)
+    assert rc == 1 and "time_s 'fast' is not a positive number" in out, out
+    for argv in (["db", "list"], ["db", "trials"], ["db", "show", "1"], ["db", "stats"]):
+        assert main([*argv, "--db", str(path)]) == 0, argv
+    assert "block_rows=16" in capsys.readouterr().out
+    assert main(["report", "--db", str(path), "--out", str(tmp_path / "report")]) == 0
+    assert "block_rows=16" in (tmp_path / "report" / "index.html").read_text()
+
+
 @pytest.mark.postgres
 def test_check_reads_a_postgres_database(pg_url, capsys):
     store(pg_url, make_input(rows=64))
@@ -359,7 +430,7 @@ def test_check_reads_a_postgres_database(pg_url, capsys):
     assert rc == 0 and "1 results, 1 trials" in out and "no problems found" in out, out
     engine = TuningDB(pg_url).engine
     with engine.begin() as conn:
-        conn.exec_driver_sql("UPDATE results SET config = '[16]'")
+        conn.exec_driver_sql("UPDATE autotune_results SET config = '[16]'")
     engine.dispose()
     rc, out = db_check(pg_url, capsys)
     assert rc == 1 and "config is a JSON list, not an object" in out, out

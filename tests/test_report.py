@@ -84,3 +84,22 @@ def test_report_pngs_with_matplotlib(tuned, tmp_path):
         "matmul_speedup.png",
     ]
     assert all((out / p).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in pngs)
+
+
+def test_png_titles_fit_the_figure(tuned):
+    pytest.importorskip("matplotlib", reason="PNGs need the `report` extra (matplotlib)")
+    import matplotlib.pyplot as plt
+    from matplotlib.text import Text
+
+    from autotune import report
+
+    for _, charts in report.build(TuningDB(tuned)):
+        for chart in charts:
+            fig = report.draw_png(chart)
+            fig.canvas.draw()
+            (title,) = [
+                t for t in fig.findobj(Text) if t.get_text().replace("\n", " ") == chart.title
+            ]
+            box = title.get_window_extent()
+            assert box.x0 >= 0 and box.x1 <= fig.bbox.x1 and box.y1 <= fig.bbox.y1, chart.title
+            plt.close(fig)

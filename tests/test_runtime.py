@@ -93,6 +93,15 @@ def test_miss_falls_back_to_defaults_and_is_recorded(db_url):
     assert miss["signature"] == "f32[64,128]"
 
 
+def test_explain_is_a_question_and_records_no_miss(db_url):
+    x = make_input(rows=64)
+    for _ in range(3):
+        assert scale.explain(x)["source"] == "default"
+    assert TuningDB(db_url).misses() == []
+    scale(x)  # a call is what model code asked for: counted once
+    assert [m["count"] for m in TuningDB(db_url).misses()] == [1]
+
+
 def test_stored_config_is_used_outside_and_inside_jit(db_url):
     x = make_input(rows=64)
     store(db_url, x, 16)

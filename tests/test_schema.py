@@ -19,13 +19,18 @@ from autotune.db import TuningDB
 from autotune.errors import DatabaseError
 
 FIXTURES = Path(__file__).parent / "fixtures"
-TABLES = ("schema_info", "trials", "results", "misses")
+ROLES = ("trials", "results", "misses")
 
 
-def raw_rows(path):
+def raw_rows(path, version=1):
+    """Every row of a schema-`version` file, by table role (and schema_info)."""
+    names = {**dbmod.table_names(version), "schema_info": "schema_info"}
     conn = sqlite3.connect(path)
     conn.row_factory = sqlite3.Row
-    out = {t: [dict(r) for r in conn.execute(f"SELECT * FROM {t} ORDER BY id")] for t in TABLES}
+    out = {
+        role: [dict(r) for r in conn.execute(f"SELECT * FROM {name} ORDER BY id")]
+        for role, name in names.items()
+    }
     conn.close()
     return out
 
@@ -60,40 +65,63 @@ def test_v1_database_opens_with_every_row_kept(v1_copy):
             {"block_k": 64, "block_m": 64, "block_n": 64},
         ]
         assert len(db.trials()) == 4 and [m["count"] for m in db.misses()] == [3, 1]
-    after = raw_rows(v1_copy)
-    for table in ("trials", "results", "misses"):  # later schemas add columns: the v1 ones
-        assert [{k: r[k] for k in before[table][0]} for r in after[table]] == before[table]
+    after = raw_rows(v1_copy, version=2)
+    for role in ROLES:  # later schemas add columns: compare v1's
+        assert [{k: r[k] for k in before[role][0]} for r in after[role]] == before[role]
     assert {r["oracle"] for r in after["trials"]} == {None}  # v2: not recorded before
     assert after["schema_info"] == [{"id": 1, "version": dbmod.SCHEMA_VERSION}]
+
+
+def test_v1_tables_are_renamed_so_optuna_can_share_the_database(v1_copy):
+    TuningDB(v1_copy).close()
+    conn = sqlite3.connect(v1_copy)
+    names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type != 'view'")}
+    conn.close()
+    assert {"autotune_trials", "autotune_results", "autotune_misses", "schema_info"} <= names
+    assert not names & {"trials", "results", "misses", "ix_trials_kernel", "ix_trials_run_id"}
+    assert {"ix_autotune_trials_kernel", "ix_autotune_trials_run_id"} <= names
 
 
 class _NextBase(DeclarativeBase):
     pass
 
 
-class _ResultV2(_NextBase):
-    """What the next schema might add to `results`: one column."""
+class _ResultNext(_NextBase):
+    """What the next schema might add to the results table: one column."""
 
-    __tablename__ = "results"
+    __tablename__ = "autotune_results"
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     note: Mapped[str | None] = mapped_column(String(200), nullable=True)
 
 
 def test_next_schema_bump_is_one_migration_function(v1_copy, monkeypatch):
     before = raw_rows(v1_copy)
-    monkeypatch.setattr(dbmod, "SCHEMA_VERSION", 2)
-    monkeypatch.setattr(dbmod, "MIGRATIONS", {1: lambda c: dbmod.add_column(c, _ResultV2, "note")})
-    with TuningDB(v1_copy) as db:
+    current = dbmod.SCHEMA_VERSION
+    monkeypatch.setattr(dbmod, "SCHEMA_VERSION", current + 1)
+    monkeypatch.setitem(
+        dbmod.MIGRATIONS, current, lambda c: dbmod.add_column(c, _ResultNext, "note")
+    )
+    with TuningDB(v1_copy) as db:  # v1 -> v2 -> v3 in one transaction
         assert len(db.query()) == 2
-        columns = {c["name"] for c in inspect(db.engine).get_columns("results")}
+        columns = {c["name"] for c in inspect(db.engine).get_columns("autotune_results")}
     assert "note" in columns
-    after = raw_rows(v1_copy)
-    assert after["schema_info"] == [{"id": 1, "version": 2}]
+    after = raw_rows(v1_copy, version=current)
+    assert after["schema_info"] == [{"id": 1, "version": current + 1}]
     assert [{k: r[k] for k in before["results"][0]} for r in after["results"]] == before["results"]
-    assert after["trials"] == before["trials"] and after["misses"] == before["misses"]
+    for role in ("trials", "misses"):
+        assert [{k: r[k] for k in before[role][0]} for r in after[role]] == before[role]
 
-    # the v1 code meets the v2 file: refused, and nothing is written
-    monkeypatch.setattr(dbmod, "SCHEMA_VERSION", 1)
+    # this code meets the newer file: refused, and nothing is written
+    monkeypatch.setattr(dbmod, "SCHEMA_VERSION", current)
+    untouched = digest(v1_copy)
+    with pytest.raises(DatabaseError, match=f"schema v{current + 1}, newer than this"):
+        TuningDB(v1_copy)
+    assert digest(v1_copy) == untouched
+
+
+def test_a_v1_pallas_autotune_refuses_a_v2_file(v1_copy, monkeypatch):
+    TuningDB(v1_copy).close()  # upgraded to v2
+    monkeypatch.setattr(dbmod, "SCHEMA_VERSION", 1)  # the v1 code reads schema_info, as before
     untouched = digest(v1_copy)
     with pytest.raises(DatabaseError, match="schema v2, newer than this pallas-autotune"):
         TuningDB(v1_copy)
@@ -101,18 +129,17 @@ def test_next_schema_bump_is_one_migration_function(v1_copy, monkeypatch):
 
 
 def test_failed_migration_leaves_the_old_schema(v1_copy, monkeypatch):
+    rename = dbmod.MIGRATIONS[1]
+
     def broken(conn):
-        dbmod.add_column(conn, _ResultV2, "note")
+        rename(conn)  # the renames, then a failure
         raise RuntimeError("migration bug")
 
     before = raw_rows(v1_copy)
-    monkeypatch.setattr(dbmod, "SCHEMA_VERSION", 2)
-    monkeypatch.setattr(dbmod, "MIGRATIONS", {1: broken})
-    with pytest.raises(RuntimeError):
+    monkeypatch.setitem(dbmod.MIGRATIONS, 1, broken)
+    with pytest.raises(RuntimeError, match="migration bug"):
         TuningDB(v1_copy)
-    assert raw_rows(v1_copy) == before  # one transaction: the column went with it
-    conn = sqlite3.connect(v1_copy)
-    assert "note" not in {r[1] for r in conn.execute("PRAGMA table_info(results)")}
+    assert raw_rows(v1_copy) == before  # one transaction: the renames went with it
 
 
 def test_open_handle_never_writes_into_a_schema_upgraded_under_it(v1_copy):
@@ -122,10 +149,58 @@ def test_open_handle_never_writes_into_a_schema_upgraded_under_it(v1_copy):
     conn = sqlite3.connect(v1_copy)
     newer = dbmod.SCHEMA_VERSION + 1
     with conn:  # a newer pallas-autotune upgrades the file while we hold it open
-        conn.execute(f"UPDATE schema_info SET version = {newer}")
+        conn.execute("UPDATE schema_info SET version = ?", (newer,))
     conn.close()
     key = TuningKey("vector_add", "v1kernel0001", "cpu", "cpu", "interpret", "f32[8],f32[8]")
     with pytest.raises(DatabaseError, match=f"upgraded to schema v{newer}"):
         db.record_miss(key)
     db.close()
-    assert len(raw_rows(v1_copy)["misses"]) == 2
+    assert len(raw_rows(v1_copy, version=2)["misses"]) == 2
+
+
+@pytest.mark.postgres
+def test_tuning_database_and_studies_share_one_postgres_database(pg_url):
+    import optuna
+    from sqlalchemy import create_engine
+    from toy_kernels import make_input, scale
+
+    import autotune
+    from autotune.studies import optuna_url
+
+    result = autotune.tune(
+        scale, [make_input(rows=16)], n_trials=2, db=pg_url, storage=pg_url, strategy="grid"
+    )
+    (entry,) = TuningDB(pg_url).query(kernel="scale")
+    assert entry["config"] == result.best_config and len(TuningDB(pg_url).trials()) == 2
+    (summary,) = optuna.get_all_study_summaries(optuna_url(pg_url))
+    assert summary.n_trials >= 2
+    engine = create_engine(optuna_url(pg_url))
+    assert {"trials", "studies", "autotune_trials", "schema_info"} <= set(
+        inspect(engine).get_table_names()
+    )
+    engine.dispose()
+
+
+@pytest.mark.postgres
+def test_a_v1_postgres_database_is_upgraded_in_place(pg_url):
+    from sqlalchemy import create_engine
+
+    from autotune.signature import TuningKey
+
+    key = TuningKey("vector_add", "v", "cpu", "cpu", "interpret", "f32[8],f32[8]")
+    with TuningDB(pg_url) as db:
+        db.record_miss(key)
+        db.record_miss(key)
+    engine = create_engine(dbmod.normalize_url(pg_url))
+    with engine.begin() as conn:  # back to v1's names, as the first release wrote them
+        for role in ROLES:
+            conn.exec_driver_sql(f"ALTER TABLE autotune_{role} RENAME TO {role}")
+        for index in ("trials_kernel", "trials_run_id", "results_kernel", "misses_kernel"):
+            conn.exec_driver_sql(f"ALTER INDEX ix_autotune_{index} RENAME TO ix_{index}")
+        conn.exec_driver_sql("ALTER TABLE trials DROP COLUMN oracle")  # v2's new column
+        conn.exec_driver_sql("UPDATE schema_info SET version = 1")
+    with TuningDB(pg_url) as db:
+        assert [m["count"] for m in db.misses()] == [2]
+    names = set(inspect(engine).get_table_names())
+    assert {"autotune_misses", "schema_info"} <= names and "misses" not in names
+    engine.dispose()

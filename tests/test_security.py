@@ -24,6 +24,7 @@ SQL_CALLS = {"execute", "exec_driver_sql", "executescript", "text", "DDL"}
 ALLOWED_DYNAMIC_SQL = {
     ("db.py", "add_column"): "table and column DDL compiled from the model metadata",
     ("db.py", "on_connect"): "PRAGMA busy_timeout takes no parameter; the value is an int",
+    ("db.py", "_prefix_tables"): "ALTER TABLE / DROP INDEX of the model's own table names",
 }
 
 

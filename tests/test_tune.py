@@ -90,3 +90,27 @@ def test_no_valid_configuration_is_a_clear_error(db_url):
     ):
         autotune.tune(scale, [x], n_trials=3, db=db_url)
     assert TuningDB(db_url).query() == []
+
+
+def test_a_kept_default_says_why_when_a_candidate_looked_faster():
+    from autotune.finalists import Finalist, rank
+    from autotune.measure import Timing
+    from autotune.tuner import TuneResult
+
+    def finalist(config, first_s, median_s, distance):
+        timing = Timing(median_s, median_s, median_s * 0.99, median_s * 1.01, 10, "wall")
+        return Finalist(config, first_s, timing, distance)
+
+    # faster by 10% at first; side by side 0.1% slower: a tie, which the default wins
+    finalists = rank(
+        [finalist({"b": 16}, 0.9e-3, 1.001e-3, 1.0), finalist({"b": 8}, 1e-3, 1e-3, 0)]
+    )
+    assert finalists[0].config == {"b": 8}
+    kept = TuneResult("k", None, {"b": 8}, 1e-3, {"b": 8}, 1e-3, finalists=finalists)
+    assert kept.speedup == 1.0
+    assert kept.why_default_kept.startswith(
+        "b=16 measured faster at first (0.9000 ms against the default's 1.0000 ms), but side by "
+        "side with the default (1.0010 ms against 1.0000 ms) not beyond the noise"
+    )
+    won = TuneResult("k", None, {"b": 16}, 0.9e-3, {"b": 8}, 1e-3, finalists=finalists)
+    assert won.why_default_kept is None
