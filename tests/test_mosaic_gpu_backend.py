@@ -120,3 +120,13 @@ def test_check_platform_gpu_lowers_mosaic_gpu_candidates_and_refuses_triton_kern
     proc = run_check("matmul", "--platform", "gpu", *shape)
     assert proc.returncode == 2
     assert proc.stderr.strip().count("\n") == 0 and "Mosaic GPU" in proc.stderr
+
+
+def test_a_persistent_kernel_launches_one_block_per_sm_and_one_under_gpu_interpret_mode():
+    from autotune.backends import mosaic_gpu
+
+    assert not mosaic_gpu.interpreting()
+    assert mosaic_gpu.num_sms(mosaic_gpu.interpreting()) == mosaic_gpu.NUM_SMS_DEFAULT  # no GPU
+    with mosaic_gpu.interpret_mode():
+        assert mosaic_gpu.interpreting()
+        assert mosaic_gpu.num_sms(mosaic_gpu.interpreting()) == mosaic_gpu.INTERPRET_SMS

@@ -115,6 +115,16 @@ def _by_kind(table: dict[str, int], device_kind: str, default: int) -> int:
     return default
 
 
+def interpreting() -> bool:
+    """Whether Mosaic GPU kernels traced now run under GPU interpret mode (inside
+    `interpret_mode()`): a kernel that sizes its grid by the SM count can then launch
+    INTERPRET_SMS blocks (see `num_sms`)."""
+    from jax._src import config  # where force_gpu_interpret_mode keeps its parameters
+
+    params = config.pallas_tpu_interpret_mode_context_manager.value
+    return isinstance(params, _interpret_module().InterpretGPUParams)
+
+
 def reset_interpret_state() -> None:
     """Clear GPU interpret mode's simulated state, which it keeps after a kernel raised."""
     module = _interpret_module()
