@@ -1,9 +1,9 @@
-"""Model-based samplers over the finite list of valid configurations.
+"""Model-based samplers over the valid configurations (autotune.valid_set).
 
 Optuna's own samplers propose points of the whole grid and know nothing of constraints: in the
 recorded landscapes most of the grid is invalid, so proposals land on invalid or already
-measured points and the loop has to substitute a neighbour. These samplers score every valid,
-unmeasured configuration with a surrogate model and propose the best one, so each proposal is
+measured points and the loop has to substitute a neighbour. These samplers score valid,
+unmeasured configurations with a surrogate model and propose the best one, so each proposal is
 a new valid measurement. The first few proposals come before any model: the first at random,
 each next one as far as possible from every configuration measured. Then one of two models:
 
@@ -13,7 +13,10 @@ each next one as far as possible from every configuration measured. Then one of 
   improvement (autotune.gp, numpy and scipy; Optuna's GPSampler needs torch). Once
   GP_LATE_FROM timings exist it also sees the `late_features` (whether a block size is a power
   of two); from GP_EXPLOIT_FROM measurements on, every GP_EXPLOIT_EVERY-th proposal is the
-  candidate it predicts fastest instead.
+  candidate it predicts fastest instead. Where more than GP_SCORED candidates are left it
+  scores a random GP_SCORED of them and the neighbours of the fastest measured, then climbs
+  from the best of those; so the cost of a proposal does not grow with the space, and a space
+  too large to list (a drawn set) is searched the same way.
 
 Failed configurations never enter the timing model; they lower the score of their
 neighbourhood through an estimate of the chance of failing there (tpe: a kernel estimate; gp: a
@@ -33,7 +36,7 @@ from optuna.samplers import BaseSampler, RandomSampler
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune import gp
-from autotune.valid_set import ListedSet, Position, ValidSet
+from autotune.valid_set import ListedSet, Position, ValidSet, _Either
 
 MODELS = ("tpe", "gp")
 TPE_GAMMA = 0.15  # share of the measured configurations that model the fast region
@@ -68,7 +71,7 @@ class CandidateSampler(BaseSampler):
         self.fallback = RandomSampler(seed=seed)
         if isinstance(valid, ListedSet):
             self.features = valid.features(valid.rows)  # of every listed one, for distances
-        self._is_valid: dict[Position, bool] = {}
+        self._pool = np.zeros((0, len(valid.sizes)), dtype=np.int64)  # see _drawn
         self._dist_cols: dict[int, np.ndarray] = {}  # squared distances of all to row i
         self._gp: gp.Fit | None = None  # the last fits, of times and of failures: the next
         self._runs: gp.Fit | None = None  # ones start from them
@@ -102,7 +105,7 @@ class CandidateSampler(BaseSampler):
             if t.number == trial.number:
                 continue
             pos = self.valid.from_params(t.params)
-            if pos is None or not self._valid(pos):  # an invalid proposal: not a candidate
+            if pos is None or not self.valid.is_valid(pos):  # an invalid proposal: not a candidate
                 continue
             seen.add(pos)  # running trials too: parallel workers should not repeat them
             if t.state == TrialState.COMPLETE and t.value is not None and t.value > 0:
@@ -124,12 +127,6 @@ class CandidateSampler(BaseSampler):
             pos = tuple(self.valid.rows[rows[int(np.argmax(s))]].tolist())
         return {} if pos is None else self.valid.to_params(pos)
 
-    def _valid(self, pos: Position) -> bool:
-        known = self._is_valid.get(pos)
-        if known is None:
-            known = self._is_valid[pos] = self.valid.is_valid(pos)
-        return known
-
     def _spread(self, seen: set[Position], measured: list[Position]) -> Position | None:
         """A start-up candidate: at random while nothing is measured, then one of the unseen
         candidates farthest from every measured one (among a random GP_SCORED when they are
@@ -145,7 +142,7 @@ class CandidateSampler(BaseSampler):
                 gap = np.min([self._distances(j)[unseen] for j in rows], axis=0)
                 i = int(self.rng.choice(unseen[gap == gap.max()]))
             return tuple(self.valid.rows[i].tolist())
-        pool = self.valid.draw(self.rng, GP_SCORED if measured else 1, seen)
+        pool = self._drawn(seen)
         if not len(pool):
             return None
         if not measured:
@@ -170,11 +167,14 @@ class CandidateSampler(BaseSampler):
     ) -> Position | None:
         late = len(ok) >= GP_LATE_FROM
         x_ok = self._inputs(np.array(ok), late)
-        self._gp = gp.fit(x_ok, np.log(times), _theta(self._gp, x_ok))
+        start = _theta(self._gp, x_ok)
+        refit = start is None or len(ok) < GP_REFIT_FROM or len(ok) % GP_REFIT_EVERY == 0
+        self._gp = gp.fit(x_ok, np.log(times), start, refit)
         if failed:
             x_all = np.vstack([x_ok, self._inputs(np.array(failed), late)])
             labels = np.r_[np.ones(len(ok)), np.zeros(len(failed))]
-            self._runs = gp.fit(x_all, labels, _theta(self._runs, x_all))
+            start = _theta(self._runs, x_all)
+            self._runs = gp.fit(x_all, labels, start, refit or start is None)
         after = len(ok) + len(failed) - GP_EXPLOIT_FROM  # measurements since the step began
         exploit = after >= 0 and after % GP_EXPLOIT_EVERY == 0
         runs = self._runs if failed else None
@@ -186,7 +186,7 @@ class CandidateSampler(BaseSampler):
         if listed and len(self.valid.unseen_rows(seen)) <= GP_SCORED:
             pool = self.valid.draw(self.rng, GP_SCORED, seen)  # all of them: exact
             return tuple(pool[int(np.argmax(score(pool)))].tolist()) if len(pool) else None
-        sample = self.valid.draw(self.rng, GP_SCORED, seen)
+        sample = self.valid.draw(self.rng, GP_SCORED, seen) if listed else self._drawn(seen)
         taken = seen | set(map(tuple, sample.tolist()))
         fastest = [ok[i] for i in np.argsort(times, kind="stable")[:GP_NEAR_BEST]]
         near = self.valid.admit(np.vstack([self.valid.neighbours(p) for p in fastest]), taken)
@@ -194,6 +194,17 @@ class CandidateSampler(BaseSampler):
         if not len(pool):
             return None
         return self._climb(pool, score(pool), score, taken | set(map(tuple, near.tolist())))
+
+    def _drawn(self, seen: set[Position]) -> np.ndarray:
+        """GP_SCORED random valid configurations not `seen`, of a set that is not listed: those
+        of the last proposal less the ones measured since, and GP_SCORED / 8 or more drawn anew
+        in place of the oldest (each drawn one costs constraint checks)."""
+        keep = np.array([r for r in self._pool.tolist() if tuple(r) not in seen], dtype=np.int64)
+        keep = keep.reshape(len(keep), len(self.valid.sizes))
+        k = max(GP_SCORED - len(keep), GP_SCORED // 8)
+        new = self.valid.draw(self.rng, k, _Either(seen, set(map(tuple, keep.tolist()))))
+        self._pool = np.vstack([keep, new])[-GP_SCORED:]
+        return self._pool
 
     def _climb(
         self,
@@ -211,19 +222,22 @@ class CandidateSampler(BaseSampler):
         here, here_score = pool[starts], scores[starts]
         for _ in range(GP_CLIMB_STEPS):
             blocks = []
-            for p in here:
-                nb = self.valid.admit(self.valid.neighbours(p), taken)
-                taken.update(map(tuple, nb.tolist()))
-                blocks.append(nb)
+            for p in here:  # unseen neighbours, scored before their validity is checked: the
+                nb = [r for r in map(tuple, self.valid.neighbours(p).tolist()) if r not in taken]
+                taken.update(nb)  # constraints are called only for those that would be moves
+                blocks.append(np.array(nb, dtype=np.int64).reshape(len(nb), len(p)))
             sizes = [len(b) for b in blocks]
             if not sum(sizes):
                 break
             s = score(np.vstack(blocks))
             moved, at = [], 0
             for i, n in enumerate(sizes):
-                if n and s[at : at + n].max() > here_score[i]:
-                    j = at + int(np.argmax(s[at : at + n]))
-                    moved.append((blocks[i][j - at], s[j]))
+                for j in at + np.argsort(-s[at : at + n], kind="stable"):
+                    if s[j] <= here_score[i]:
+                        break
+                    if self.valid.is_valid(tuple(blocks[i][j - at].tolist())):
+                        moved.append((blocks[i][j - at], s[j]))
+                        break
                 at += n
             if not moved:
                 break
@@ -272,6 +286,12 @@ GP_SCORED = 2_000
 GP_NEAR_BEST = 3
 GP_CLIMB_STARTS = 5
 GP_CLIMB_STEPS = 10
+# The GP's hyperparameters are fitted anew at every proposal until GP_REFIT_FROM timings exist,
+# then at every GP_REFIT_EVERY-th; in between, the last ones are kept and only the new timings
+# conditioned on. The fit was half the cost of a proposal at 200 timings (about 20 L-BFGS steps
+# of O(n^3) each), and a few timings more move the optimum of 30 or more little.
+GP_REFIT_FROM = 30
+GP_REFIT_EVERY = 3
 # Expected improvement counts only what beats the best time by more than 5%. Without the margin
 # the search spent trials on 1% variations around a plateau (parameters that barely matter)
 # while configurations several times faster lay elsewhere; with it, budget 50 and 100 gained

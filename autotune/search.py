@@ -4,7 +4,7 @@ Search never knows how a configuration is measured (a device, a worker, a record
 only its objective value or that it failed. Only distinct, valid configurations cost budget:
 a proposal that breaks a constraint, or repeats one already measured, is told to the sampler
 without measuring and replaced by the nearest valid unmeasured configuration, so the loop
-always progresses.
+always progresses. A space too large to list is never listed (see LISTED_UP_TO).
 
 `replay` runs the same loop against a recorded landscape (see ../shared/landscapes/README.md)
 instead of a device, to measure how quickly a strategy finds the optimum.
@@ -149,6 +149,11 @@ def run_search(
     `noise` (relative). When the valid space is no larger than `n_trials` it is searched
     exhaustively. `initial` configurations (warm starts, the default) are measured first;
     those outside the valid space are skipped.
+
+    `valid` lists the valid configurations; without it they are those of `space` that `sig`
+    admits, listed when the space has at most LISTED_UP_TO configurations and otherwise drawn
+    at random as the search needs them (then only `gp` and `random` can search it, and the
+    replacement of a proposal is a near valid one, not always the nearest).
 
     With `storage` (an Optuna RDB URL) the study `study_name` is created or resumed there:
     configurations it already measured are not measured again and count against `n_trials`,

@@ -25,6 +25,7 @@ Position = tuple[int, ...]
 # as asked for (at least 64): a space whose constraints admit fewer than 1 point in 20 is
 # searched from fewer candidates.
 DRAWS_PER_WANTED = 20
+CHECKS_KEPT = 100_000  # constraint results a drawn set remembers
 
 
 class ValidSet:
@@ -180,9 +181,15 @@ class DrawnSet(ValidSet):
         super().__init__(space)
         self.sig = sig
         self.count = None
+        self._checked: dict[Position, bool] = {}  # the neighbours of the best come up again
 
     def is_valid(self, pos: Position) -> bool:
-        return self.space.is_valid(self.config(pos), self.sig)
+        known = self._checked.get(pos)
+        if known is None:
+            if len(self._checked) >= CHECKS_KEPT:
+                self._checked.clear()
+            known = self._checked[pos] = self.space.is_valid(self.config(pos), self.sig)
+        return known
 
     def draw(self, rng: np.random.Generator, k: int, seen: Container[Position]) -> np.ndarray:
         found = np.zeros((0, len(self.sizes)), dtype=np.int64)
@@ -206,7 +213,7 @@ class DrawnSet(ValidSet):
         return tuple(near[int(np.argmin(d))].tolist())
 
 
-class _Either:
+class _Either:  # noqa: N801 - private, shared with autotune.candidates
     """Membership in either of two containers."""
 
     def __init__(self, a: Container, b: Container) -> None:
