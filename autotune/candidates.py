@@ -36,7 +36,7 @@ from optuna.samplers import BaseSampler, RandomSampler
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune import gp
-from autotune.valid_set import ListedSet, Position, ValidSet, _Either
+from autotune.valid_set import ListedSet, Position, ValidSet
 
 MODELS = ("tpe", "gp")
 TPE_GAMMA = 0.15  # share of the measured configurations that model the fast region
@@ -202,7 +202,7 @@ class CandidateSampler(BaseSampler):
         keep = np.array([r for r in self._pool.tolist() if tuple(r) not in seen], dtype=np.int64)
         keep = keep.reshape(len(keep), len(self.valid.sizes))
         k = max(GP_SCORED - len(keep), GP_SCORED // 8)
-        new = self.valid.draw(self.rng, k, _Either(seen, set(map(tuple, keep.tolist()))))
+        new = self.valid.draw(self.rng, k, seen | set(map(tuple, keep.tolist())))
         self._pool = np.vstack([keep, new])[-GP_SCORED:]
         return self._pool
 

@@ -213,7 +213,7 @@ class DrawnSet(ValidSet):
         return tuple(near[int(np.argmin(d))].tolist())
 
 
-class _Either:  # noqa: N801 - private, shared with autotune.candidates
+class _Either:
     """Membership in either of two containers."""
 
     def __init__(self, a: Container, b: Container) -> None:
