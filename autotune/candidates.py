@@ -1,9 +1,9 @@
-"""Model-based samplers over the finite list of valid configurations.
+"""Model-based samplers over the valid configurations (autotune.valid_set).
 
 Optuna's own samplers propose points of the whole grid and know nothing of constraints: in the
 recorded landscapes most of the grid is invalid, so proposals land on invalid or already
-measured points and the loop has to substitute a neighbour. These samplers score every valid,
-unmeasured configuration with a surrogate model and propose the best one, so each proposal is
+measured points and the loop has to substitute a neighbour. These samplers score valid,
+unmeasured configurations with a surrogate model and propose the best one, so each proposal is
 a new valid measurement. The first few proposals come before any model: the first at random,
 each next one as far as possible from every configuration measured. Then one of two models:
 
@@ -13,7 +13,10 @@ each next one as far as possible from every configuration measured. Then one of 
   improvement (autotune.gp, numpy and scipy; Optuna's GPSampler needs torch). Once
   GP_LATE_FROM timings exist it also sees the `late_features` (whether a block size is a power
   of two); from GP_EXPLOIT_FROM measurements on, every GP_EXPLOIT_EVERY-th proposal is the
-  candidate it predicts fastest instead.
+  candidate it predicts fastest instead. Where more than GP_SCORED candidates are left it
+  scores a random GP_SCORED of them and the neighbours of the fastest measured, then climbs
+  from the best of those; so the cost of a proposal does not grow with the space, and a space
+  too large to list (a drawn set) is searched the same way.
 
 Failed configurations never enter the timing model; they lower the score of their
 neighbourhood through an estimate of the chance of failing there (tpe: a kernel estimate; gp: a
@@ -22,7 +25,7 @@ second GP, fitted to ran/failed labels).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping
 from math import log
 from typing import Any
 
@@ -33,6 +36,7 @@ from optuna.samplers import BaseSampler, RandomSampler
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune import gp
+from autotune.valid_set import ListedSet, Position, ValidSet
 
 MODELS = ("tpe", "gp")
 TPE_GAMMA = 0.15  # share of the measured configurations that model the fast region
@@ -41,43 +45,36 @@ _SEEN = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL, TrialState.RUN
 
 
 class CandidateSampler(BaseSampler):
-    """Proposes the unmeasured candidate with the best model score (for the first `n_startup`
-    timings, one far from those measured). `encoded[i]` are candidate i's Optuna parameters,
-    `features[i]` its position (ordered parameters in [0, 1], categories one-hot),
-    `late_features[i]` more columns that only the "gp" model uses, and only from GP_LATE_FROM
-    timings on."""
+    """Proposes the unmeasured valid configuration with the best model score (for the first
+    `n_startup` timings, one far from those measured). `valid` holds the configurations, their
+    positions and model inputs; its late features only the "gp" model uses, and only from
+    GP_LATE_FROM timings on. "tpe" needs them listed."""
 
     def __init__(
         self,
         distributions: Mapping[str, BaseDistribution],
-        encoded: Sequence[Mapping[str, Any]],
-        features: np.ndarray,
+        valid: ValidSet,
         *,
-        late_features: np.ndarray | None = None,
         model: str = "tpe",
         seed: int | None = None,
         n_startup: int,
     ) -> None:
         if model not in MODELS:
             raise ValueError(f"unknown model {model!r}: use one of {', '.join(MODELS)}")
+        if model == "tpe" and not isinstance(valid, ListedSet):
+            raise ValueError("the tpe model scores every valid configuration: list them")
         self.distributions = dict(distributions)
-        self.names = tuple(self.distributions)
-        self.encoded = [dict(e) for e in encoded]
-        self.index = {self._key(e): i for i, e in enumerate(self.encoded)}
-        self.features = np.asarray(features, dtype=np.float64)
-        self.all_features = self.features
-        if late_features is not None and late_features.size:
-            self.all_features = np.hstack([self.features, late_features])
+        self.valid = valid
         self.model = model
         self.n_startup = n_startup
         self.rng = np.random.default_rng(seed)
         self.fallback = RandomSampler(seed=seed)
-        self._dist_cols: dict[int, np.ndarray] = {}  # squared distances of all to candidate i
+        if isinstance(valid, ListedSet):
+            self.features = valid.features(valid.rows)  # of every listed one, for distances
+        self._pool = np.zeros((0, len(valid.sizes)), dtype=np.int64)  # see _drawn
+        self._dist_cols: dict[int, np.ndarray] = {}  # squared distances of all to row i
         self._gp: gp.Fit | None = None  # the last fits, of times and of failures: the next
         self._runs: gp.Fit | None = None  # ones start from them
-
-    def _key(self, params: Mapping[str, Any]) -> tuple:
-        return tuple(params.get(n) for n in self.names)
 
     def reseed_rng(self) -> None:
         self.rng = np.random.default_rng()
@@ -102,50 +99,57 @@ class CandidateSampler(BaseSampler):
     ) -> dict[str, Any]:
         if search_space.keys() != self.distributions.keys():
             return {}
-        seen = np.zeros(len(self.encoded), dtype=bool)
+        seen: set[Position] = set()
         ok, times, failed = [], [], []
         for t in study.get_trials(deepcopy=False, states=_SEEN):
             if t.number == trial.number:
                 continue
-            i = self.index.get(self._key(t.params))
-            if i is None:  # an invalid proposal: not a candidate
+            pos = self.valid.from_params(t.params)
+            if pos is None or not self.valid.is_valid(pos):  # an invalid proposal: not a candidate
                 continue
-            seen[i] = True  # running trials too: parallel workers should not repeat them
+            seen.add(pos)  # running trials too: parallel workers should not repeat them
             if t.state == TrialState.COMPLETE and t.value is not None and t.value > 0:
-                ok.append(i)
+                ok.append(pos)
                 times.append(t.value)
             elif t.state == TrialState.PRUNED:
-                failed.append(i)
-        unseen = np.flatnonzero(~seen)
-        if len(unseen) == 0:
+                failed.append(pos)
+        if self.valid.count is not None and len(seen) >= self.valid.count:
             return {}
         if len(ok) < self.n_startup:
-            return dict(self.encoded[self._spread(unseen, ok + failed)])
-        if self.model == "gp":
-            if len(unseen) > GP_MAX_SCORED:  # bounds the cost of a proposal
-                unseen = np.sort(self.rng.choice(unseen, GP_MAX_SCORED, replace=False))
-            x = self.all_features if len(ok) >= GP_LATE_FROM else self.features
-            self._gp = gp.fit(x[ok], np.log(times), _theta(self._gp, x))
-            if failed:
-                labels = np.r_[np.ones(len(ok)), np.zeros(len(failed))]
-                self._runs = gp.fit(x[ok + failed], labels, _theta(self._runs, x))
-            after = len(ok) + len(failed) - GP_EXPLOIT_FROM  # measurements since the step began
-            exploit = after >= 0 and after % GP_EXPLOIT_EVERY == 0
-            s = _gp_score(self._gp, self._runs if failed else None, x, unseen, exploit)
+            pos = self._spread(seen, ok + failed)
+        elif self.model == "gp":
+            pos = self._gp_propose(seen, ok, times, failed)
         else:
-            dist = np.stack([self._distances(i) for i in ok + failed], axis=1)
-            s = _tpe_score(dist, np.asarray(ok), np.log(np.asarray(times)), unseen)
-        return dict(self.encoded[int(unseen[int(np.argmax(s))])])
+            rows = self.valid.unseen_rows(seen)
+            measured = [self.valid.index[p] for p in ok + failed]
+            dist = np.stack([self._distances(i) for i in measured], axis=1)
+            s = _tpe_score(dist, np.arange(len(ok)), np.log(np.asarray(times)), rows)
+            pos = tuple(self.valid.rows[rows[int(np.argmax(s))]].tolist())
+        return {} if pos is None else self.valid.to_params(pos)
 
-    def _spread(self, unseen: np.ndarray, measured: list[int]) -> int:
+    def _spread(self, seen: set[Position], measured: list[Position]) -> Position | None:
         """A start-up candidate: at random while nothing is measured, then one of the unseen
-        candidates farthest from every measured one. A model fitted to a handful of points learns
-        the most from points spread over the space (seeds 0-15 at budget 25: 0.899 against 0.867
-        with random start-up points, benchmarks/README.md)."""
+        candidates farthest from every measured one (among a random GP_SCORED when they are
+        not listed). A model fitted to a handful of points learns the most from points spread
+        over the space (seeds 0-15 at budget 25: 0.899 against 0.867 with random start-up
+        points, benchmarks/README.md)."""
+        if isinstance(self.valid, ListedSet):
+            unseen = self.valid.unseen_rows(seen)
+            if not measured:
+                i = int(self.rng.choice(unseen))
+            else:
+                rows = [self.valid.index[p] for p in measured]
+                gap = np.min([self._distances(j)[unseen] for j in rows], axis=0)
+                i = int(self.rng.choice(unseen[gap == gap.max()]))
+            return tuple(self.valid.rows[i].tolist())
+        pool = self._drawn(seen)
+        if not len(pool):
+            return None
         if not measured:
-            return int(self.rng.choice(unseen))
-        gap = np.min([self._distances(j)[unseen] for j in measured], axis=0)
-        return int(self.rng.choice(unseen[gap == gap.max()]))
+            return tuple(pool[0].tolist())
+        x, at = self.valid.features(pool), self.valid.features(np.array(measured))
+        gap = np.min([((x - a) ** 2).sum(axis=1) for a in at], axis=0)
+        return tuple(pool[int(self.rng.choice(np.flatnonzero(gap == gap.max())))].tolist())
 
     def _distances(self, i: int) -> np.ndarray:
         col = self._dist_cols.get(i)
@@ -153,6 +157,96 @@ class CandidateSampler(BaseSampler):
             col = ((self.features - self.features[i]) ** 2).sum(axis=1)
             self._dist_cols[i] = col
         return col
+
+    def _inputs(self, pos: np.ndarray, late: bool) -> np.ndarray:
+        x = self.valid.features(pos)
+        return np.hstack([x, self.valid.late_features(pos)]) if late else x
+
+    def _gp_propose(
+        self, seen: set[Position], ok: list[Position], times: list[float], failed: list[Position]
+    ) -> Position | None:
+        late = len(ok) >= GP_LATE_FROM
+        x_ok = self._inputs(np.array(ok), late)
+        start = _theta(self._gp, x_ok)
+        refit = start is None or len(ok) < GP_REFIT_FROM or len(ok) % GP_REFIT_EVERY == 0
+        self._gp = gp.fit(x_ok, np.log(times), start, refit)
+        if failed:
+            x_all = np.vstack([x_ok, self._inputs(np.array(failed), late)])
+            labels = np.r_[np.ones(len(ok)), np.zeros(len(failed))]
+            start = _theta(self._runs, x_all)
+            self._runs = gp.fit(x_all, labels, start, refit or start is None)
+        after = len(ok) + len(failed) - GP_EXPLOIT_FROM  # measurements since the step began
+        exploit = after >= 0 and after % GP_EXPLOIT_EVERY == 0
+        runs = self._runs if failed else None
+
+        def score(pos: np.ndarray) -> np.ndarray:
+            return _gp_score(self._gp, runs, self._inputs(pos, late), exploit)
+
+        listed = isinstance(self.valid, ListedSet)
+        if listed and len(self.valid.unseen_rows(seen)) <= GP_SCORED:
+            pool = self.valid.draw(self.rng, GP_SCORED, seen)  # all of them: exact
+            return tuple(pool[int(np.argmax(score(pool)))].tolist()) if len(pool) else None
+        sample = self.valid.draw(self.rng, GP_SCORED, seen) if listed else self._drawn(seen)
+        taken = seen | set(map(tuple, sample.tolist()))
+        fastest = [ok[i] for i in np.argsort(times, kind="stable")[:GP_NEAR_BEST]]
+        near = self.valid.admit(np.vstack([self.valid.neighbours(p) for p in fastest]), taken)
+        pool = np.vstack([sample, near])
+        if not len(pool):
+            return None
+        return self._climb(pool, score(pool), score, taken | set(map(tuple, near.tolist())))
+
+    def _drawn(self, seen: set[Position]) -> np.ndarray:
+        """GP_SCORED random valid configurations not `seen`, of a set that is not listed: those
+        of the last proposal less the ones measured since, and GP_SCORED / 8 or more drawn anew
+        in place of the oldest (each drawn one costs constraint checks)."""
+        keep = np.array([r for r in self._pool.tolist() if tuple(r) not in seen], dtype=np.int64)
+        keep = keep.reshape(len(keep), len(self.valid.sizes))
+        k = max(GP_SCORED - len(keep), GP_SCORED // 8)
+        new = self.valid.draw(self.rng, k, seen | set(map(tuple, keep.tolist())))
+        self._pool = np.vstack([keep, new])[-GP_SCORED:]
+        return self._pool
+
+    def _climb(
+        self,
+        pool: np.ndarray,
+        scores: np.ndarray,
+        score: Callable[[np.ndarray], np.ndarray],
+        taken: set[Position],
+    ) -> Position:
+        """The best-scoring configuration found by hill-climbing from the GP_CLIMB_STARTS best
+        of `pool`, one parameter at a time: random candidates rarely include the best one in
+        a large space, but usually one a few steps from it."""
+        best = int(np.argmax(scores))
+        best_pos, best_score = pool[best], scores[best]
+        starts = np.argsort(-scores, kind="stable")[:GP_CLIMB_STARTS]
+        here, here_score = pool[starts], scores[starts]
+        for _ in range(GP_CLIMB_STEPS):
+            blocks = []
+            for p in here:  # unseen neighbours, scored before their validity is checked: the
+                nb = [r for r in map(tuple, self.valid.neighbours(p).tolist()) if r not in taken]
+                taken.update(nb)  # constraints are called only for those that would be moves
+                blocks.append(np.array(nb, dtype=np.int64).reshape(len(nb), len(p)))
+            sizes = [len(b) for b in blocks]
+            if not sum(sizes):
+                break
+            s = score(np.vstack(blocks))
+            moved, at = [], 0
+            for i, n in enumerate(sizes):
+                for j in at + np.argsort(-s[at : at + n], kind="stable"):
+                    if s[j] <= here_score[i]:
+                        break
+                    if self.valid.is_valid(tuple(blocks[i][j - at].tolist())):
+                        moved.append((blocks[i][j - at], s[j]))
+                        break
+                at += n
+            if not moved:
+                break
+            here = np.array([m[0] for m in moved])
+            here_score = np.array([m[1] for m in moved])
+            top = int(np.argmax(here_score))
+            if here_score[top] > best_score:
+                best_pos, best_score = here[top], here_score[top]
+        return tuple(best_pos.tolist())
 
 
 def _theta(fit: gp.Fit | None, x: np.ndarray) -> np.ndarray | None:
@@ -184,10 +278,20 @@ def _tpe_score(dist: np.ndarray, ok: np.ndarray, y: np.ndarray, unseen: np.ndarr
     return score
 
 
-# Unmeasured candidates scored per proposal; beyond it, a seeded random subset. Large enough
-# for every recorded landscape (4,092 to 17,956 configurations), where a random 2,000 would
-# leave out the candidate the model likes best more often than not.
-GP_MAX_SCORED = 20_000
+# Unmeasured candidates scored per proposal: when more are left, a seeded random GP_SCORED of
+# them, the one-parameter neighbours of the GP_NEAR_BEST fastest measured, and a hill-climb from
+# the GP_CLIMB_STARTS best scored (see _climb). Scoring every candidate of the 17,956 of
+# clblast_gemm_RTX_3090 cost 80 ms a proposal at 200 trials (benchmarks/README.md).
+GP_SCORED = 2_000
+GP_NEAR_BEST = 3
+GP_CLIMB_STARTS = 5
+GP_CLIMB_STEPS = 10
+# The GP's hyperparameters are fitted anew at every proposal until GP_REFIT_FROM timings exist,
+# then at every GP_REFIT_EVERY-th; in between, the last ones are kept and only the new timings
+# conditioned on. The fit was half the cost of a proposal at 200 timings (about 20 L-BFGS steps
+# of O(n^3) each), and a few timings more move the optimum of 30 or more little.
+GP_REFIT_FROM = 30
+GP_REFIT_EVERY = 3
 # Expected improvement counts only what beats the best time by more than 5%. Without the margin
 # the search spent trials on 1% variations around a plateau (parameters that barely matter)
 # while configurations several times faster lay elsewhere; with it, budget 50 and 100 gained
@@ -209,18 +313,11 @@ GP_EXPLOIT_FROM = 15
 GP_EXPLOIT_EVERY = 3
 
 
-def _gp_score(
-    timing: gp.Fit,
-    runs: gp.Fit | None,
-    features: np.ndarray,
-    unseen: np.ndarray,
-    exploit: bool,
-) -> np.ndarray:
+def _gp_score(timing: gp.Fit, runs: gp.Fit | None, xs: np.ndarray, exploit: bool) -> np.ndarray:
     """log expected improvement on log time, plus the log chance of not failing; or, to
     `exploit`, minus the predicted log time. `runs` is a fit to 1 (ran) / 0 (failed) labels:
     regression on labels, a cheap stand-in for a GP classifier, whose length scales learn where
     failures start."""
-    xs = features[unseen]
     if exploit:
         score = -gp.posterior(timing, xs)[0]
     else:

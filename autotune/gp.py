@@ -102,27 +102,32 @@ def _neg_log_posterior(theta: np.ndarray, z: np.ndarray, diff2: np.ndarray):
     return nll, grad
 
 
-def fit(x: np.ndarray, y: np.ndarray, start: np.ndarray | None = None) -> Fit:
+def fit(
+    x: np.ndarray, y: np.ndarray, start: np.ndarray | None = None, optimise: bool = True
+) -> Fit:
     """Fit to targets `y` at features `x`, starting from `start` (the previous fit's theta: one
-    more measurement moves the optimum little) or from the prior."""
+    more measurement moves the optimum little) or from the prior; without `optimise`, keep the
+    hyperparameters `start` and only condition on the data."""
     y = np.asarray(y, dtype=np.float64)
     y_mean, y_std = float(y.mean()), float(y.std()) or 1.0
     z = (y - y_mean) / y_std
     d = x.shape[1]
     if start is None:
         start = np.array([_prior_log_scale(d)] * d + [0.0, log(1e-2)])
-    diff2 = (x.T[:, :, None] - x.T[:, None, :]) ** 2
     bounds = [_BOUNDS_LOG_SCALE] * d + [_BOUNDS_LOG_AMP, _BOUNDS_LOG_NOISE]
-    res = minimize(
-        _neg_log_posterior,
-        np.clip(start, [b[0] for b in bounds], [b[1] for b in bounds]),
-        args=(z, diff2),
-        jac=True,
-        method="L-BFGS-B",
-        bounds=bounds,
-        options={"maxiter": 100},
-    )
-    theta = res.x
+    theta = np.clip(start, [b[0] for b in bounds], [b[1] for b in bounds])
+    if optimise:
+        diff2 = (x.T[:, :, None] - x.T[:, None, :]) ** 2
+        res = minimize(
+            _neg_log_posterior,
+            theta,
+            args=(z, diff2),
+            jac=True,
+            method="L-BFGS-B",
+            bounds=bounds,
+            options={"maxiter": 100},
+        )
+        theta = res.x
     scales, amp, noise = np.exp(theta[:-2]), np.exp(theta[-2]), np.exp(theta[-1])
     k = amp * correlation(x, x, scales) + noise * np.eye(len(z))
     chol = np.linalg.cholesky(k + 1e-9 * np.eye(len(z)))

@@ -4,7 +4,7 @@ Search never knows how a configuration is measured (a device, a worker, a record
 only its objective value or that it failed. Only distinct, valid configurations cost budget:
 a proposal that breaks a constraint, or repeats one already measured, is told to the sampler
 without measuring and replaced by the nearest valid unmeasured configuration, so the loop
-always progresses.
+always progresses. A space too large to list is never listed (see LISTED_UP_TO).
 
 `replay` runs the same loop against a recorded landscape (see ../shared/landscapes/README.md)
 instead of a device, to measure how quickly a strategy finds the optimum.
@@ -35,6 +35,7 @@ from autotune.signature import Signature
 from autotune.space import Param, Space
 from autotune.strategies import DEFAULT_STRATEGY, STRATEGIES
 from autotune.studies import SharedStudy, config_id
+from autotune.valid_set import DRAWS_PER_WANTED, DrawnSet, ListedSet, Position, ValidSet
 
 log = logging.getLogger(__name__)
 # Random proposals before a model takes over. Fixed (not a share of the budget) so that a run
@@ -45,6 +46,10 @@ STARTUP_TRIALS = 4
 # Queued configurations told to `upcoming` per trial: more than a measurer compiles ahead, and
 # few enough that reading the queue stays cheap on a large grid.
 LOOKAHEAD = 16
+# A space of more grid points than this is never listed: its valid configurations are drawn at
+# random as the search needs them (autotune.valid_set), and only `gp` and `random` search it.
+# Listing costs a constraint check and a dict per grid point (about 1 s and 100 MB for 10^5).
+LISTED_UP_TO = 100_000
 
 
 @dataclass(frozen=True)
@@ -93,54 +98,13 @@ class _Encoding:
             for p in self.space.params
         }
 
-    def coords(self, config: Mapping[str, Any]) -> list[float]:
-        """Position in the unit cube, for nearest-neighbour replacement of a proposal."""
-        out = []
-        for p in self.space.params:
-            i = self._position(p.name, config[p.name])
-            out.append(i / (len(p.values) - 1) if len(p.values) > 1 else 0.0)
-        return out
-
-    def features(self, config: Mapping[str, Any]) -> list[float]:
-        """Model inputs: ordered parameters at their unit-cube position; categories one-hot,
-        scaled so that any two categories are as far apart as the ends of an ordered range."""
-        out = []
-        for p in self.space.params:
-            i = self._position(p.name, config[p.name])
-            if self.ordered[p.name]:
-                out.append(i / (len(p.values) - 1) if len(p.values) > 1 else 0.0)
-            else:
-                out += [(j == i) / np.sqrt(2) for j in range(len(p.values))]
-        return out
-
-    def late_features(self, config: Mapping[str, Any]) -> list[float]:
-        """1.0 where an integer parameter is a power of two, for each parameter whose candidates
-        mix powers of two and other values (its rank position cannot say which is which)."""
-        return [float(_power_of_two(config[p.name])) for p in self.space.params if _mixes(p)]
-
-
-def _power_of_two(v: int) -> bool:
-    return v > 0 and v & (v - 1) == 0
-
-
-def _mixes(p: Param) -> bool:
-    """Whether an integer parameter has powers of two and other values among its candidates."""
-    ints = p.ordered and all(isinstance(v, int) for v in p.values)  # ordered: no bools
-    return ints and len({_power_of_two(v) for v in p.values}) == 2
-
 
 def make_sampler(
-    strategy: str, seed: int | None, enc: _Encoding, valid: list[dict[str, Any]]
+    strategy: str, seed: int | None, enc: _Encoding, valid: ValidSet
 ) -> optuna.samplers.BaseSampler:
     if strategy in ("tpe", "gp"):
         return CandidateSampler(
-            enc.distributions,
-            [enc.encode(c) for c in valid],
-            np.array([enc.features(c) for c in valid]),
-            late_features=np.array([enc.late_features(c) for c in valid]),
-            model=strategy,
-            seed=seed,
-            n_startup=STARTUP_TRIALS,
+            enc.distributions, valid, model=strategy, seed=seed, n_startup=STARTUP_TRIALS
         )
     if strategy == "cmaes":
         try:
@@ -186,6 +150,11 @@ def run_search(
     exhaustively. `initial` configurations (warm starts, the default) are measured first;
     those outside the valid space are skipped.
 
+    `valid` lists the valid configurations; without it they are those of `space` that `sig`
+    admits, listed when the space has at most LISTED_UP_TO configurations and otherwise drawn
+    at random as the search needs them (then only `gp` and `random` can search it, and the
+    replacement of a proposal is a near valid one, not always the nearest).
+
     With `storage` (an Optuna RDB URL) the study `study_name` is created or resumed there:
     configurations it already measured are not measured again and count against `n_trials`,
     which is then the budget of the whole study, shared by every worker that joins it. The
@@ -205,26 +174,37 @@ def run_search(
         raise SpaceError(f"time_limit_s must be positive, got {time_limit_s}")
     if strategy not in STRATEGIES:
         raise SpaceError(f"unknown strategy {strategy!r}: use one of {', '.join(STRATEGIES)}")
-    if valid is None:
-        if sig is None:
-            raise SpaceError("run_search needs a signature or the list of valid configurations")
-        valid = space.valid_configs(sig)
-    if not valid:
-        where = f" fits {sig.text} on {sig.platform}" if sig is not None else " is valid"
-        raise SpaceError(f"no configuration of the space{where}")
-    budget = min(n_trials, len(valid))
+    where = f" fits {sig.text} on {sig.platform}" if sig is not None else " is valid"
+    if valid is None and sig is None:
+        raise SpaceError("run_search needs a signature or the list of valid configurations")
+    if valid is None and space.size > LISTED_UP_TO:
+        vset: ValidSet = DrawnSet(space, sig)
+        if strategy in ("grid", "tpe"):
+            raise SpaceError(
+                f"strategy {strategy!r} needs every valid configuration listed, and the space has "
+                f"{space.size:,} (more than {LISTED_UP_TO:,}): use 'gp' or 'random'"
+            )
+        if not len(vset.draw(np.random.default_rng(seed), 1, set())):
+            raise SpaceError(
+                f"no configuration of the space{where} among {DRAWS_PER_WANTED * 64} drawn at "
+                f"random from its {space.size:,}: check its constraints"
+            )
+    else:
+        valid = space.valid_configs(sig) if valid is None else valid
+        if not valid:
+            raise SpaceError(f"no configuration of the space{where}")
+        vset = ListedSet(space, valid)
+    budget = n_trials if vset.count is None else min(n_trials, vset.count)
     deadline = None if time_limit_s is None else time.monotonic() + time_limit_s
     enc = _Encoding(space)
-    sampler = make_sampler(strategy, seed, enc, valid)
-    valid_ids = {config_id(c): i for i, c in enumerate(valid)}
-    coords = np.array([enc.coords(c) for c in valid])
-    unseen = np.ones(len(valid), dtype=bool)
+    sampler = make_sampler(strategy, seed, enc, vset)
+    seen: set[Position] = set()  # valid configurations measured or being measured
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     shared = SharedStudy(storage, study_name, sampler) if storage else None
     study = shared.study if shared else optuna.create_study(direction="minimize", sampler=sampler)
-    first = [dict(c) for c in initial if config_id(c) in valid_ids]
-    if strategy == "grid" or len(valid) <= n_trials:
+    first = [dict(c) for c in initial if vset.contains(c)]
+    if valid is not None and (strategy == "grid" or len(valid) <= n_trials):
         order = list(valid)
         if strategy != "grid":  # exhaustive anyway; a seeded order finds good ones early on average
             random.Random(seed).shuffle(order)
@@ -245,9 +225,10 @@ def run_search(
         if shared:
             measured, claimed = _refresh(shared, enc)
             for cid in (*measured, *claimed):
-                if cid in valid_ids:
-                    unseen[valid_ids[cid]] = False
-        if len(measured) + len(claimed) >= budget or not unseen.any():
+                pos = vset.position(dict((k, v) for k, _, v in cid))
+                if pos is not None and vset.is_valid(pos):
+                    seen.add(pos)
+        if len(measured) + len(claimed) >= budget or len(seen) == vset.count:
             break
         if deadline is not None and time.monotonic() >= deadline:
             log.info("search: wall-time limit of %.0f s reached", time_limit_s)
@@ -258,8 +239,9 @@ def run_search(
         trial = study.ask(enc.distributions)
         config = enc.decode(trial.params)
         cid = config_id(config)
-        index = valid_ids.get(cid)
-        fresh = index is not None and cid not in measured and cid not in claimed
+        pos = vset.position(config)
+        admitted = pos is not None and vset.is_valid(pos)
+        fresh = admitted and cid not in measured and cid not in claimed
         if shared and fresh and shared.taken(trial, cid, enc):
             # another worker claimed it at the same moment, or measured it since our refresh;
             # neither measures twice (see taken). Queue it again after a random pause, so two
@@ -272,16 +254,18 @@ def run_search(
         if not fresh:
             # invalid: a bad region for the sampler (pruned: no timing); a repeat: already
             # known, not new evidence (failed: samplers ignore it)
-            study.tell(trial, state=TrialState.PRUNED if index is None else TrialState.FAIL)
-            study.enqueue_trial(
-                enc.encode(_nearest_unseen(valid, coords, unseen, enc.coords(config)))
-            )
+            study.tell(trial, state=TrialState.FAIL if admitted else TrialState.PRUNED)
+            near = None if pos is None else vset.nearest_unseen(pos, seen)
+            if near is None:
+                log.info("search: no unmeasured valid configuration found near a proposal")
+                break
+            study.enqueue_trial(enc.encode(vset.config(near)))
             continue
         if upcoming is not None:
-            upcoming(_queued(study, enc, valid_ids, {cid}, measured, claimed))
+            upcoming(_queued(study, enc, vset, {cid}, measured, claimed))
         with shared.heartbeat(trial) if shared else contextlib.nullcontext():
             ev = evaluate(config)
-        unseen[index] = False
+        seen.add(pos)
         measured[cid] = ev
         results.append(ev)
         if shared:
@@ -308,7 +292,7 @@ def run_search(
 
 
 def _queued(
-    study: optuna.Study, enc: _Encoding, valid_ids: Mapping[tuple, int], *taken: Container[tuple]
+    study: optuna.Study, enc: _Encoding, vset: ValidSet, *taken: Container[tuple]
 ) -> list[dict[str, Any]]:
     """The first LOOKAHEAD configurations waiting in the study's queue, in the order `ask` takes
     them (initial ones, the exhaustive or grid order, replacements), less those invalid,
@@ -318,7 +302,7 @@ def _queued(
     for t in study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
         config = enc.decode(t.system_attrs["fixed_params"])  # enqueued, not yet asked
         cid = config_id(config)
-        if cid in valid_ids and cid not in seen and not any(cid in ids for ids in taken):
+        if cid not in seen and not any(cid in ids for ids in taken) and vset.contains(config):
             seen.add(cid)
             out.append(config)
             if len(out) == LOOKAHEAD:
@@ -329,14 +313,6 @@ def _queued(
 def _refresh(shared: SharedStudy, enc: _Encoding) -> tuple[dict[tuple, Evaluation], set[tuple]]:
     measured, claimed = shared.refresh(enc)
     return {cid: Evaluation(*fields) for cid, fields in measured.items()}, claimed
-
-
-def _nearest_unseen(
-    valid: list[dict], coords: np.ndarray, unseen: np.ndarray, point: list[float]
-) -> dict:
-    d = np.abs(coords - np.asarray(point)).sum(axis=1)
-    d[~unseen] = np.inf
-    return valid[int(np.argmin(d))]  # argmin: the first of equals, so seeded runs repeat
 
 
 # ---------------------------------------------------------------------------- replay

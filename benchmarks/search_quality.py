@@ -8,7 +8,8 @@ The figure is the mean over landscapes of optimum time / best time found (0 if a
 "uniform" is the exact expectation of uniform random sampling of valid configurations
 without replacement, computed from the order statistics (no sampling noise).
 
-    python benchmarks/search_quality.py [--seeds 8] [--strategies gp,tpe,random] [--jobs 2]
+    python benchmarks/search_quality.py [--seeds 8] [--first-seed 0] [--strategies gp,tpe,random]
+        [--jobs 2]
 """
 
 from __future__ import annotations
@@ -80,6 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--landscapes", type=Path, default=ROOT.parent / "shared" / "landscapes")
     ap.add_argument("--seeds", type=int, default=8)
+    ap.add_argument("--first-seed", type=int, default=0, help="seeds are first-seed and on")
     ap.add_argument("--strategies", default="gp,tpe,random")
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--only", default="", help="comma-separated substrings of file names")
@@ -98,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
         (str(f), s, seed, max(BUDGETS))
         for s in strategies
         for f in files
-        for seed in range(args.seeds)
+        for seed in range(args.first_seed, args.first_seed + args.seeds)
     ]
     start = time.perf_counter()
     with ProcessPoolExecutor(args.jobs) as pool:
@@ -123,7 +125,8 @@ def main(argv: list[str] | None = None) -> int:
         "| strategy | " + " | ".join(f"budget {b}" for b in BUDGETS) + " | s per run (200 trials) |"
     )
     print(
-        f"{len(files)} landscapes, {args.seeds} seeds, {args.jobs} processes, {wall:.0f} s wall\n"
+        f"{len(files)} landscapes, {args.seeds} seeds from {args.first_seed}, {args.jobs} processes, "
+        f"{wall:.0f} s wall\n"
     )
     print(head)
     print("|" + "---|" * (len(BUDGETS) + 2))

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import gzip
-import itertools
 from pathlib import Path
 
 import numpy as np
@@ -33,6 +32,7 @@ from autotune.search import (
     run_search,
 )
 from autotune.space import Param, Space
+from autotune.valid_set import ListedSet
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "landscapes"
 
@@ -298,12 +298,13 @@ def test_the_gp_sees_which_block_sizes_are_powers_of_two_once_it_has_timings():
         )
     )
     enc = _Encoding(space)
-    assert enc.late_features({"block": 48, "stages": 2, "unroll": True}) == [0.0]
-    assert enc.late_features({"block": 64, "stages": 1, "unroll": False}) == [1.0]
+    valid = ListedSet(space, list(space.all_configs()))
 
-    valid = [
-        dict(zip(space.names, v)) for v in itertools.product(*(p.values for p in space.params))
-    ]
+    def late(config):
+        return valid.late_features(np.array([valid.position(config)])).tolist()
+
+    assert late({"block": 48, "stages": 2, "unroll": True}) == [[0.0]]
+    assert late({"block": 64, "stages": 1, "unroll": False}) == [[1.0]]
     sampler = make_sampler("gp", 0, enc, valid)
     assert isinstance(sampler, CandidateSampler)
     study = optuna.create_study(sampler=sampler)
@@ -313,7 +314,7 @@ def test_the_gp_sees_which_block_sizes_are_powers_of_two_once_it_has_timings():
         config = enc.decode(trial.params)
         study.tell(trial, config["block"] / (1 + config["stages"]))
         widths.append(None if sampler._gp is None else sampler._gp.x.shape[1])
-    base = len(enc.features(valid[0]))
+    base = valid.features(valid.rows[:1]).shape[1]
     # no model for the start-up trials; then the base features, and one more from GP_LATE_FROM
     assert set(widths[4:GP_LATE_FROM]) == {base} and widths[GP_LATE_FROM] == base + 1
 
@@ -322,10 +323,9 @@ def test_the_gp_proposes_its_fastest_prediction_every_few_trials_once_it_has_eno
     powers = tuple(2**k for k in range(10))  # 100 candidates: more than the trials below
     space = Space((Param("bx", powers), Param("by", powers)))
     enc = _Encoding(space)
-    valid = [
-        dict(zip(space.names, v)) for v in itertools.product(*(p.values for p in space.params))
-    ]
-    sampler = make_sampler("gp", 0, enc, valid)
+    valid = list(space.all_configs())
+    vset = ListedSet(space, valid)
+    sampler = make_sampler("gp", 0, enc, vset)
     study = optuna.create_study(sampler=sampler)
     chosen = []  # per proposal after GP_EXPLOIT_FROM: (is the fastest prediction, is the best EI)
     for n in range(GP_EXPLOIT_FROM + 4 * GP_EXPLOIT_EVERY):
@@ -334,7 +334,8 @@ def test_the_gp_proposes_its_fastest_prediction_every_few_trials_once_it_has_eno
         if n >= GP_EXPLOIT_FROM:
             measured = [enc.decode(t.params) for t in study.trials[:-1]]
             unseen = [c for c in valid if c not in measured]
-            xs = np.array([enc.features(c) + enc.late_features(c) for c in unseen])
+            pos = np.array([vset.position(c) for c in unseen])
+            xs = np.hstack([vset.features(pos), vset.late_features(pos)])
             mean = gp.posterior(sampler._gp, xs)[0]
             ei = gp.log_expected_improvement(sampler._gp, xs, GP_MIN_GAIN)
             i = unseen.index(config)
@@ -353,10 +354,9 @@ def test_the_gp_proposes_its_fastest_prediction_every_few_trials_once_it_has_eno
 def test_start_up_proposals_are_as_far_as_possible_from_those_measured(strategy):
     space = Space((Param("bx", (8, 16, 32, 64, 128)), Param("by", (1, 2, 4, 8))))
     enc = _Encoding(space)
-    valid = [
-        dict(zip(space.names, v)) for v in itertools.product(*(p.values for p in space.params))
-    ]
-    study = optuna.create_study(sampler=make_sampler(strategy, 0, enc, valid))
+    valid = list(space.all_configs())
+    vset = ListedSet(space, valid)
+    study = optuna.create_study(sampler=make_sampler(strategy, 0, enc, vset))
     measured = []
     for _ in range(STARTUP_TRIALS):
         trial = study.ask(enc.distributions)
@@ -364,8 +364,10 @@ def test_start_up_proposals_are_as_far_as_possible_from_those_measured(strategy)
         study.tell(trial, 1.0)
 
     def gap(config, others):
-        x = np.array(enc.features(config))
-        return min(((x - np.array(enc.features(o))) ** 2).sum() for o in others)
+        def features(c):
+            return vset.features(np.array([vset.position(c)]))[0]
+
+        return min(((features(config) - features(o)) ** 2).sum() for o in others)
 
     for k in range(1, STARTUP_TRIALS):
         rest = [c for c in valid if c not in measured[:k]]
