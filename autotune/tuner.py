@@ -18,7 +18,7 @@ from autotune.errors import KernelError, SignatureError, SpaceError
 from autotune.finalists import Finalist, remeasure
 from autotune.measure import DEFAULT_POLICY, TimingPolicy
 from autotune.oracle import make_oracle
-from autotune.search import Evaluation, run_search
+from autotune.search import LISTED_UP_TO, Evaluation, run_search
 from autotune.signature import TuningKey, is_array
 from autotune.strategies import DEFAULT_STRATEGY
 from autotune.studies import SharedStudy
@@ -266,8 +266,9 @@ def _tune(
     sig = spec.signature(args, kwargs, device)
     key = spec.key(sig, device)
     space = spec.space(device.platform)
-    valid = space.valid_configs(sig)
-    if not valid:
+    # a space too large to list is drawn from by the search instead (search.LISTED_UP_TO)
+    valid = space.valid_configs(sig) if space.size <= LISTED_UP_TO else None
+    if valid == []:
         raise SpaceError(
             f"no configuration of {spec.name}'s {device.platform} space ({space.size} candidates) "
             f"fits {sig.text}: widen search_spaces/{spec.name}.toml or check its constraints"
@@ -301,11 +302,11 @@ def _tune(
         record = measure(config)
         measured += 1
         if progress:
-            progress(record, measured, min(n_trials, len(valid)))
+            progress(record, measured, n_trials if valid is None else min(n_trials, len(valid)))
         value = record.time_s if record.status == "ok" else None
         return Evaluation(config, value, record.status, detail=record.as_dict())
 
-    warm = warm_starts(handle or db, key, sig, space, valid) if warm_start else []
+    warm = warm_starts(handle or db, key, sig, space) if warm_start else []
     try:
         evaluations = run_search(
             space,

@@ -14,7 +14,7 @@ log = logging.getLogger(__name__)
 
 
 def warm_starts(
-    db: Any, key: TuningKey, sig: Signature, space: Space, valid: list[dict], limit: int = 3
+    db: Any, key: TuningKey, sig: Signature, space: Space, limit: int = 3
 ) -> list[dict[str, Any]]:
     """Up to `limit` stored best configs of this kernel (same version) on this device kind,
     nearest shapes first, that are valid for `sig`. The database is optional here: any
@@ -36,7 +36,6 @@ def warm_starts(
     except AutotuneError as e:
         log.warning("no warm start for %s: %s", key.kernel, e)
         return []
-    valid_ids = {_id(c) for c in valid}
     ranked = []
     for e in entries:
         try:
@@ -46,7 +45,7 @@ def warm_starts(
         config = e["config"]
         if distance is None or space.check_stored(config) is not None:
             continue
-        if _id(config) in valid_ids:
+        if space.is_valid(config, sig):
             same_static = e["static"] == key.static
             ranked.append((not same_static, distance, e["id"], config))
     ranked.sort(key=lambda r: r[:3])
@@ -56,6 +55,3 @@ def warm_starts(
             out.append(config)
     return out[:limit]
 
-
-def _id(config: dict[str, Any]) -> tuple:
-    return tuple(sorted((k, type(v).__name__, v) for k, v in config.items()))

@@ -111,3 +111,30 @@ def test_sampled_scoring_proposes_the_best_scored_configuration_of_a_smooth_land
         study.tell(trial, time(config))
     assert min(t.value for t in study.trials) == 1.0  # the optimum, in 30 of 9,000
     assert np.mean(exact) >= 0.8, exact
+
+
+def test_tuning_a_kernel_whose_space_holds_a_million_configurations_never_lists_it(tmp_path):
+    import jax
+    import jax.numpy as jnp
+
+    import autotune
+
+    space, calls = million()
+    names = [p.name for p in space.params]
+
+    def double(x, *, a=0, b=0, c=0, d=0, e=0, f=0):  # the knobs change nothing: cheap to compile
+        return x * 2
+
+    kernel = autotune.register(
+        double,
+        name="million_knobs",
+        space={"common": {n: list(range(10)) for n in names}},
+        constraints=list(space.constraints),
+        defaults=dict.fromkeys(names, 0),
+        reference=lambda x: x * 2,
+    )
+    x = jax.ShapeDtypeStruct((64,), jnp.float32)
+    result = autotune.tune(kernel, [x], n_trials=4, finalists=0, db=str(tmp_path / "t.db"))
+    assert len(result.trials) == 4 and all(t.status == "ok" for t in result.trials)
+    assert all(t.config["a"] + t.config["b"] <= 9 for t in result.trials)
+    assert calls[0] < 10**5  # listing the space would check each of its 10^6 configurations
