@@ -54,4 +54,3 @@ def warm_starts(
         if config not in out:
             out.append(config)
     return out[:limit]
-
