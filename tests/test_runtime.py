@@ -16,16 +16,11 @@ from autotune.measure import TimingPolicy
 QUICK = TimingPolicy(warmup=1, min_reps=2, max_reps=3, max_time_s=0.05)
 
 
-@autotune.autotuned(name="runtime_shift", space={"block_rows": [8, 16]}, constraints=[rows_divide])
-def shift(x, amount=0.0, *, offset=None, scale_by=1.0, block_rows=8, interpret=False):
-    """x * scale_by + amount (Python constants of the kernel body), plus an optional array."""
-
-    def body(x_ref, o_ref):
-        o_ref[...] = x_ref[...] * scale_by + amount
-
+def by_row_blocks(body, x, block_rows, interpret):
+    """A pallas_call of `body` over blocks of `block_rows` whole rows of x."""
     rows, cols = x.shape
     spec = pl.BlockSpec((block_rows, cols), lambda i: (i, 0))
-    out = pl.pallas_call(
+    return pl.pallas_call(
         body,
         out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
         grid=(rows // block_rows,),
@@ -33,6 +28,16 @@ def shift(x, amount=0.0, *, offset=None, scale_by=1.0, block_rows=8, interpret=F
         out_specs=spec,
         interpret=interpret,
     )(x)
+
+
+@autotune.autotuned(name="runtime_shift", space={"block_rows": [8, 16]}, constraints=[rows_divide])
+def shift(x, amount=0.0, *, offset=None, scale_by=1.0, block_rows=8, interpret=False):
+    """x * scale_by + amount (Python constants of the kernel body), plus an optional array."""
+
+    def body(x_ref, o_ref):
+        o_ref[...] = x_ref[...] * scale_by + amount
+
+    out = by_row_blocks(body, x, block_rows, interpret)
     return out if offset is None else out + offset
 
 
@@ -45,16 +50,7 @@ def tagged(x, *, plus=0, block_rows=8, interpret=False):
     def body(x_ref, o_ref):
         o_ref[...] = x_ref[...] * 0.0 + block_rows + plus
 
-    rows, cols = x.shape
-    spec = pl.BlockSpec((block_rows, cols), lambda i: (i, 0))
-    return pl.pallas_call(
-        body,
-        out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
-        grid=(rows // block_rows,),
-        in_specs=[spec],
-        out_specs=spec,
-        interpret=interpret,
-    )(x)
+    return by_row_blocks(body, x, block_rows, interpret)
 
 
 def ran_with(out):
