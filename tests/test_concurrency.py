@@ -104,8 +104,9 @@ STORER = textwrap.dedent(
 
 TUNER = textwrap.dedent(
     """
-    import itertools, autotune
+    import itertools, sys, autotune
     from toy_kernels import make_input, scale
+    autotune.TuningDB(sys.argv[1]).close()  # the schema exists before any kill, however slow
     print("ready", flush=True)
     for rows in itertools.cycle((8, 16, 24, 32, 48, 64, 96)):
         autotune.tune(scale, [make_input(rows=rows)], n_trials=2, strategy="random")
