@@ -17,6 +17,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from autotune.device import current_device
+
 log = logging.getLogger(__name__)
 
 TIMERS = ("cupti", "trace", "wall")
@@ -104,7 +106,7 @@ def time_compiled(
     """Time one call, repeated per `policy`, by the best timer available (`timer_order`). Calls
     rotate among `args` and `arg_sets` (copies of them: see `rotation_sets`)."""
     sets = [args, *arg_sets]
-    order = timer_order(policy.timer, _platform())
+    order = timer_order(policy.timer, current_device().platform)
     _warm_up(compiled, sets, policy, device_timer=order[0] != "wall")
     for timer in order:
         samples = _samples(timer, compiled, sets, policy)
@@ -126,7 +128,7 @@ def interleaved(
     the first of `timer_order` that times the first executable."""
     for exe in executables:
         _warm_up(exe, sets, policy, device_timer=False)
-    order = timer_order(policy.timer, _platform())
+    order = timer_order(policy.timer, current_device().platform)
     timer = next(t for t in order if SAMPLERS[t](executables[0], sets, 0, 1))
     _note_fallback(order[0], timer)
     samples: list[list[float]] = [[] for _ in executables]
@@ -134,13 +136,6 @@ def interleaved(
         for exe, out in zip(executables, samples):
             out += SAMPLERS[timer](exe, sets, r * reps, reps)
     return samples, timer
-
-
-def _platform() -> str:
-    import jax
-
-    backend = jax.default_backend()
-    return "gpu" if backend in ("gpu", "cuda", "rocm") else backend
 
 
 def _warm_up(
