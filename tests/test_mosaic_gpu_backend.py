@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 from third_party_kernels import BlockSizes, scaled_matmul
 from third_party_mgpu import double_rows, double_rows_reference
+from toy_kernels import rows_divide
 
 import autotune
 from autotune import TuningDB, runtime
@@ -24,10 +25,6 @@ from kernels import matmul, matmul_mgpu
 pytest.importorskip("absl", reason="Mosaic GPU imports absl: pip install absl-py")
 QUICK = TimingPolicy(warmup=1, min_reps=2, max_reps=3, max_time_s=0.05)
 H200 = DeviceInfo("gpu", "NVIDIA H200", "triton", jax.__version__, "", "")  # no GPU here
-
-
-def rows_divide(config, sig):
-    return sig.shapes[0][0] % config["block_rows"] == 0
 
 
 def register_double_rows():

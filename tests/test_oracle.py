@@ -9,6 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from third_party_mgpu import double_rows, double_rows_reference
+from toy_kernels import rows_divide
 
 import autotune
 from autotune import TuningDB, oracle
@@ -17,10 +18,6 @@ from autotune.measure import TimingPolicy
 
 pytest.importorskip("absl", reason="Mosaic GPU imports absl: pip install absl-py")
 QUICK = TimingPolicy(warmup=1, min_reps=2, max_reps=3, max_time_s=0.05)
-
-
-def rows_divide(config, sig):
-    return sig.shapes[0][0] % config["block_rows"] == 0
 
 
 def register(fn, reference=double_rows_reference):
