@@ -1,5 +1,5 @@
-"""Schema versions: a v1 file (the first released schema) opens with every row kept; a
-migration upgrades in place; a newer schema is never written to."""
+"""Schema versions: a v1 file (the first released schema) opens with every row kept; the
+Alembic revisions of autotune/migrations upgrade in place; a newer schema is never written to."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from sqlalchemy import Integer, String, inspect
-from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy import inspect
 
 from autotune import db as dbmod
+from autotune import migrations
 from autotune.db import TuningDB
 from autotune.errors import DatabaseError
 
@@ -50,6 +50,24 @@ def v1_copy(tmp_path):
     return path
 
 
+@pytest.fixture
+def next_revision(tmp_path, monkeypatch):
+    """Install `source` as the revision after the newest, beside copies of the shipped ones,
+    and make it this code's schema version; returns that version."""
+
+    def install(source):
+        scripts = tmp_path / "migrations"
+        shutil.copytree(migrations.SCRIPTS / "versions", scripts / "versions")
+        version = dbmod.SCHEMA_VERSION + 1
+        header = f"revision = {str(version)!r}\ndown_revision = {str(version - 1)!r}\n"
+        (scripts / "versions" / f"v{version}_next.py").write_text(header + source)
+        monkeypatch.setattr(migrations, "SCRIPTS", scripts)
+        monkeypatch.setattr(dbmod, "SCHEMA_VERSION", version)
+        return version
+
+    return install
+
+
 def test_committed_fixture_is_what_the_script_makes(tmp_path):
     fresh = tmp_path / "fresh.db"
     subprocess.run([sys.executable, str(FIXTURES / "make_v1_db.py"), str(fresh)], check=True)
@@ -82,25 +100,20 @@ def test_v1_tables_are_renamed_so_optuna_can_share_the_database(v1_copy):
     assert {"ix_autotune_trials_kernel", "ix_autotune_trials_run_id"} <= names
 
 
-class _NextBase(DeclarativeBase):
-    pass
+NOTE = """
+import sqlalchemy as sa
+from alembic import op
 
 
-class _ResultNext(_NextBase):
-    """What the next schema might add to the results table: one column."""
-
-    __tablename__ = "autotune_results"
-    id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    note: Mapped[str | None] = mapped_column(String(200), nullable=True)
+def upgrade():
+    op.add_column("autotune_results", sa.Column("note", sa.String(200), nullable=True))
+"""
 
 
-def test_next_schema_bump_is_one_migration_function(v1_copy, monkeypatch):
+def test_next_schema_bump_is_one_revision_script(v1_copy, next_revision, monkeypatch):
     before = raw_rows(v1_copy)
     current = dbmod.SCHEMA_VERSION
-    monkeypatch.setattr(dbmod, "SCHEMA_VERSION", current + 1)
-    monkeypatch.setitem(
-        dbmod.MIGRATIONS, current, lambda c: dbmod.add_column(c, _ResultNext, "note")
-    )
+    next_revision(NOTE)
     with TuningDB(v1_copy) as db:  # v1 -> v2 -> v3 in one transaction
         assert len(db.query()) == 2
         columns = {c["name"] for c in inspect(db.engine).get_columns("autotune_results")}
@@ -128,17 +141,11 @@ def test_a_v1_pallas_autotune_refuses_a_v2_file(v1_copy, monkeypatch):
     assert digest(v1_copy) == untouched
 
 
-def test_failed_migration_leaves_the_old_schema(v1_copy, monkeypatch):
-    rename = dbmod.MIGRATIONS[1]
-
-    def broken(conn):
-        rename(conn)  # the renames, then a failure
-        raise RuntimeError("migration bug")
-
+def test_failed_migration_leaves_the_old_schema(v1_copy, next_revision):
     before = raw_rows(v1_copy)
-    monkeypatch.setitem(dbmod.MIGRATIONS, 1, broken)
+    next_revision('\ndef upgrade():\n    raise RuntimeError("migration bug")\n')
     with pytest.raises(RuntimeError, match="migration bug"):
-        TuningDB(v1_copy)
+        TuningDB(v1_copy)  # v2's renames ran, then the next revision failed
     assert raw_rows(v1_copy) == before  # one transaction: the renames went with it
 
 
