@@ -11,6 +11,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from alembic.autogenerate import compare_metadata
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
 from sqlalchemy import inspect
 
 from autotune import db as dbmod
@@ -48,6 +51,14 @@ def v1_copy(tmp_path):
     path = tmp_path / "v1.db"
     shutil.copy(FIXTURES / "v1.db", path)
     return path
+
+
+def schema_drift(conn):
+    """How the database's schema differs from the models (Alembic's autogenerate comparison);
+    tables that are not ours (Optuna's) are left out."""
+    ours = set(dbmod.Base.metadata.tables)
+    opts = {"include_name": lambda name, kind, _parent: kind != "table" or name in ours}
+    return compare_metadata(MigrationContext.configure(conn, opts=opts), dbmod.Base.metadata)
 
 
 @pytest.fixture
@@ -98,6 +109,26 @@ def test_v1_tables_are_renamed_so_optuna_can_share_the_database(v1_copy):
     assert {"autotune_trials", "autotune_results", "autotune_misses", "schema_info"} <= names
     assert not names & {"trials", "results", "misses", "ix_trials_kernel", "ix_trials_run_id"}
     assert {"ix_autotune_trials_kernel", "ix_autotune_trials_run_id"} <= names
+
+
+def test_revisions_end_at_the_schema_version_and_build_the_models(v1_copy):
+    assert ScriptDirectory(str(migrations.SCRIPTS)).get_current_head() == str(dbmod.SCHEMA_VERSION)
+    with TuningDB(v1_copy) as db, db.engine.connect() as conn:
+        assert schema_drift(conn) == []  # upgraded from v1: what a new file is created as
+
+
+def test_opening_a_current_database_does_not_load_alembic(tmp_path, subprocess_env):
+    path = tmp_path / "current.db"
+    TuningDB(path).close()
+    script = (
+        "import sys; from autotune.db import TuningDB; "
+        f"TuningDB({str(path)!r}).close(); print('alembic' in sys.modules)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], env=subprocess_env, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "False"
 
 
 NOTE = """
@@ -185,6 +216,33 @@ def test_tuning_database_and_studies_share_one_postgres_database(pg_url):
     assert {"trials", "studies", "autotune_trials", "schema_info"} <= set(
         inspect(engine).get_table_names()
     )
+    with engine.connect() as conn:
+        assert schema_drift(conn) == []
+    engine.dispose()
+
+
+@pytest.mark.postgres
+def test_an_upgrade_beside_optuna_leaves_its_alembic_version_alone(pg_url, next_revision):
+    import optuna
+    from sqlalchemy import create_engine
+
+    from autotune.studies import optuna_url
+
+    storage = optuna.storages.RDBStorage(optuna_url(pg_url))  # Optuna's alembic_version too
+    storage.engine.dispose()
+    TuningDB(pg_url).close()
+    engine = create_engine(dbmod.normalize_url(pg_url))
+    optunas = "SELECT version_num FROM alembic_version"
+    with engine.connect() as conn:
+        optuna_version = conn.exec_driver_sql(optunas).all()
+    version = next_revision(NOTE)
+    TuningDB(pg_url).close()  # our upgrade runs Alembic in Optuna's database
+    with engine.connect() as conn:
+        assert conn.exec_driver_sql(optunas).all() == optuna_version
+        assert conn.exec_driver_sql("SELECT version FROM schema_info").all() == [(version,)]
+        assert "note" in {c["name"] for c in inspect(conn).get_columns("autotune_results")}
+        tables = inspect(conn).get_table_names()
+        assert [t for t in tables if "alembic" in t] == ["alembic_version"]  # Optuna's only
     engine.dispose()
 
 
@@ -210,4 +268,6 @@ def test_a_v1_postgres_database_is_upgraded_in_place(pg_url):
         assert [m["count"] for m in db.misses()] == [2]
     names = set(inspect(engine).get_table_names())
     assert {"autotune_misses", "schema_info"} <= names and "misses" not in names
+    with engine.connect() as conn:
+        assert schema_drift(conn) == []
     engine.dispose()
