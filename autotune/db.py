@@ -5,9 +5,10 @@ busy timeout), and a PostgreSQL URL serves a team. Configs are stored as JSON te
 as data: callers re-validate them against the current space before use.
 
 Schema versions: `schema_info` holds the version a database was written with. Opening one of an
-older version runs `MIGRATIONS` in place, in one transaction; one of a newer version is refused
-before anything is written. On SQLite every write transaction starts with BEGIN IMMEDIATE, so
-concurrent writers queue on the busy timeout instead of failing on a stale read snapshot.
+older version runs the Alembic revisions of autotune/migrations in place, in one transaction;
+one of a newer version is refused before anything is written. On SQLite every write transaction
+starts with BEGIN IMMEDIATE, so concurrent writers queue on the busy timeout instead of failing
+on a stale read snapshot.
 """
 
 from __future__ import annotations
@@ -43,14 +44,15 @@ from sqlalchemy.engine import Connection, Engine, make_url
 from sqlalchemy.exc import ArgumentError, IntegrityError, OperationalError, SQLAlchemyError
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
+from autotune import migrations
 from autotune.errors import DatabaseError, SignatureError
 from autotune.settings import default_db_path
 from autotune.signature import TuningKey, parse_args, short_dtype
 
-# v1: the first released schema (tests/fixtures/v1.db); v2: the tables are prefixed
-# (`autotune_trials`, ...), so that Optuna's tables (one is `trials`) can share a database, and
-# each trial records the oracle that judged it (`oracle`). `schema_info` keeps its name: a
-# pallas-autotune of any version finds the version there.
+# The newest revision of autotune/migrations/versions (a test holds the two equal), known here
+# without Alembic so that opening a current database stays cheap. v1: the first released
+# schema (tests/fixtures/v1.db); v2: the tables are prefixed (`autotune_trials`, ...), and each
+# trial records the oracle that judged it (`oracle`).
 SCHEMA_VERSION = 2
 DEFAULT_BUSY_TIMEOUT_S = 30.0  # tools wait this long for another writer; the runtime much less
 KEY_COLUMNS = (
@@ -161,42 +163,6 @@ class Miss(_KeyColumns, Base):
     count: Mapped[int] = mapped_column(Integer, default=1)
     first_seen: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     last_seen: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
-
-
-# MIGRATIONS[v](conn) upgrades a database of schema v to v + 1, inside the opening transaction.
-# Tables that are new in the current models are created after the migrations run, so a bump
-# that only adds tables needs `MIGRATIONS[v] = lambda conn: None`; one that adds a column to an
-# existing table: `MIGRATIONS[1] = lambda conn: add_column(conn, Result, "new_column")`.
-def _to_v2(conn: Connection) -> None:
-    """v1 -> v2: the prefixed table names, and the trials' oracle column."""
-    _prefix_tables(conn)
-    add_column(conn, Trial, "oracle")
-
-
-def _prefix_tables(conn: Connection) -> None:
-    """v1 -> v2: rename the tables to their prefixed names, and their indexes with them."""
-    quote = conn.dialect.identifier_preparer.quote
-    # identifiers come from our own model metadata, never from data
-    for role, model in (("trials", Trial), ("results", Result), ("misses", Miss)):
-        conn.exec_driver_sql(f"ALTER TABLE {quote(role)} RENAME TO {quote(model.__tablename__)}")
-        for index in model.__table__.indexes:  # ix_<table>_<column>: named after the table
-            (column,) = index.columns
-            conn.exec_driver_sql(f"DROP INDEX IF EXISTS {quote(f'ix_{role}_{column.name}')}")
-            index.create(conn)
-
-
-MIGRATIONS: dict[int, Callable[[Connection], None]] = {1: _to_v2}
-
-
-def add_column(conn: Connection, model: type[Base], name: str) -> None:
-    """ALTER TABLE ... ADD COLUMN for a column declared on `model` (a migration step)."""
-    from sqlalchemy.schema import CreateColumn
-
-    column = model.__table__.c[name]
-    ddl = CreateColumn(column).compile(dialect=conn.dialect)
-    table = conn.dialect.identifier_preparer.format_table(model.__table__)
-    # identifiers and types come from our own model metadata, never from data
-    conn.exec_driver_sql(f"ALTER TABLE {table} ADD COLUMN {ddl}")
 
 
 def normalize_url(url: str | os.PathLike | None) -> str:
@@ -368,9 +334,7 @@ class TuningDB:
                 Base.metadata.create_all(conn)
                 conn.execute(insert(SchemaInfo).values(id=1, version=SCHEMA_VERSION))
             elif version < SCHEMA_VERSION:
-                for v in range(version, SCHEMA_VERSION):
-                    MIGRATIONS[v](conn)
-                Base.metadata.create_all(conn)  # tables new since `version`
+                migrations.upgrade(conn, version, SCHEMA_VERSION)
                 conn.execute(
                     update(SchemaInfo).where(SchemaInfo.id == 1).values(version=SCHEMA_VERSION)
                 )

@@ -1,5 +1,5 @@
-"""Schema versions: a v1 file (the first released schema) opens with every row kept; a
-migration upgrades in place; a newer schema is never written to."""
+"""Schema versions: a v1 file (the first released schema) opens with every row kept; the
+Alembic revisions of autotune/migrations upgrade in place; a newer schema is never written to."""
 
 from __future__ import annotations
 
@@ -11,10 +11,13 @@ import sys
 from pathlib import Path
 
 import pytest
-from sqlalchemy import Integer, String, inspect
-from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from alembic.autogenerate import compare_metadata
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import inspect
 
 from autotune import db as dbmod
+from autotune import migrations
 from autotune.db import TuningDB
 from autotune.errors import DatabaseError
 
@@ -50,6 +53,32 @@ def v1_copy(tmp_path):
     return path
 
 
+def schema_drift(conn):
+    """How the database's schema differs from the models (Alembic's autogenerate comparison);
+    tables that are not ours (Optuna's) are left out."""
+    ours = set(dbmod.Base.metadata.tables)
+    opts = {"include_name": lambda name, kind, _parent: kind != "table" or name in ours}
+    return compare_metadata(MigrationContext.configure(conn, opts=opts), dbmod.Base.metadata)
+
+
+@pytest.fixture
+def next_revision(tmp_path, monkeypatch):
+    """Install `source` as the revision after the newest, beside copies of the shipped ones,
+    and make it this code's schema version; returns that version."""
+
+    def install(source):
+        scripts = tmp_path / "migrations"
+        shutil.copytree(migrations.SCRIPTS / "versions", scripts / "versions")
+        version = dbmod.SCHEMA_VERSION + 1
+        header = f"revision = {str(version)!r}\ndown_revision = {str(version - 1)!r}\n"
+        (scripts / "versions" / f"v{version}_next.py").write_text(header + source)
+        monkeypatch.setattr(migrations, "SCRIPTS", scripts)
+        monkeypatch.setattr(dbmod, "SCHEMA_VERSION", version)
+        return version
+
+    return install
+
+
 def test_committed_fixture_is_what_the_script_makes(tmp_path):
     fresh = tmp_path / "fresh.db"
     subprocess.run([sys.executable, str(FIXTURES / "make_v1_db.py"), str(fresh)], check=True)
@@ -82,25 +111,40 @@ def test_v1_tables_are_renamed_so_optuna_can_share_the_database(v1_copy):
     assert {"ix_autotune_trials_kernel", "ix_autotune_trials_run_id"} <= names
 
 
-class _NextBase(DeclarativeBase):
-    pass
+def test_revisions_end_at_the_schema_version_and_build_the_models(v1_copy):
+    assert ScriptDirectory(str(migrations.SCRIPTS)).get_current_head() == str(dbmod.SCHEMA_VERSION)
+    with TuningDB(v1_copy) as db, db.engine.connect() as conn:
+        assert schema_drift(conn) == []  # upgraded from v1: what a new file is created as
 
 
-class _ResultNext(_NextBase):
-    """What the next schema might add to the results table: one column."""
+def test_opening_a_current_database_does_not_load_alembic(tmp_path, subprocess_env):
+    path = tmp_path / "current.db"
+    TuningDB(path).close()
+    script = (
+        "import sys; from autotune.db import TuningDB; "
+        f"TuningDB({str(path)!r}).close(); print('alembic' in sys.modules)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], env=subprocess_env, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "False"
 
-    __tablename__ = "autotune_results"
-    id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    note: Mapped[str | None] = mapped_column(String(200), nullable=True)
+
+NOTE = """
+import sqlalchemy as sa
+from alembic import op
 
 
-def test_next_schema_bump_is_one_migration_function(v1_copy, monkeypatch):
+def upgrade():
+    op.add_column("autotune_results", sa.Column("note", sa.String(200), nullable=True))
+"""
+
+
+def test_next_schema_bump_is_one_revision_script(v1_copy, next_revision, monkeypatch):
     before = raw_rows(v1_copy)
     current = dbmod.SCHEMA_VERSION
-    monkeypatch.setattr(dbmod, "SCHEMA_VERSION", current + 1)
-    monkeypatch.setitem(
-        dbmod.MIGRATIONS, current, lambda c: dbmod.add_column(c, _ResultNext, "note")
-    )
+    next_revision(NOTE)
     with TuningDB(v1_copy) as db:  # v1 -> v2 -> v3 in one transaction
         assert len(db.query()) == 2
         columns = {c["name"] for c in inspect(db.engine).get_columns("autotune_results")}
@@ -128,17 +172,11 @@ def test_a_v1_pallas_autotune_refuses_a_v2_file(v1_copy, monkeypatch):
     assert digest(v1_copy) == untouched
 
 
-def test_failed_migration_leaves_the_old_schema(v1_copy, monkeypatch):
-    rename = dbmod.MIGRATIONS[1]
-
-    def broken(conn):
-        rename(conn)  # the renames, then a failure
-        raise RuntimeError("migration bug")
-
+def test_failed_migration_leaves_the_old_schema(v1_copy, next_revision):
     before = raw_rows(v1_copy)
-    monkeypatch.setitem(dbmod.MIGRATIONS, 1, broken)
+    next_revision('\ndef upgrade():\n    raise RuntimeError("migration bug")\n')
     with pytest.raises(RuntimeError, match="migration bug"):
-        TuningDB(v1_copy)
+        TuningDB(v1_copy)  # v2's renames ran, then the next revision failed
     assert raw_rows(v1_copy) == before  # one transaction: the renames went with it
 
 
@@ -178,6 +216,33 @@ def test_tuning_database_and_studies_share_one_postgres_database(pg_url):
     assert {"trials", "studies", "autotune_trials", "schema_info"} <= set(
         inspect(engine).get_table_names()
     )
+    with engine.connect() as conn:
+        assert schema_drift(conn) == []
+    engine.dispose()
+
+
+@pytest.mark.postgres
+def test_an_upgrade_beside_optuna_leaves_its_alembic_version_alone(pg_url, next_revision):
+    import optuna
+    from sqlalchemy import create_engine
+
+    from autotune.studies import optuna_url
+
+    storage = optuna.storages.RDBStorage(optuna_url(pg_url))  # Optuna's alembic_version too
+    storage.engine.dispose()
+    TuningDB(pg_url).close()
+    engine = create_engine(dbmod.normalize_url(pg_url))
+    optunas = "SELECT version_num FROM alembic_version"
+    with engine.connect() as conn:
+        optuna_version = conn.exec_driver_sql(optunas).all()
+    version = next_revision(NOTE)
+    TuningDB(pg_url).close()  # our upgrade runs Alembic in Optuna's database
+    with engine.connect() as conn:
+        assert conn.exec_driver_sql(optunas).all() == optuna_version
+        assert conn.exec_driver_sql("SELECT version FROM schema_info").all() == [(version,)]
+        assert "note" in {c["name"] for c in inspect(conn).get_columns("autotune_results")}
+        tables = inspect(conn).get_table_names()
+        assert [t for t in tables if "alembic" in t] == ["alembic_version"]  # Optuna's only
     engine.dispose()
 
 
@@ -203,4 +268,6 @@ def test_a_v1_postgres_database_is_upgraded_in_place(pg_url):
         assert [m["count"] for m in db.misses()] == [2]
     names = set(inspect(engine).get_table_names())
     assert {"autotune_misses", "schema_info"} <= names and "misses" not in names
+    with engine.connect() as conn:
+        assert schema_drift(conn) == []
     engine.dispose()
