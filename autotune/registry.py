@@ -30,7 +30,7 @@ from autotune.space import (
 log = logging.getLogger(__name__)
 
 # The kernels shipped with pallas-autotune register themselves when this package is imported.
-SHIPPED_KERNELS_PACKAGE = "kernels"
+SHIPPED_KERNELS_PACKAGE = "autotune.kernels"
 
 # name -> AutotunedKernel (the runtime's wrapper; typed Any to keep this module below runtime)
 _REGISTRY: dict[str, Any] = {}

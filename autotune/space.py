@@ -283,7 +283,7 @@ def resolve_space_path(name: str | Path, near: Path | None = None) -> Path:
     else:
         if near is not None:
             candidates.append(near / "search_spaces" / f"{name}.toml")
-        candidates.append(Path(str(resources.files("search_spaces") / f"{name}.toml")))
+        candidates.append(Path(str(resources.files("autotune.search_spaces") / f"{name}.toml")))
     for c in candidates:
         if c.is_file():
             return c

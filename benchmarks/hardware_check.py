@@ -1,8 +1,11 @@
 """One prepared check of the project on an accelerator, within a time budget.
 
-    PYTHONPATH=. python benchmarks/hardware_check.py [--budget-s 480] [--kernels matmul,softmax]
-    PYTHONPATH=. python benchmarks/hardware_check.py --smoke   # the same code on a CPU, tiny
-                                                               # shapes, interpret mode
+    python benchmarks/hardware_check.py [--budget-s 480] [--kernels matmul,softmax]
+    python benchmarks/hardware_check.py --smoke   # the same code on a CPU, tiny shapes,
+                                                  # interpret mode
+
+The project must be installed (its shipped kernels install as autotune.kernels); on a machine
+without a network, install its wheel: see benchmarks/README.md.
 
 In order: the versions and the device; every shipped kernel at its default configuration
 against its plain-JAX reference on awkward shapes, float32 and bfloat16 (verdict, max error);
@@ -139,7 +142,7 @@ def vendor_op(case: Case) -> tuple[str, Callable]:
     import jax
     import jax.numpy as jnp
 
-    from kernels import layer_norm_reference, rms_norm_reference
+    from autotune.kernels import layer_norm_reference, rms_norm_reference
 
     # float32 in float32, as the kernels compute it; other dtypes as XLA does by default
     precision = "highest" if case.dtype == "float32" else None
@@ -268,11 +271,8 @@ def tune(case: Case, shapes: Shapes, db: str, time_limit: float, smoke: bool) ->
         cmd.append("--no-isolate")
     for k, v in case.static.items():
         cmd += ["--static", f"{k}={json.dumps(v)}"]
-    env = dict(
-        os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])
-    )
     start = time.perf_counter()
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=time_limit + 300)
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=time_limit + 300)
     wall = time.perf_counter() - start
     tail = (proc.stdout + proc.stderr).strip().splitlines()[-3:]
     print(f"  {case.label:34} rc {proc.returncode}  {wall:6.1f} s  {' | '.join(tail)[:160]}")
@@ -393,13 +393,10 @@ def readme_example(timeout_s: float) -> dict[str, Any]:
     code = section[
         section.index("```python\n") + 10 : section.index("\n```", section.index("```python"))
     ]
-    env = dict(
-        os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])
-    )
     start = time.perf_counter()
     try:
         proc = subprocess.run(
-            [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=timeout_s
+            [sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout_s
         )
         rc, output = proc.returncode, (proc.stdout + proc.stderr).strip().splitlines()[-4:]
     except subprocess.TimeoutExpired:
@@ -514,8 +511,14 @@ def main(argv: list[str] | None = None) -> int:
     start = time.perf_counter()
     # this process and each tuning run's device worker share the GPU: none may take it all
     os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
-    sys.path.insert(0, str(ROOT))
-    import kernels  # noqa: F401  (registers the shipped kernels)
+    try:
+        import autotune.kernels  # noqa: F401  (registers the shipped kernels)
+    except ModuleNotFoundError as e:
+        # the shipped kernels install under the package (autotune.kernels): a bare checkout on
+        # PYTHONPATH lacks them
+        sys.exit(
+            f"{e}: install the project first (pip install -e ., or its wheel: see benchmarks/README.md)"
+        )
     from autotune.device import current_device
 
     cases = [c for c in CASES if not args.kernels or c.kernel in args.kernels.split(",")]

@@ -35,7 +35,7 @@ import jax.numpy as jnp  # noqa: E402
 import autotune  # noqa: E402
 from autotune import TuningDB  # noqa: E402
 from autotune.device import current_device  # noqa: E402
-from kernels import flash_attention, matmul, vector_add  # noqa: E402
+from autotune.kernels import flash_attention, matmul, vector_add  # noqa: E402
 
 CASES = [  # (name, kernel, argument shapes, tuned config)
     ("vector_add f32 128 (tiny: worst case)", vector_add, [(128,), (128,)], {"block": 128}),

@@ -3,13 +3,13 @@
 Importing this package registers them by name.
 """
 
-from kernels.bmm import bmm, bmm_reference
-from kernels.flash_attention import attention_reference, flash_attention
-from kernels.matmul import matmul, matmul_reference
-from kernels.matmul_mgpu import matmul_mgpu, matmul_mgpu_reference
-from kernels.norms import layer_norm, layer_norm_reference, rms_norm, rms_norm_reference
-from kernels.softmax import softmax, softmax_reference
-from kernels.vector_add import vector_add, vector_add_reference
+from autotune.kernels.bmm import bmm, bmm_reference
+from autotune.kernels.flash_attention import attention_reference, flash_attention
+from autotune.kernels.matmul import matmul, matmul_reference
+from autotune.kernels.matmul_mgpu import matmul_mgpu, matmul_mgpu_reference
+from autotune.kernels.norms import layer_norm, layer_norm_reference, rms_norm, rms_norm_reference
+from autotune.kernels.softmax import softmax, softmax_reference
+from autotune.kernels.vector_add import vector_add, vector_add_reference
 
 __all__ = [
     "attention_reference",

@@ -15,7 +15,7 @@ from jax.experimental import pallas as pl
 
 from autotune import autotuned
 from autotune.hardware import clamp_block, kernel_platform
-from kernels import matmul as mm
+from autotune.kernels import matmul as mm
 
 
 def fits_platform(config: dict, sig) -> bool:

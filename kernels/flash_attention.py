@@ -30,8 +30,8 @@ from autotune.hardware import (
     tpu_block_ok,
     tpu_vmem_bytes,
 )
-from kernels.matmul import check_precision
-from kernels.rowwise import F32, gpu_compiler_params
+from autotune.kernels.matmul import check_precision
+from autotune.kernels.rowwise import F32, gpu_compiler_params
 
 # A finite "minus infinity" for masked scores: exp(MASK - m) is exactly 0 for any real max m,
 # and a block with every key masked cannot turn the running max into NaN.
@@ -219,7 +219,7 @@ def flash_attention(
     interpret: bool = False,
 ) -> jax.Array:
     """Attention of q [B, H, Sq, D] over k, v [B, H, Sk, D]; sm_scale defaults to 1/sqrt(D);
-    float32 inputs multiplied at `precision` (see kernels.matmul.PRECISIONS)."""
+    float32 inputs multiplied at `precision` (see autotune.kernels.matmul.PRECISIONS)."""
     return attention_on(
         q,
         k,

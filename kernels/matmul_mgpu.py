@@ -107,7 +107,7 @@ def matmul_mgpu(
     if x.dtype != y.dtype or jnp.dtype(x.dtype).name not in DTYPES:
         raise ValueError(
             f"matmul_mgpu needs x and y of one dtype in {DTYPES}, got {x.dtype=} and {y.dtype=}: "
-            "cast them, or use kernels.matmul for other dtypes"
+            "cast them, or use autotune.kernels.matmul for other dtypes"
         )
     for name, value in (("grid_minor_dim", grid_minor_dim), ("wg_dimension", wg_dimension)):
         if value not in DIMS:

@@ -13,7 +13,7 @@ import jax.numpy as jnp
 
 from autotune import autotuned
 from autotune.hardware import kernel_platform
-from kernels.rowwise import (
+from autotune.kernels.rowwise import (
     F32,
     RowLayout,
     check_rows,

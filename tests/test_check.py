@@ -7,7 +7,7 @@ from toy_kernels import _scale_call
 
 import autotune
 from autotune.check import check_tpu_space
-from kernels import matmul, vector_add
+from autotune.kernels import matmul, vector_add
 
 CASES = [
     (vector_add, [(1000,), (1000,)]),

@@ -16,7 +16,7 @@ def test_round_trip_across_two_processes(subprocess_env, db_url):
     writer = textwrap.dedent(
         """
         import jax, jax.numpy as jnp, autotune
-        from kernels import vector_add
+        from autotune.kernels import vector_add
         x = jax.ShapeDtypeStruct((512,), jnp.float32)
         r = autotune.tune(vector_add, [x, x], n_trials=3, seed=0)
         print(r.best_config["block"])
@@ -25,7 +25,7 @@ def test_round_trip_across_two_processes(subprocess_env, db_url):
     reader = textwrap.dedent(
         """
         import jax.numpy as jnp
-        from kernels import vector_add
+        from autotune.kernels import vector_add
         x = jnp.ones(512, jnp.float32)
         info = vector_add.explain(x, x)
         assert float(vector_add(x, x)[0]) == 2.0

@@ -9,8 +9,8 @@ import jax.numpy as jnp
 import pytest
 from kernel_checks import close, rand, tpu_configs_lower
 
-from kernels import attention_reference, flash_attention
-from kernels.flash_attention import attention_on
+from autotune.kernels import attention_reference, flash_attention
+from autotune.kernels.flash_attention import attention_on
 
 S = jax.ShapeDtypeStruct
 

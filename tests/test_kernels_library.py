@@ -8,7 +8,7 @@ import pytest
 from kernel_checks import TPU, close, rand, tpu_configs_lower
 
 from autotune import registry
-from kernels import (
+from autotune.kernels import (
     bmm,
     bmm_reference,
     layer_norm,
@@ -18,8 +18,8 @@ from kernels import (
     softmax,
     softmax_reference,
 )
-from kernels.norms import norm_on
-from kernels.softmax import softmax_on
+from autotune.kernels.norms import norm_on
+from autotune.kernels.softmax import softmax_on
 
 S = jax.ShapeDtypeStruct
 DTYPES = [jnp.float32, jnp.bfloat16]

@@ -13,10 +13,10 @@ from kernel_checks import close, rand
 
 from autotune.check import lowering_error
 from autotune.device import DeviceInfo
-from kernels import matmul_mgpu, matmul_mgpu_reference
+from autotune.kernels import matmul_mgpu, matmul_mgpu_reference
 
 pytest.importorskip("absl", reason="Mosaic GPU imports absl: pip install absl-py")
-module = sys.modules["kernels.matmul_mgpu"]
+module = sys.modules["autotune.kernels.matmul_mgpu"]
 H200 = DeviceInfo("gpu", "NVIDIA H200", "mosaic_gpu", jax.__version__, "", "")
 LIMIT = 232_448
 
@@ -76,7 +76,7 @@ def test_shared_memory_model_agrees_with_the_lowering(changes, mnk):
 
 def test_float32_is_refused_with_the_rule():
     x = jnp.ones((64, 64), jnp.float32)
-    with pytest.raises(ValueError, match="one dtype in .*bfloat16.*kernels.matmul"):
+    with pytest.raises(ValueError, match="one dtype in .*bfloat16.*autotune.kernels.matmul"):
         matmul_mgpu.spec.fn(x, x)
 
 

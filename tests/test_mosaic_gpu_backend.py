@@ -19,8 +19,8 @@ from toy_kernels import rows_divide
 import autotune
 from autotune import TuningDB, runtime
 from autotune.device import DeviceInfo, current_device
+from autotune.kernels import matmul, matmul_mgpu
 from autotune.measure import TimingPolicy
-from kernels import matmul, matmul_mgpu
 
 pytest.importorskip("absl", reason="Mosaic GPU imports absl: pip install absl-py")
 QUICK = TimingPolicy(warmup=1, min_reps=2, max_reps=3, max_time_s=0.05)

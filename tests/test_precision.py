@@ -9,10 +9,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from autotune.kernels.bmm import bmm
+from autotune.kernels.flash_attention import flash_attention
+from autotune.kernels.matmul import matmul
 from autotune.verify import compare, tolerance
-from kernels.bmm import bmm
-from kernels.flash_attention import flash_attention
-from kernels.matmul import matmul
 
 F32 = jax.ShapeDtypeStruct
 CALLS = {

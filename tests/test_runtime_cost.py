@@ -18,7 +18,7 @@ import numpy as np
 import autotune
 from autotune import TuningDB
 from autotune.device import current_device
-from kernels import matmul
+from autotune.kernels import matmul
 
 ROOT = Path(__file__).parent.parent
 
@@ -65,7 +65,7 @@ def test_import_and_runtime_path_do_not_load_the_tuner(subprocess_env):
         import autotune
         assert "optuna" not in sys.modules and "autotune.tuner" not in sys.modules
         import jax.numpy as jnp
-        from kernels import vector_add
+        from autotune.kernels import vector_add
         x = jnp.ones(256)
         assert float(vector_add(x, x)[0]) == 2.0
         print(sorted(m for m in ("optuna", "autotune.tuner", "autotune.search") if m in sys.modules))

@@ -10,7 +10,7 @@ from toy_kernels import buggy_scale, make_input, scale
 import autotune
 from autotune import TuningDB
 from autotune.errors import SpaceError
-from kernels import matmul, matmul_reference
+from autotune.kernels import matmul, matmul_reference
 
 
 @pytest.fixture(scope="module")
