@@ -6,6 +6,7 @@ import functools
 from dataclasses import dataclass
 
 from autotune.backends import PLATFORM_BACKENDS
+from autotune.platforms import platform_of
 
 # The default Pallas backend on each platform (a kernel may use another: see autotune.backends).
 # On the CPU there is no compiler for Pallas: kernels run in interpret mode, stored as such.
@@ -42,7 +43,7 @@ def current_device() -> DeviceInfo:
     import jaxlib
 
     device = jax.devices()[0]
-    platform = "gpu" if device.platform in ("gpu", "cuda", "rocm") else device.platform
+    platform = platform_of(device.platform)
     try:
         runtime = str(device.client.platform_version)
     except Exception:  # not every client reports one

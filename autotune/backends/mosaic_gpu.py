@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from autotune.errors import KernelError
+from autotune.platforms import platform_of
 
 NAME = "mosaic_gpu"
 LOWERING_PLATFORM = "cuda"  # what `.lower(lowering_platforms=...)` calls a GPU
@@ -103,7 +104,7 @@ def num_sms(interpret: bool) -> int:
     import jax
 
     device = jax.devices()[0]
-    if device.platform in ("gpu", "cuda"):
+    if platform_of(device.platform) == "gpu":
         return int(getattr(device, "core_count", 0) or _by_kind(NUM_SMS, device.device_kind, 0))
     return NUM_SMS_DEFAULT
 
