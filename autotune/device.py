@@ -5,12 +5,8 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 
-from autotune.backends import PLATFORM_BACKENDS
+from autotune import backends
 from autotune.platforms import platform_of
-
-# The default Pallas backend on each platform (a kernel may use another: see autotune.backends).
-# On the CPU there is no compiler for Pallas: kernels run in interpret mode, stored as such.
-BACKENDS = {platform: backends[0] for platform, backends in PLATFORM_BACKENDS.items()}
 
 
 @dataclass(frozen=True)
@@ -51,7 +47,7 @@ def current_device() -> DeviceInfo:
     return DeviceInfo(
         platform=platform,
         device_kind=str(device.device_kind),
-        backend=BACKENDS.get(platform, platform),
+        backend=backends.default(platform),
         jax_version=jax.__version__,
         jaxlib_version=jaxlib.__version__,
         runtime_version=runtime,
