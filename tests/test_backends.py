@@ -25,6 +25,7 @@ def test_each_platform_has_its_backends_the_default_first():
         "gpu": ("triton", "mosaic_gpu"),
     }
     assert [backends.default(p) for p in PLATFORMS] == ["interpret", "mosaic_tpu", "triton"]
+    assert backends.default("metal") == "metal"  # a platform without Pallas backends of ours
     assert backends.key_backend("mosaic_gpu", "gpu") == "mosaic_gpu"
     assert backends.key_backend("mosaic_gpu", "cpu") == "interpret"
     assert [platform_of(p) for p in ("cuda", "rocm", "gpu", "tpu", "cpu")] == [
@@ -40,6 +41,8 @@ def test_each_platform_has_its_backends_the_default_first():
 def test_every_backend_states_the_same_facts(module):
     assert module.PLATFORM in PLATFORMS and backends.BY_NAME[module.NAME] is module
     assert set(module.TIMERS) <= set(TIMERS) and module.TIMERS[-1] == "wall"
+    # the timer is chosen by platform: every backend of one shares its device's clocks
+    assert backends.timers(module.PLATFORM) == module.TIMERS
     assert callable(module.interpret_mode) and callable(module.reset_interpret_state)
     if module.COMPILER_PARAMS is None:
         assert module.KNOBS == () and module.MARKER is None

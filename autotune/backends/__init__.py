@@ -39,6 +39,12 @@ def default(platform: str) -> str:
     return PLATFORM_BACKENDS.get(platform, (platform,))[0]
 
 
+def timers(platform: str) -> tuple[str, ...]:
+    """The timers `platform`'s device has, best first (those of its default backend: a
+    platform's backends share its device's clocks); the wall clock alone where unknown."""
+    return BY_NAME.get(default(platform), interpret).TIMERS
+
+
 def key_backend(declared: str | None, platform: str) -> str:
     """The backend a kernel's results on `platform` are stored under: its own where it runs
     on that platform, else the platform's default (a Mosaic GPU kernel on a CPU runs in
