@@ -14,16 +14,16 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from autotune.backends import mosaic_gpu, mosaic_tpu
-from autotune.device import BACKENDS, DeviceInfo
+from autotune import backends
+from autotune.device import DeviceInfo
 from autotune.errors import KernelError
 
 # The device whose limits constraints assume when checking on a host that has none.
 DEFAULT_TPU_KIND = "TPU v5 lite"
 DEFAULT_GPU_KIND = "NVIDIA H200"
 DEFAULT_KINDS = {"tpu": DEFAULT_TPU_KIND, "gpu": DEFAULT_GPU_KIND}
-# The backend each platform's check lowers through.
-CHECKED_BACKENDS = {"tpu": mosaic_tpu, "gpu": mosaic_gpu}
+# The backend each platform's check lowers through: those whose lowering runs on this host.
+CHECKED_BACKENDS = {m.PLATFORM: m for m in backends.MODULES if m.LOWERING_PLATFORM}
 
 
 def lowering_error(
@@ -86,9 +86,9 @@ def check_space(
     spec = kernel.spec
     kwargs = dict(kwargs or {})
     kind = device_kind or DEFAULT_KINDS[platform]
-    device = DeviceInfo(platform, kind, BACKENDS[platform], "", "", "")
+    device = DeviceInfo(platform, kind, backends.default(platform), "", "", "")
     sig = spec.signature(args, kwargs, device)
-    if platform == "gpu" and sig.backend != mosaic_gpu.NAME:
+    if platform == "gpu" and sig.backend != backends.mosaic_gpu.NAME:
         raise KernelError(
             f"{spec.name} lowers through {sig.backend or 'Triton'}, whose GPU lowering needs a "
             "CUDA driver: only Mosaic GPU kernels can be checked for a GPU on this host"

@@ -46,6 +46,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
 from autotune import migrations
 from autotune.errors import DatabaseError, SignatureError
+from autotune.platforms import PLATFORMS
 from autotune.settings import default_db_path
 from autotune.signature import TuningKey, parse_args, short_dtype
 
@@ -602,7 +603,7 @@ def validate_export(doc: Any) -> list[dict[str, Any]]:
                 raise DatabaseError(f"export entry {n}: field {name!r} is missing or malformed")
         if not e["time_s"] > 0:
             raise DatabaseError(f"export entry {n}: time_s must be positive, got {e['time_s']}")
-        if e["platform"] not in ("cpu", "tpu", "gpu"):
+        if e["platform"] not in PLATFORMS:
             raise DatabaseError(f"export entry {n}: unknown platform {e['platform']!r}")
         try:
             parse_args(e["signature"])

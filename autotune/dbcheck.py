@@ -16,6 +16,7 @@ from autotune.db import (
     table_names,
 )
 from autotune.errors import AutotuneError
+from autotune.platforms import PLATFORMS
 
 TIMES = ("time_s", "default_time_s", "speedup")  # positive numbers; only time_s is required
 # the columns read, by name: what the first released schema (v1) already had
@@ -113,7 +114,7 @@ def _entry_problems(r: dict[str, Any], trials: dict[int, dict[str, Any]]) -> lis
         if not (_positive(value) or (value is None and name != "time_s")):
             problems.append(f"{name} {_text(value)!r} is not a positive number")
     platform, backend, kind = r["platform"], r["backend"], r["device_kind"]
-    if platform not in PLATFORM_BACKENDS:
+    if platform not in PLATFORMS:
         problems.append(f"unknown platform {_text(platform)!r}")
     elif backend not in PLATFORM_BACKENDS[platform]:
         problems.append(f"backend {_text(backend)!r} does not belong to platform {platform}")

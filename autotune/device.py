@@ -5,11 +5,8 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 
-from autotune.backends import PLATFORM_BACKENDS
-
-# The default Pallas backend on each platform (a kernel may use another: see autotune.backends).
-# On the CPU there is no compiler for Pallas: kernels run in interpret mode, stored as such.
-BACKENDS = {platform: backends[0] for platform, backends in PLATFORM_BACKENDS.items()}
+from autotune import backends
+from autotune.platforms import platform_of
 
 
 @dataclass(frozen=True)
@@ -42,7 +39,7 @@ def current_device() -> DeviceInfo:
     import jaxlib
 
     device = jax.devices()[0]
-    platform = "gpu" if device.platform in ("gpu", "cuda", "rocm") else device.platform
+    platform = platform_of(device.platform)
     try:
         runtime = str(device.client.platform_version)
     except Exception:  # not every client reports one
@@ -50,7 +47,7 @@ def current_device() -> DeviceInfo:
     return DeviceInfo(
         platform=platform,
         device_kind=str(device.device_kind),
-        backend=BACKENDS.get(platform, platform),
+        backend=backends.default(platform),
         jax_version=jax.__version__,
         jaxlib_version=jaxlib.__version__,
         runtime_version=runtime,

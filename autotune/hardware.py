@@ -5,6 +5,8 @@ Sources: JAX's `jax/_src/tpu_info.py` and the vendors' datasheets (see shared PA
 
 from __future__ import annotations
 
+from autotune.platforms import platform_of
+
 KiB = 1024
 MiB = 1024 * KiB
 
@@ -125,5 +127,4 @@ def kernel_platform(interpret: bool) -> str:
         return "cpu"
     import jax
 
-    backend = jax.default_backend()
-    return "gpu" if backend in ("gpu", "cuda", "rocm") else backend
+    return platform_of(jax.default_backend())

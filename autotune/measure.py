@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from autotune import backends
 from autotune.device import current_device
 
 log = logging.getLogger(__name__)
@@ -87,11 +88,10 @@ def compile_ahead(fn: Callable, args: Sequence[Any]) -> tuple[Callable, float]:
 
 
 def timer_order(requested: str, platform: str) -> tuple[str, ...]:
-    """The timers to try, best first: `requested` ("auto" picks by platform), then the wall clock."""
+    """The timers to try, best first: `requested` ("auto": the platform's, from its backends'
+    facts), then the wall clock."""
     if requested == "auto":
-        return {"gpu": ("cupti", "trace", "wall"), "tpu": ("trace", "wall")}.get(
-            platform, ("wall",)
-        )
+        return backends.timers(platform)
     if requested not in TIMERS:
         raise ValueError(f"unknown timer {requested!r}: use auto or one of {', '.join(TIMERS)}")
     return (requested,) if requested == "wall" else (requested, "wall")

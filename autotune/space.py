@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from autotune.errors import SpaceError
+from autotune.platforms import PLATFORMS
 from autotune.signature import Signature
 
 if sys.version_info >= (3, 11):
@@ -31,7 +32,6 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-PLATFORMS = ("cpu", "tpu", "gpu")
 SECTIONS = ("common", *PLATFORMS)
 MAX_CANDIDATES = 4096  # per parameter; a larger list is a typo, not a search space
 

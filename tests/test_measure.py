@@ -60,6 +60,7 @@ def test_the_timer_is_chosen_by_platform_best_first():
     assert timer_order("auto", "gpu") == ("cupti", "trace", "wall")
     assert timer_order("auto", "tpu") == ("trace", "wall")
     assert timer_order("auto", "cpu") == ("wall",)
+    assert timer_order("auto", "metal") == ("wall",)  # a platform without backends of ours
     assert timer_order("trace", "gpu") == ("trace", "wall")
     with pytest.raises(ValueError, match="unknown timer 'gpu'"):
         timer_order("gpu", "gpu")

@@ -11,18 +11,38 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Sequence
+from types import ModuleType
 from typing import Any
 
-from autotune.backends import mosaic_gpu, mosaic_tpu
+from autotune.backends import interpret, mosaic_gpu, mosaic_tpu, triton
+from autotune.platforms import PLATFORMS
 
-# The backends a Pallas kernel may compile through on each platform, the default first. On
-# the CPU there is no compiler for Pallas: kernels run in interpret mode.
-PLATFORM_BACKENDS = {
-    "cpu": ("interpret",),
-    "tpu": ("mosaic_tpu",),
-    "gpu": ("triton", "mosaic_gpu"),
-}
-KNOWN = frozenset(b for bs in PLATFORM_BACKENDS.values() for b in bs)
+# Each module holds one backend's facts under the same names: NAME, PLATFORM, MARKER (the
+# jax._src.pallas module its compiler parameters and meshes come from), LOWERING_PLATFORM,
+# TIMERS (best first), COMPILER_PARAMS and KNOBS, interpret_mode() and reset_interpret_state().
+# Listed with each platform's default first.
+MODULES: tuple[ModuleType, ...] = (interpret, mosaic_tpu, triton, mosaic_gpu)
+BY_NAME = {m.NAME: m for m in MODULES}
+
+# The backends a Pallas kernel may compile through on each platform, the default first.
+PLATFORM_BACKENDS = {p: tuple(m.NAME for m in MODULES if p == m.PLATFORM) for p in PLATFORMS}
+KNOWN = frozenset(BY_NAME)
+
+# Recognition's precedence where a function traces to several backends: the Mosaic ones first,
+# since a Mosaic kernel runs on a CPU only under its own interpret mode, which the backend picks.
+RECOGNISED = (mosaic_gpu, mosaic_tpu, triton)
+
+
+def default(platform: str) -> str:
+    """The backend a kernel on `platform` compiles through unless it says otherwise (an unknown
+    platform is its own)."""
+    return PLATFORM_BACKENDS.get(platform, (platform,))[0]
+
+
+def timers(platform: str) -> tuple[str, ...]:
+    """The timers `platform`'s device has, best first (those of its default backend: a
+    platform's backends share its device's clocks); the wall clock alone where unknown."""
+    return BY_NAME.get(default(platform), interpret).TIMERS
 
 
 def key_backend(declared: str | None, platform: str) -> str:
@@ -46,13 +66,13 @@ def check_declared(name: str, backend: str | None) -> None:
 def interpret_mode(backend: str | None) -> contextlib.AbstractContextManager:
     """The interpret mode that runs a kernel of `backend` without an `interpret` argument on
     a CPU: GPU interpret mode for Mosaic GPU, TPU interpret mode otherwise (a plain
-    `pallas_call` runs under either)."""
-    return (mosaic_gpu if backend == mosaic_gpu.NAME else mosaic_tpu).interpret_mode()
+    `pallas_call`, None here, runs under either)."""
+    return BY_NAME.get(backend, interpret).interpret_mode()
 
 
 def reset_interpret_state(backend: str | None) -> None:
     """Clear what that interpret mode keeps after a kernel raised, for the next kernel."""
-    (mosaic_gpu if backend == mosaic_gpu.NAME else mosaic_tpu).reset_interpret_state()
+    BY_NAME.get(backend, interpret).reset_interpret_state()
 
 
 def recognise(fn: Callable, args: Sequence[Any]) -> str | None:
@@ -61,7 +81,7 @@ def recognise(fn: Callable, args: Sequence[Any]) -> str | None:
     where nothing says (a plain `pallas_call` runs on any backend's default)."""
     import jax
 
-    found: set[str] = set()
+    found: set[ModuleType] = set()
 
     def walk(jaxpr: Any) -> None:
         for eqn in jaxpr.eqns:
@@ -72,19 +92,8 @@ def recognise(fn: Callable, args: Sequence[Any]) -> str | None:
                         walk(inner)
                     elif name in ("compiler_params", "mesh", "meshes") and v is not None:
                         module = type(v).__module__
-                        found.update(b for marker, b in _MARKERS if marker in module)
+                        found.update(b for b in RECOGNISED if b.MARKER in module)
 
     abstract = [jax.ShapeDtypeStruct(a.shape, a.dtype) if hasattr(a, "dtype") else a for a in args]
     walk(jax.make_jaxpr(fn)(*abstract).jaxpr)
-    for backend in ("mosaic_gpu", "mosaic_tpu", "triton"):
-        if backend in found:
-            return backend
-    return None
-
-
-# Where each backend's compiler parameters and meshes live in jax._src.pallas.
-_MARKERS = (
-    ("pallas.mosaic_gpu", "mosaic_gpu"),
-    ("pallas.mosaic.", "mosaic_tpu"),
-    ("pallas.triton", "triton"),
-)
+    return next((b.NAME for b in RECOGNISED if b in found), None)

@@ -14,9 +14,16 @@ from collections.abc import Iterator
 from typing import Any
 
 from autotune.errors import KernelError
+from autotune.platforms import platform_of
 
 NAME = "mosaic_gpu"
+PLATFORM = "gpu"
+MARKER = "pallas.mosaic_gpu"  # where jax._src keeps its compiler parameters and meshes
 LOWERING_PLATFORM = "cuda"  # what `.lower(lowering_platforms=...)` calls a GPU
+# CUPTI reads the kernels' own durations; a profiler trace the same where CUPTI is refused
+TIMERS = ("cupti", "trace", "wall")
+COMPILER_PARAMS = "jax.experimental.pallas.mosaic_gpu.CompilerParams"
+KNOBS = ("max_concurrent_steps",)  # the depth of its pipelines (shared-memory slots)
 
 # Shared memory a block may allocate (the opt-in maximum; Mosaic GPU refuses a kernel that
 # asks for more with "exceeds available shared memory: smem_bytes=N > max_smem_bytes=M").
@@ -103,7 +110,7 @@ def num_sms(interpret: bool) -> int:
     import jax
 
     device = jax.devices()[0]
-    if device.platform in ("gpu", "cuda"):
+    if platform_of(device.platform) == "gpu":
         return int(getattr(device, "core_count", 0) or _by_kind(NUM_SMS, device.device_kind, 0))
     return NUM_SMS_DEFAULT
 

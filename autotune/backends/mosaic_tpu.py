@@ -2,7 +2,8 @@
 
 TPU interpret mode runs TPU kernels on a CPU, TPU-only grid specs (scalar prefetch, VMEM
 scratch) included; the TPU lowering (which enforces the block-shape rules) runs on a CPU-only
-host too. The TPU's memory limits are in `autotune.hardware`.
+host too. The TPU's limits that kernels' constraints use (tiling, VMEM) are in
+`autotune.hardware`, beside the helpers the kernels import them with.
 """
 
 from __future__ import annotations
@@ -11,7 +12,13 @@ import contextlib
 from collections.abc import Iterator
 
 NAME = "mosaic_tpu"
-LOWERING_PLATFORM = "tpu"
+PLATFORM = "tpu"
+MARKER = "pallas.mosaic."  # where jax._src keeps its compiler parameters (not mosaic_gpu's)
+LOWERING_PLATFORM = "tpu"  # what `.lower(lowering_platforms=...)` calls a TPU
+# a profiler trace has the XLA module's time on the TPU; CUPTI is NVIDIA's
+TIMERS = ("trace", "wall")
+COMPILER_PARAMS = "jax.experimental.pallas.tpu.CompilerParams"
+KNOBS = ("vmem_limit_bytes",)  # raises the scoped VMEM limit (see hardware.TPU_SCOPED_VMEM)
 
 
 @contextlib.contextmanager
