@@ -7,7 +7,6 @@ import csv
 import io
 import json
 import logging
-import math
 import os
 import sys
 from collections.abc import Sequence
@@ -18,9 +17,21 @@ from autotune.db import check_url
 from autotune.errors import AutotuneError, SignatureError
 from autotune.jobs import parse_dtypes, parse_shapes  # noqa: F401  (re-exported)
 from autotune.strategies import DEFAULT_STRATEGY, STRATEGIES
+from autotune.tune_settings import TuneSettings, checked
 from autotune.worker import DEFAULT_LIMITS, WorkerLimits
 
 FORMATS = ("table", "json", "csv")
+# the flags that set the tuning settings, by field: a refusal names the flag
+FLAGS = {
+    "n_trials": "--trials",
+    "limits.compile_s": "--compile-timeout",
+    "limits.run_s": "--run-timeout",
+    "time_limit_s": "--time-limit",
+    "patience": "--patience",
+    "seed": "--seed",
+    "finalists": "--finalists",
+    "compile_workers": "--compile-workers",
+}
 
 
 class UsageError(AutotuneError):
@@ -219,41 +230,29 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def cmd_tune(args: argparse.Namespace) -> int:
     # every check comes before the database is opened or a worker started: nothing is written
-    if args.trials < 1:
-        raise UsageError(f"--trials must be at least 1, got {args.trials}")
-    for flag, value in (
-        ("--compile-timeout", args.compile_timeout),
-        ("--run-timeout", args.run_timeout),
-        ("--time-limit", args.time_limit),
-    ):
-        if value is not None and not (math.isfinite(value) and value > 0):
-            raise UsageError(f"{flag} must be a positive number of seconds, got {value}")
-    if args.patience is not None and args.patience < 1:
-        raise UsageError(f"--patience must be at least 1 trial, got {args.patience}")
-    jobs.check_seed(args.seed, "--seed")
+    settings = checked(
+        FLAGS,
+        n_trials=args.trials,
+        strategy=args.strategy,
+        seed=args.seed,
+        time_limit_s=args.time_limit,
+        patience=args.patience,
+        finalists=args.finalists,
+        isolate=args.isolate,
+        limits=WorkerLimits(compile_s=args.compile_timeout, run_s=args.run_timeout),
+        compile_workers=args.compile_workers,
+    )
     for flag, url in (("--db", args.db), ("--storage", args.storage)):
         if url is not None:
             check_url(url, flag)
-    if args.finalists < 0:
-        raise UsageError(f"--finalists must be 0 or more, got {args.finalists}")
-    if args.compile_workers is not None and args.compile_workers < 0:
-        raise UsageError(f"--compile-workers must be 0 or more, got {args.compile_workers}")
-    worker_platforms = None
-    if args.isolate and "jax" not in sys.modules:
+    if settings.isolate and "jax" not in sys.modules:
         # The device belongs to the worker (a TPU admits one process): this process makes
         # inputs and the interpret-mode oracle on the CPU; the worker sees the platforms asked for.
-        worker_platforms = os.environ.get("JAX_PLATFORMS", "")
+        settings = settings.replace(worker_platforms=os.environ.get("JAX_PLATFORMS", ""))
         os.environ["JAX_PLATFORMS"] = "cpu"
     import_user_modules(args)  # after JAX_PLATFORMS is set: the module may import JAX
-    measurement = {
-        "isolate": args.isolate,
-        "limits": WorkerLimits(compile_s=args.compile_timeout, run_s=args.run_timeout),
-        "worker_platforms": worker_platforms,
-        "finalists": args.finalists,
-        "compile_workers": args.compile_workers,
-    }
     if args.job or args.pending:
-        return cmd_tune_job(args, measurement)
+        return cmd_tune_job(args, settings)
 
     import jax
 
@@ -290,16 +289,11 @@ def cmd_tune(args: argparse.Namespace) -> int:
         result = tune(
             kernel,
             inputs,
-            n_trials=args.trials,
-            db=args.db,
-            strategy=args.strategy,
-            seed=args.seed,
-            time_limit_s=args.time_limit,
-            patience=args.patience,
             kwargs=static,
+            settings=settings,
+            db=args.db,
             progress=progress,
             storage=storage,
-            **measurement,
         )
     except TypeError as e:  # the kernel's own signature refused the arguments
         raise UsageError(
@@ -441,8 +435,8 @@ def add_job_arguments(t: argparse.ArgumentParser) -> None:
     add_import_argument(g)
 
 
-def cmd_tune_job(args: argparse.Namespace, measurement: dict[str, Any]) -> int:
-    """--job / --pending; `measurement` holds tune()'s worker and finalist options."""
+def cmd_tune_job(args: argparse.Namespace, settings: TuneSettings) -> int:
+    """--job / --pending: each task with `settings` and its own budget, strategy and seed."""
     from rich.console import Console
 
     from autotune import jobs
@@ -476,9 +470,10 @@ def cmd_tune_job(args: argparse.Namespace, measurement: dict[str, Any]) -> int:
             soft_wrap=True,
         )
         with Display(console) as display:
-            outcomes = jobs.run_tasks(
-                tasks, db=db, storage=storage, force=args.force, show=display, **measurement
-            )
+            # --time-limit and --patience bound one tuning, not a job's tasks: their budget is
+            # the job file's (or --trials with --pending)
+            run = settings.replace(storage=storage, time_limit_s=None, patience=None)
+            outcomes = jobs.run_tasks(tasks, db=db, settings=run, force=args.force, show=display)
     counts = {s: sum(o.status == s for o in outcomes) for s in ("tuned", "skipped", "failed")}
     print(", ".join(f"{n} {s}" for s, n in counts.items()))
     return 1 if counts["failed"] else 0
