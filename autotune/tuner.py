@@ -164,28 +164,27 @@ def tune(
         raise KernelError(f"{fn!r} is not an autotuned kernel: decorate it with @autotuned(...)")
     spec = kernel.spec
     kwargs = dict(kwargs or {})
-    seed = settings.seed
-    args = random_inputs(args, 0 if seed is None else seed)
+    args = random_inputs(args, 0 if settings.seed is None else settings.seed)
     worker_start = time.perf_counter()
-    isolate, policy = settings.isolate, settings.policy
-    target = fn if isinstance(fn, str) else import_path(kernel) if isolate or worker else None
+    isolated = settings.isolate or worker is not None  # a worker given implies isolation
+    target = fn if isinstance(fn, str) else import_path(kernel) if isolated else None
     owned: Any = None
     restarts_before = worker.restarts if worker is not None else 0
     if worker is not None:
-        worker.device = worker.set_task(target, args, kwargs, policy)
-    elif isolate:
+        worker.device = worker.set_task(target, args, kwargs, settings.policy)
+    elif settings.isolate:
         worker = owned = DeviceWorker(
             target,
             args,
             kwargs,
-            policy,
+            settings.policy,
             settings.limits,
             settings.worker_platforms,
             settings.compile_workers,
         )
     else:
         worker = owned = InProcessWorker(
-            kernel, args, kwargs, None, policy, settings.compile_workers
+            kernel, args, kwargs, None, settings.policy, settings.compile_workers
         )
     start_s = time.perf_counter() - worker_start if target else 0.0
     with owned or contextlib.nullcontext():
@@ -197,7 +196,7 @@ def tune(
             n_trials=settings.n_trials,
             db=db,
             strategy=settings.strategy,
-            seed=seed,
+            seed=settings.seed,
             store=store,
             progress=progress,
             n_finalists=settings.finalists,
