@@ -17,7 +17,14 @@ from typing import Any
 
 from autotune.cli.common import DB_HELP, Parser, add_import_argument, import_user_modules
 from autotune.cli.output import FORMATS, render
-from autotune.db import PREFER, TuningDB, check_url, normalize_url, validate_export
+from autotune.db import (
+    KEY_COLUMNS,
+    PREFER,
+    TuningDB,
+    check_url,
+    normalize_url,
+    validate_export,
+)
 from autotune.errors import AutotuneError
 
 
@@ -317,8 +324,6 @@ def cmd_landscape(args: argparse.Namespace, db: TuningDB) -> int:
 
 
 def _key(r: dict[str, Any]) -> tuple:
-    from autotune.db import KEY_COLUMNS
-
     return tuple(r[k] for k in KEY_COLUMNS)
 
 
