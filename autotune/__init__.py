@@ -1,14 +1,22 @@
 """pallas-autotune: find, verify, store and serve the best block sizes for Pallas kernels.
 
 The runtime surface (``autotuned``, ``register``, ``configure``) is cheap to import; ``tune`` and
-``TuningDB`` load the tuner (Optuna) and the database layer (SQLAlchemy) on first use.
+``TuningDB`` load the tuner (Optuna) and the database layer (SQLAlchemy) on first use, and
+``TuneSettings`` the measurement's settings (neither).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from autotune.errors import AutotuneError, DatabaseError, KernelError, SignatureError, SpaceError
+from autotune.errors import (
+    AutotuneError,
+    DatabaseError,
+    KernelError,
+    SettingsError,
+    SignatureError,
+    SpaceError,
+)
 from autotune.runtime import AutotunedKernel, autotuned, configure, register
 
 __all__ = [
@@ -17,8 +25,10 @@ __all__ = [
     "DatabaseError",
     "KernelError",
     "SignatureError",
+    "SettingsError",
     "SpaceError",
     "TuneResult",
+    "TuneSettings",
     "TuningDB",
     "autotuned",
     "configure",
@@ -26,7 +36,12 @@ __all__ = [
     "tune",
 ]
 
-_LAZY = {"tune": "autotune.tuner", "TuneResult": "autotune.tuner", "TuningDB": "autotune.db"}
+_LAZY = {
+    "tune": "autotune.tuner",
+    "TuneResult": "autotune.tuner",
+    "TuneSettings": "autotune.tune_settings",
+    "TuningDB": "autotune.db",
+}
 
 
 def __getattr__(name: str) -> Any:

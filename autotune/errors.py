@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 
 class AutotuneError(Exception):
     """Base class of every error pallas-autotune raises on purpose."""
@@ -21,3 +23,16 @@ class KernelError(AutotuneError):
 
 class DatabaseError(AutotuneError):
     """The tuning database cannot be opened, read or written."""
+
+
+class SettingsError(AutotuneError):
+    """A tuning setting (a budget, a time limit, a seed...) is out of range. The message is the
+    setting's name, then what is wrong; `naming` words it with a front end's own name for it."""
+
+    def __init__(self, name: str, problem: str) -> None:
+        super().__init__(f"{name} {problem}")
+        self.name, self.problem = name, problem
+
+    def naming(self, names: Mapping[str, str]) -> SettingsError:
+        """The same refusal, naming the setting `names[name]` (a flag, a job file's key)."""
+        return SettingsError(names.get(self.name, self.name), self.problem)

@@ -31,7 +31,7 @@ from typing import Any
 
 from autotune.errors import AutotuneError, SignatureError
 from autotune.signature import ArgSpec, format_args, parse_dtype
-from autotune.strategies import DEFAULT_STRATEGY, STRATEGIES
+from autotune.tune_settings import TuneSettings, checked
 
 try:
     import tomllib
@@ -39,6 +39,9 @@ except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 
 log = logging.getLogger(__name__)
+_DEFAULTS = TuneSettings()
+# a job file's words for the settings a task sets, where they differ from TuneSettings' fields
+_KEYS = {"n_trials": "trials"}
 _TASK_FIELDS = {
     "kernel",
     "shape",
@@ -161,9 +164,9 @@ class Task:
     shapes: tuple[tuple[int, ...], ...]
     dtypes: tuple[str, ...]
     static: tuple[tuple[str, Any], ...] = ()  # sorted items, so a Task is hashable
-    trials: int = 32
-    strategy: str = DEFAULT_STRATEGY
-    seed: int | None = None
+    trials: int = _DEFAULTS.n_trials
+    strategy: str = _DEFAULTS.strategy
+    seed: int | None = _DEFAULTS.seed
 
     @property
     def static_dict(self) -> dict[str, Any]:
@@ -180,21 +183,21 @@ class Task:
 
         return [jax.ShapeDtypeStruct(s, d) for s, d in zip(self.shapes, self.dtypes)]
 
+    def settings(self, run: TuneSettings) -> TuneSettings:
+        """The run's settings with this task's budget, strategy and seed."""
+        return run.replace(n_trials=self.trials, strategy=self.strategy, seed=self.seed)
+
 
 def make_task(
     kernel: str,
     shape: str,
     dtype: str = "float32",
     static: dict[str, Any] | None = None,
-    trials: int = 32,
-    strategy: str = DEFAULT_STRATEGY,
-    seed: int | None = None,
+    trials: int = _DEFAULTS.n_trials,
+    strategy: str = _DEFAULTS.strategy,
+    seed: int | None = _DEFAULTS.seed,
 ) -> Task:
-    if not isinstance(trials, int) or isinstance(trials, bool) or trials < 1:
-        raise JobError(f"trials must be a whole number of at least 1, got {trials!r}")
-    if strategy not in STRATEGIES:
-        raise JobError(f"unknown strategy {strategy!r}: use one of {', '.join(STRATEGIES)}")
-    check_seed(seed)
+    checked(_KEYS, n_trials=trials, strategy=strategy, seed=seed)
     shapes = parse_shapes(shape)
     return Task(
         kernel=kernel,
@@ -205,17 +208,6 @@ def make_task(
         strategy=strategy,
         seed=seed,
     )
-
-
-MAX_SEED = 2**32 - 1  # the samplers' seeds are unsigned 32-bit
-
-
-def check_seed(seed: Any, what: str = "seed") -> None:
-    """A seed is None or a whole number from 0 to 2^32 - 1."""
-    if seed is None:
-        return
-    if not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed <= MAX_SEED:
-        raise JobError(f"{what} must be a whole number from 0 to {MAX_SEED}, got {seed!r}")
 
 
 def load_job(path: str | Path) -> list[Task]:
@@ -266,9 +258,9 @@ def load_job(path: str | Path) -> list[Task]:
                         shape,
                         dtype,
                         static,
-                        spec.get("trials", 32),
-                        spec.get("strategy", DEFAULT_STRATEGY),
-                        spec.get("seed"),
+                        spec.get("trials", _DEFAULTS.n_trials),
+                        spec.get("strategy", _DEFAULTS.strategy),
+                        spec.get("seed", _DEFAULTS.seed),
                     )
                     check_task(task, shape)  # every task up front, not when its turn comes
                 except AutotuneError as e:
@@ -325,7 +317,7 @@ def shard(tasks: Sequence[Task], index: int, count: int) -> list[Task]:
 
 
 def pending_tasks(
-    db: Any, *, kernel: str | None = None, trials: int = 32
+    db: Any, *, kernel: str | None = None, trials: int = _DEFAULTS.n_trials
 ) -> tuple[list[Task], dict[str, int]]:
     """One task per recorded miss on this device kind (most often missed first), and the
     number of misses per kernel that is not registered here (not tuned).
@@ -410,15 +402,14 @@ def run_tasks(
     tasks: Sequence[Task],
     *,
     db: Any = None,
-    storage: str | None = None,
+    settings: TuneSettings = _DEFAULTS,
     force: bool = False,
     show: Callable[[JobProgress, Outcome | None], None] | None = None,
-    **measurement: Any,
 ) -> list[Outcome]:
     """Tune each task in order; already-tuned ones are skipped unless `force`.
 
-    `measurement` goes to tune() as is: `isolate`, `limits`, `worker_platforms`, `finalists`,
-    `compile_workers`.
+    Each task is tuned with `settings`, its own budget, strategy and seed (Task.settings), and
+    the study of its key in `settings.storage`.
 
     A task that fails (no valid configuration, a kernel error) is reported and the job goes on.
     """
@@ -447,8 +438,8 @@ def run_tasks(
                     progress.n_trials = 0
                 else:
                     study = study_name_of(key)
-                    if force and storage:
-                        delete_study(storage, study)
+                    if force and settings.storage:
+                        delete_study(settings.storage, study)
 
                     def on_trial(record: Any, j: int, n: int) -> None:
                         progress.trial, progress.n_trials = j, n
@@ -462,15 +453,11 @@ def run_tasks(
                     result = tune(
                         kernel,  # a device worker imports it by its 'module:function' path
                         task.inputs(),
-                        n_trials=task.trials,
-                        db=handle,
-                        strategy=task.strategy,
-                        seed=task.seed,
                         kwargs=task.static_dict,
+                        settings=task.settings(settings),
+                        db=handle,
                         progress=on_trial,
-                        storage=storage,
                         study_name=study,
-                        **measurement,
                     )
                     progress.best_s = result.best_time_s
                     outcome = Outcome(task, "tuned", _summary(result), result)

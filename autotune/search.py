@@ -148,7 +148,8 @@ def run_search(
     time, and `patience` measurements in a row that do not beat the best so far by more than
     `noise` (relative). When the valid space is no larger than `n_trials` it is searched
     exhaustively. `initial` configurations (warm starts, the default) are measured first;
-    those outside the valid space are skipped.
+    those outside the valid space are skipped. The budgets and the strategy come checked
+    (autotune.tune_settings.TuneSettings); an unknown strategy is refused by make_sampler.
 
     `valid` lists the valid configurations; without it they are those of `space` that `sig`
     admits, listed when the space has at most LISTED_UP_TO configurations and otherwise drawn
@@ -166,14 +167,6 @@ def run_search(
     meanwhile. A model-based sampler's proposals are not known before they are asked for, so
     they are never among them; nor does the call change what is measured, or in what order.
     """
-    if n_trials < 1:
-        raise SpaceError(f"n_trials must be at least 1, got {n_trials}")
-    if patience is not None and patience < 1:
-        raise SpaceError(f"patience must be at least 1 trial, got {patience}")
-    if time_limit_s is not None and time_limit_s <= 0:
-        raise SpaceError(f"time_limit_s must be positive, got {time_limit_s}")
-    if strategy not in STRATEGIES:
-        raise SpaceError(f"unknown strategy {strategy!r}: use one of {', '.join(STRATEGIES)}")
     where = f" fits {sig.text} on {sig.platform}" if sig is not None else " is valid"
     if valid is None and sig is None:
         raise SpaceError("run_search needs a signature or the list of valid configurations")

@@ -16,14 +16,13 @@ import numpy as np
 from autotune import registry, runtime
 from autotune.errors import KernelError, SignatureError, SpaceError
 from autotune.finalists import Finalist, remeasure
-from autotune.measure import DEFAULT_POLICY, TimingPolicy
 from autotune.oracle import make_oracle
 from autotune.search import LISTED_UP_TO, Evaluation, run_search
 from autotune.signature import TuningKey, is_array
-from autotune.strategies import DEFAULT_STRATEGY
 from autotune.studies import SharedStudy
+from autotune.tune_settings import TuneSettings
 from autotune.warmstart import warm_starts
-from autotune.worker import DEFAULT_LIMITS, DeviceWorker, InProcessWorker, WorkerLimits
+from autotune.worker import DeviceWorker, InProcessWorker
 
 log = logging.getLogger(__name__)
 
@@ -137,70 +136,56 @@ def tune(
     fn: Any,
     args: Sequence[Any],
     *,
-    n_trials: int = 32,
-    db: Any = None,
-    strategy: str = DEFAULT_STRATEGY,
-    seed: int | None = None,
     kwargs: Mapping[str, Any] | None = None,
+    settings: TuneSettings | None = None,
+    db: Any = None,
     store: bool = True,
-    policy: TimingPolicy = DEFAULT_POLICY,
     progress: Callable[[TrialRecord, int, int], None] | None = None,
-    isolate: bool = False,
-    limits: WorkerLimits = DEFAULT_LIMITS,
-    worker_platforms: str | None = None,
-    finalists: int = 3,
     worker: DeviceWorker | None = None,
-    storage: str | None = None,
-    study_name: str | None = None,
-    time_limit_s: float | None = None,
-    patience: int | None = None,
-    warm_start: bool = True,
-    compile_workers: int | None = None,
+    **overrides: Any,
 ) -> TuneResult:
-    """Tune `fn` (an autotuned kernel, a registered name or 'pkg.module:fn') for these arguments.
+    """Tune `fn` (an autotuned kernel, a registered name or 'pkg.module:fn') for these arguments
+    (arrays or jax.ShapeDtypeStruct; static arguments in `kwargs`).
 
-    Every candidate is compiled ahead of time, checked against the interpret-mode oracle
-    (the kernel at its default configuration) and timed; the best verified one is stored in
-    `db` (a TuningDB, URL or path; default: the per-user database) with every trial.
+    Every candidate is compiled ahead of time, checked against the oracle (autotune.oracle) and
+    timed; the best verified one is stored in `db` (a TuningDB, URL or path; default: the
+    per-user database) with every trial, unless `store` is False. `progress` is called after
+    each trial with it, its number and the budget.
 
-    `isolate=True` measures in a device worker process (see autotune.worker) under `limits`:
-    a candidate that crashes or hangs it becomes a `crashed` / `timeout` trial. The worker gets
-    `JAX_PLATFORMS=worker_platforms` where given, so that this process can keep to the CPU
-    (the CLI does). The `finalists` fastest are re-measured interleaved before the winner is
-    chosen (0: the fastest first measurement wins). A `worker` given (a DeviceWorker) is
-    used and left running, so many tuning tasks share one start-up; it implies isolation.
-
-    With `storage` (an Optuna RDB URL) the search is a study there, named `study_name` (default:
-    derived from the key, so workers tuning the same key meet in one study): an interrupted run
-    resumes without re-measuring, several workers share the `n_trials` budget, and the best
-    entry is the best trial of all of them.
-    Search stops at `n_trials`, after `time_limit_s` seconds, or after `patience` trials
-    without improvement. With `warm_start`, the default and the best configs stored for this
-    kernel and device at the nearest shapes are measured first.
-
-    `compile_workers` threads compile the candidates queued next (warm starts, an exhaustive or
-    grid order) while the current one is timed; None sizes them to the host: none on the CPU,
-    where they would disturb timing. A `worker` given keeps its own.
+    How it searches, measures and decides is `settings` (a TuneSettings; default: its
+    defaults), with `overrides` given by field name: `tune(kernel, args, n_trials=8)`. A
+    `worker` given (a DeviceWorker) is used and left running, so that many tuning tasks share
+    one start-up; it implies isolation.
     """
+    settings = (settings or TuneSettings()).replace(**overrides)
     start = time.perf_counter()
     kernel = registry.resolve(fn) if isinstance(fn, str) else fn
     if not isinstance(getattr(kernel, "spec", None), registry.KernelSpec):
         raise KernelError(f"{fn!r} is not an autotuned kernel: decorate it with @autotuned(...)")
     spec = kernel.spec
     kwargs = dict(kwargs or {})
-    args = random_inputs(args, 0 if seed is None else seed)
+    args = random_inputs(args, 0 if settings.seed is None else settings.seed)
     worker_start = time.perf_counter()
-    target = fn if isinstance(fn, str) else import_path(kernel) if isolate or worker else None
+    isolated = settings.isolate or worker is not None  # a worker given implies isolation
+    target = fn if isinstance(fn, str) else import_path(kernel) if isolated else None
     owned: Any = None
     restarts_before = worker.restarts if worker is not None else 0
     if worker is not None:
-        worker.device = worker.set_task(target, args, kwargs, policy)
-    elif isolate:
+        worker.device = worker.set_task(target, args, kwargs, settings.policy)
+    elif settings.isolate:
         worker = owned = DeviceWorker(
-            target, args, kwargs, policy, limits, worker_platforms, compile_workers
+            target,
+            args,
+            kwargs,
+            settings.policy,
+            settings.limits,
+            settings.worker_platforms,
+            settings.compile_workers,
         )
     else:
-        worker = owned = InProcessWorker(kernel, args, kwargs, None, policy, compile_workers)
+        worker = owned = InProcessWorker(
+            kernel, args, kwargs, None, settings.policy, settings.compile_workers
+        )
     start_s = time.perf_counter() - worker_start if target else 0.0
     with owned or contextlib.nullcontext():
         result = _tune(
@@ -208,18 +193,18 @@ def tune(
             worker,
             args,
             kwargs,
-            n_trials=n_trials,
+            n_trials=settings.n_trials,
             db=db,
-            strategy=strategy,
-            seed=seed,
+            strategy=settings.strategy,
+            seed=settings.seed,
             store=store,
             progress=progress,
-            n_finalists=finalists,
-            storage=storage,
-            study_name=study_name,
-            time_limit_s=time_limit_s,
-            patience=patience,
-            warm_start=warm_start,
+            n_finalists=settings.finalists,
+            storage=settings.storage,
+            study_name=settings.study_name,
+            time_limit_s=settings.time_limit_s,
+            patience=settings.patience,
+            warm_start=settings.warm_start,
         )
     result.worker_start_s = start_s
     result.restarts = worker.restarts - restarts_before

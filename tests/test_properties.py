@@ -10,8 +10,9 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from autotune.cli import main, parse_dtypes, parse_shapes
+from autotune.cli import main
 from autotune.errors import SignatureError, SpaceError
+from autotune.jobs import parse_dtypes, parse_shapes
 from autotune.signature import (
     _SHORT,
     ArgSpec,

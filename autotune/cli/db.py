@@ -1,22 +1,31 @@
-"""`autotune db show|export|import|merge|stale|prune|stats`: the tuning database as a tool.
+"""`autotune db ...`: every subcommand of the tuning database as a tool.
 
-(`db list`, `db trials` and `db misses` live in cli.py; these are in their own module so that
-cli.py stays small.)
+Each takes --db; all but `check` have their arguments checked before the database is opened
+(so that a bad one creates nothing), then run with it open.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import statistics
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from autotune.db import PREFER, TuningDB, validate_export
+from autotune.cli.common import DB_HELP, Parser, add_import_argument, import_user_modules
+from autotune.cli.output import FORMATS, render
+from autotune.db import (
+    KEY_COLUMNS,
+    PREFER,
+    TuningDB,
+    check_url,
+    normalize_url,
+    validate_export,
+)
 from autotune.errors import AutotuneError
-
-FORMATS = ("table", "json", "csv")
 
 
 def _filters(q: argparse.ArgumentParser) -> None:
@@ -42,7 +51,6 @@ def check_arguments(args: argparse.Namespace) -> None:
     """Refuse bad arguments before the database is opened, so that nothing is created: an
     unknown dtype filter, an id no database can hold, an import file that is not an export
     (read here: `args.doc`), a URL whose kind or driver is unknown."""
-    from autotune.db import check_url
     from autotune.signature import parse_dtype
 
     if getattr(args, "dtype", None) is not None:
@@ -69,44 +77,123 @@ def _read_export(file: str) -> Any:
         raise AutotuneError(f"{file} is not JSON ({e}): give a file from `db export`") from None
 
 
-def add_parsers(dsub: Any) -> None:
-    """Add the tool subcommands to `autotune db`'s subparsers."""
-    q = dsub.add_parser("show", help="one best entry with all its trials")
+def add_parser(sub: Any) -> None:
+    d = sub.add_parser("db", help="query the tuning database")
+    dsub = d.add_subparsers(dest="db_command", required=True, parser_class=Parser)
+    for name, help_ in (
+        ("list", "best entries"),
+        ("trials", "every measured trial"),
+        ("misses", "lookups model code made that the database could not answer"),
+    ):
+        q = _subcommand(dsub, name, help_, _opened(cmd_query))
+        _filters(q)
+        q.add_argument("--format", choices=FORMATS, default="table")
+
+    q = _subcommand(
+        dsub, "check", "report, in words, every problem the runtime would meet", cmd_check
+    )
+    add_import_argument(q)
+
+    q = _subcommand(dsub, "show", "one best entry with all its trials", _opened(cmd_show))
     q.add_argument("id", type=int, help="the entry's id (see `autotune db list`)")
     q.add_argument("--format", choices=FORMATS, default="table")
 
-    q = dsub.add_parser("export", help="best entries as a portable JSON file")
+    q = _subcommand(dsub, "export", "best entries as a portable JSON file", _opened(cmd_export))
     _filters(q)
     q.add_argument("--out", default="-", help="file to write (default: standard output)")
 
-    q = dsub.add_parser("import", help="add the entries of an exported JSON file")
+    q = _subcommand(dsub, "import", "add the entries of an exported JSON file", _opened(cmd_import))
     q.add_argument("file")
     q.add_argument("--prefer", choices=PREFER, default="faster", help="on a key conflict")
 
-    q = dsub.add_parser("merge", help="add the best entries of another database")
+    q = _subcommand(dsub, "merge", "add the best entries of another database", _opened(cmd_merge))
     q.add_argument("url", help="SQLAlchemy URL or file of the other database")
     _filters(q)
     q.add_argument("--prefer", choices=PREFER, default="faster", help="on a key conflict")
 
-    q = dsub.add_parser("stale", help="entries tuned for an older version of their kernel")
+    q = _subcommand(
+        dsub, "stale", "entries tuned for an older version of their kernel", _opened(cmd_stale)
+    )
     _filters(q)
     q.add_argument("--format", choices=FORMATS, default="table")
+    add_import_argument(q)
 
-    q = dsub.add_parser(
-        "prune", help="delete stale entries (with their trials) and misses tuned since"
+    q = _subcommand(
+        dsub,
+        "prune",
+        "delete stale entries (with their trials) and misses tuned since",
+        _opened(cmd_prune),
     )
     _filters(q)
     q.add_argument("--dry-run", action="store_true", help="say what would go, delete nothing")
+    add_import_argument(q)
 
-    q = dsub.add_parser("stats", help="entries, trials, misses and speedups per kernel and device")
+    q = _subcommand(
+        dsub,
+        "stats",
+        "entries, trials, misses and speedups per kernel and device",
+        _opened(cmd_stats),
+    )
     _filters(q)
     q.add_argument("--format", choices=FORMATS, default="table")
-    for p in dsub.choices.values():
-        if not any(a.dest == "db" for a in p._actions):
-            p.add_argument("--db", default=None, help="SQLAlchemy URL or file")
+
+    q = _subcommand(
+        dsub,
+        "landscape",
+        "write an exhaustive run's trials as a landscape CSV (for replay)",
+        _opened(cmd_landscape),
+    )
+    q.add_argument("--kernel", required=True)
+    q.add_argument("--signature", required=True, help="e.g. f32[64,128]")
+    q.add_argument("--device-kind")
+    q.add_argument("--output", "-o", help="file to write (.csv, or .csv.gz); default: stdout")
 
 
-def cmd_show(args: argparse.Namespace, db: TuningDB, render: Callable) -> int:
+def _subcommand(
+    dsub: Any, name: str, help_: str, run: Callable[[argparse.Namespace], int]
+) -> argparse.ArgumentParser:
+    """A `db` subcommand: every one takes --db."""
+    q = dsub.add_parser(name, help=help_)
+    q.add_argument("--db", default=None, help=DB_HELP)
+    q.set_defaults(run=run)
+    return q
+
+
+def _opened(
+    command: Callable[[argparse.Namespace, TuningDB], int],
+) -> Callable[[argparse.Namespace], int]:
+    """`command` run with the database open, once the user's kernels are registered and the
+    arguments checked: nothing is created for a command line that cannot run."""
+
+    @functools.wraps(command)
+    def run(args: argparse.Namespace) -> int:
+        import_user_modules(args)
+        check_arguments(args)
+        with TuningDB(args.db) as db:
+            return command(args, db)
+
+    return run
+
+
+def cmd_query(args: argparse.Namespace, db: TuningDB) -> int:
+    """`db list`, `db trials`, `db misses`."""
+    select = {"list": db.query, "trials": db.trials, "misses": db.misses}[args.db_command]
+    print(render(select(**_filter_values(args)), args.format))
+    return 0
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    """Exit 0 when the database is sound, 1 when it has problems (each printed on a line)."""
+    from autotune.dbcheck import check_database, format_report
+
+    import_user_modules(args)
+    url = normalize_url(args.db)
+    problems, counts = check_database(url)
+    print(format_report(url, problems, counts))
+    return 1 if problems else 0
+
+
+def cmd_show(args: argparse.Namespace, db: TuningDB) -> int:
     entry = db.entry(args.id)
     if entry is None:
         raise AutotuneError(f"no entry with id {args.id}: see `autotune db list` for the ids")
@@ -120,7 +207,7 @@ def cmd_show(args: argparse.Namespace, db: TuningDB, render: Callable) -> int:
     return 0
 
 
-def cmd_export(args: argparse.Namespace, db: TuningDB, render: Callable) -> int:
+def cmd_export(args: argparse.Namespace, db: TuningDB) -> int:
     doc = db.export(**_filter_values(args))
     text = json.dumps(doc, indent=2, sort_keys=True, default=str)
     if args.out == "-":
@@ -131,7 +218,7 @@ def cmd_export(args: argparse.Namespace, db: TuningDB, render: Callable) -> int:
     return 0
 
 
-def cmd_import(args: argparse.Namespace, db: TuningDB, render: Callable) -> int:
+def cmd_import(args: argparse.Namespace, db: TuningDB) -> int:
     try:
         counts = db.import_entries(args.doc, prefer=args.prefer)
     except AutotuneError as e:
@@ -140,7 +227,7 @@ def cmd_import(args: argparse.Namespace, db: TuningDB, render: Callable) -> int:
     return 0
 
 
-def cmd_merge(args: argparse.Namespace, db: TuningDB, render: Callable) -> int:
+def cmd_merge(args: argparse.Namespace, db: TuningDB) -> int:
     with TuningDB(args.url) as other:
         doc = other.export(**_filter_values(args))
     print(_counts(db.import_entries(doc, prefer=args.prefer)))
@@ -160,7 +247,7 @@ def stale_entries(db: TuningDB, filters: dict[str, Any]) -> list[dict[str, Any]]
     ]
 
 
-def cmd_stale(args: argparse.Namespace, db: TuningDB, render: Callable) -> int:
+def cmd_stale(args: argparse.Namespace, db: TuningDB) -> int:
     rows = stale_entries(db, _filter_values(args))
     if args.format == "table":
         rows = [
@@ -181,7 +268,7 @@ def cmd_stale(args: argparse.Namespace, db: TuningDB, render: Callable) -> int:
     return 0
 
 
-def cmd_prune(args: argparse.Namespace, db: TuningDB, render: Callable) -> int:
+def cmd_prune(args: argparse.Namespace, db: TuningDB) -> int:
     filters = _filter_values(args)
     stale = stale_entries(db, dict(filters))
     tuned = {_key(r) for r in db.query(**dict(filters))}
@@ -195,7 +282,7 @@ def cmd_prune(args: argparse.Namespace, db: TuningDB, render: Callable) -> int:
     return 0
 
 
-def cmd_stats(args: argparse.Namespace, db: TuningDB, render: Callable) -> int:
+def cmd_stats(args: argparse.Namespace, db: TuningDB) -> int:
     filters = _filter_values(args)
     groups: dict[tuple, dict[str, Any]] = {}
 
@@ -224,22 +311,21 @@ def cmd_stats(args: argparse.Namespace, db: TuningDB, render: Callable) -> int:
     return 0
 
 
-def _key(r: dict[str, Any]) -> tuple:
-    from autotune.db import KEY_COLUMNS
+def cmd_landscape(args: argparse.Namespace, db: TuningDB) -> int:
+    from autotune.landscape import landscape_rows, write_landscape
 
+    header, rows = landscape_rows(db, args.kernel, args.signature, args.device_kind)
+    text = write_landscape(args.output, header, rows)
+    if args.output is None:
+        print(text, end="")
+    else:
+        print(f"wrote {len(rows)} configurations to {args.output}", file=sys.stderr)
+    return 0
+
+
+def _key(r: dict[str, Any]) -> tuple:
     return tuple(r[k] for k in KEY_COLUMNS)
 
 
 def _counts(counts: dict[str, int]) -> str:
     return ", ".join(f"{n} {what}" for what, n in counts.items())
-
-
-COMMANDS = {
-    "show": cmd_show,
-    "export": cmd_export,
-    "import": cmd_import,
-    "merge": cmd_merge,
-    "stale": cmd_stale,
-    "prune": cmd_prune,
-    "stats": cmd_stats,
-}

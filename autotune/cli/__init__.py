@@ -1,0 +1,40 @@
+"""The `autotune` command: tune kernels, check and list them, query the tuning database, report.
+
+One module per command group (tune, check, kernels, db, report); each adds its parser and sets
+the function that runs it. Bad input is one line on stderr and exit code 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Sequence
+
+from autotune.cli import check, db, kernels, report, tune
+from autotune.cli.common import Parser
+from autotune.errors import AutotuneError
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = Parser(prog="autotune", description="Autotune block sizes of JAX Pallas kernels.")
+    p.add_argument("-v", "--verbose", action="store_true", help="log what happens")
+    sub = p.add_subparsers(dest="command", required=True, parser_class=Parser)
+    for group in (tune, check, kernels, db, report):
+        group.add_parser(sub)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        args = build_parser().parse_args(argv)
+        logging.basicConfig(
+            level=logging.INFO if args.verbose else logging.WARNING, format="%(message)s"
+        )
+        return args.run(args)
+    except AutotuneError as e:
+        print(f"autotune: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("autotune: interrupted", file=sys.stderr)
+        return 130

@@ -1,0 +1,73 @@
+"""`autotune check`: does every candidate of a kernel's space lower for a TPU or a GPU?"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from autotune import jobs
+from autotune.cli.common import UsageError, add_import_argument, import_user_modules, parse_static
+from autotune.cli.output import config_text, table
+
+
+def add_parser(sub: Any) -> None:
+    c = sub.add_parser(
+        "check",
+        help="does every candidate of a kernel's space lower for TPU, or a Mosaic GPU kernel's "
+        "for a GPU? (no device needed)",
+    )
+    c.add_argument("kernel", help="a registered kernel name, or package.module:function")
+    c.add_argument("--platform", choices=("tpu", "gpu"), default="tpu")
+    c.add_argument("--shape", required=True, help="argument shapes, e.g. 256x256,256x256")
+    c.add_argument(
+        "--dtype", default="float32", help="dtype of every argument, or one per argument"
+    )
+    c.add_argument("--static", action="append", default=[], metavar="NAME=VALUE")
+    c.add_argument(
+        "--device-kind", default=None, help="the device whose limits the constraints apply"
+    )
+    c.add_argument(
+        "--sample", type=int, default=None, help="check N candidates spread over the space"
+    )
+    add_import_argument(c)
+    c.set_defaults(run=cmd_check)
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    import jax
+
+    from autotune.check import DEFAULT_KINDS, check_space
+    from autotune.registry import resolve
+
+    import_user_modules(args)
+    kernel = resolve(args.kernel)
+    shapes = jobs.parse_shapes(args.shape)
+    dtypes = jobs.parse_dtypes(args.dtype, len(shapes))
+    inputs = [jax.ShapeDtypeStruct(s, d) for s, d in zip(shapes, dtypes)]
+    static = parse_static(args.static)
+    jobs.check_call(kernel, inputs, static, args.shape)
+    kind = args.device_kind or DEFAULT_KINDS[args.platform]
+    if args.sample is not None and args.sample < 1:
+        raise UsageError(f"--sample {args.sample}: give a positive number of candidates")
+    rows = check_space(kernel, inputs, static, args.platform, kind, args.sample)
+    print(
+        table(
+            [
+                {
+                    "config": config_text(r.config),
+                    "constraints": "accept" if r.accepted else "refuse: " + ", ".join(r.violations),
+                    f"lowers for {args.platform}": "yes"
+                    if r.lowering_error is None
+                    else r.lowering_error[:100],
+                }
+                for r in rows
+            ]
+        )
+    )
+    bad = [r for r in rows if r.accepted and r.lowering_error is not None]
+    n_ok = sum(r.accepted for r in rows)
+    print(
+        f"\n{kernel.spec.name} {','.join(args.shape.split(','))} on {kind}: {len(rows)} candidates, "
+        f"{n_ok} accepted by the constraints, {len(bad)} of those do not lower"
+    )
+    return 1 if bad else 0

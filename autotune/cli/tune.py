@@ -1,0 +1,256 @@
+"""`autotune tune`: one kernel for one call signature, or the tasks of a job file or of the
+recorded misses (--job, --pending)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Any
+
+from autotune import jobs
+from autotune.cli.common import (
+    DB_HELP,
+    UsageError,
+    add_import_argument,
+    import_user_modules,
+    parse_static,
+)
+from autotune.cli.output import config_text
+from autotune.db import check_url
+from autotune.strategies import STRATEGIES
+from autotune.tune_settings import TuneSettings, checked
+from autotune.worker import WorkerLimits
+
+DEFAULTS = TuneSettings()  # the flags' defaults, but --no-isolate: the CLI isolates by default
+
+# the flags that set the tuning settings, by field: a refusal names the flag
+FLAGS = {
+    "n_trials": "--trials",
+    "limits.compile_s": "--compile-timeout",
+    "limits.run_s": "--run-timeout",
+    "time_limit_s": "--time-limit",
+    "patience": "--patience",
+    "seed": "--seed",
+    "finalists": "--finalists",
+    "compile_workers": "--compile-workers",
+}
+
+
+def add_parser(sub: Any) -> None:
+    t = sub.add_parser("tune", help="tune a kernel for one call signature on this device")
+    t.add_argument("kernel", nargs="?", help="a registered kernel name, or package.module:function")
+    t.add_argument("--shape", help="argument shapes, e.g. 256x256,256x256")
+    t.add_argument(
+        "--dtype", default="float32", help="dtype of every argument, or one per argument"
+    )
+    t.add_argument(
+        "--static", action="append", default=[], metavar="NAME=VALUE", help="a static argument"
+    )
+    t.add_argument(
+        "--trials", type=int, default=DEFAULTS.n_trials, help="distinct configurations to measure"
+    )
+    t.add_argument("--strategy", choices=STRATEGIES, default=DEFAULTS.strategy)
+    t.add_argument("--seed", type=int, default=DEFAULTS.seed)
+    t.add_argument(
+        "--time-limit",
+        type=float,
+        default=DEFAULTS.time_limit_s,
+        help="stop after this many seconds",
+    )
+    t.add_argument(
+        "--patience",
+        type=int,
+        default=DEFAULTS.patience,
+        help="stop after N trials without improvement",
+    )
+    t.add_argument("--db", default=None, help=DB_HELP)
+    add_job_arguments(t)
+
+    t.add_argument(
+        "--no-isolate",
+        dest="isolate",
+        action="store_false",
+        help="measure in this process (no device worker: a crashing candidate ends the run)",
+    )
+    t.add_argument(
+        "--compile-timeout",
+        type=float,
+        default=DEFAULTS.limits.compile_s,
+        metavar="S",
+        help="seconds one candidate may take to compile before it is a `timeout` trial",
+    )
+    t.add_argument(
+        "--run-timeout",
+        type=float,
+        default=DEFAULTS.limits.run_s,
+        metavar="S",
+        help="seconds one candidate may take to verify and time before it is a `timeout` trial",
+    )
+    t.add_argument(
+        "--compile-workers",
+        type=int,
+        default=DEFAULTS.compile_workers,
+        metavar="N",
+        help="threads compiling queued candidates while one is timed "
+        "(default: up to 4 on an accelerator, 0 on the CPU)",
+    )
+    t.add_argument(
+        "--finalists",
+        type=int,
+        default=DEFAULTS.finalists,
+        help="the fastest candidates re-measured interleaved before choosing (0: none)",
+    )
+    t.set_defaults(run=cmd_tune)
+
+
+def add_job_arguments(t: argparse.ArgumentParser) -> None:
+    g = t.add_argument_group("many tasks, many machines")
+    g.add_argument("--job", metavar="FILE", help="tune every task of a TOML job file")
+    g.add_argument(
+        "--pending",
+        action="store_true",
+        help="tune every lookup miss recorded for this device kind (see `autotune db misses`)",
+    )
+    g.add_argument("--kernel", dest="only_kernel", help="with --pending: only this kernel")
+    g.add_argument("--shard", metavar="I/N", help="run share I of N (0 <= I < N) of the tasks")
+    g.add_argument("--force", action="store_true", help="re-tune tasks already tuned")
+    g.add_argument(
+        "--storage",
+        help="Optuna RDB storage URL for the studies (shared by workers; resumable). Default "
+        "with --job/--pending: a SQLite file beside a SQLite tuning database",
+    )
+    add_import_argument(g)
+
+
+def cmd_tune(args: argparse.Namespace) -> int:
+    # every check comes before the database is opened or a worker started: nothing is written
+    settings = checked(
+        FLAGS,
+        n_trials=args.trials,
+        strategy=args.strategy,
+        seed=args.seed,
+        time_limit_s=args.time_limit,
+        patience=args.patience,
+        finalists=args.finalists,
+        isolate=args.isolate,
+        limits=WorkerLimits(compile_s=args.compile_timeout, run_s=args.run_timeout),
+        compile_workers=args.compile_workers,
+    )
+    for flag, url in (("--db", args.db), ("--storage", args.storage)):
+        if url is not None:
+            check_url(url, flag)
+    if settings.isolate and "jax" not in sys.modules:
+        # The device belongs to the worker (a TPU admits one process): this process makes
+        # inputs and the interpret-mode oracle on the CPU; the worker sees the platforms asked for.
+        settings = settings.replace(worker_platforms=os.environ.get("JAX_PLATFORMS", ""))
+        os.environ["JAX_PLATFORMS"] = "cpu"
+    import_user_modules(args)  # after JAX_PLATFORMS is set: the module may import JAX
+    if args.job or args.pending:
+        return cmd_tune_job(args, settings)
+
+    import jax
+
+    from autotune.registry import resolve
+    from autotune.tuner import study_name_of, tune
+
+    if args.kernel is None or args.shape is None:
+        raise UsageError(
+            "the following arguments are required: --shape and a kernel "
+            "(or tune many with --job FILE or --pending)"
+        )
+    if args.shard or args.force:
+        raise UsageError("--shard and --force apply to --job and --pending")
+    if "" not in sys.path:  # import paths name the user's modules, found from where they stand
+        sys.path.insert(0, "")
+    kernel = args.kernel
+    shapes = jobs.parse_shapes(args.shape)
+    dtypes = jobs.parse_dtypes(args.dtype, len(shapes))
+    static = parse_static(args.static)
+    inputs = [jax.ShapeDtypeStruct(s, d) for s, d in zip(shapes, dtypes)]
+    jobs.check_inputs_fit(shapes, dtypes)
+    jobs.check_call(resolve(kernel), inputs, static, args.shape)
+    # without --storage, a study beside a SQLite database: a rerun after a crash resumes it,
+    # and a finished run deletes it, so the next run tunes afresh
+    storage = args.storage or jobs.default_storage(args.db)
+
+    def progress(trial: Any, i: int, n: int) -> None:
+        time = f"{trial.time_s * 1e3:9.4f} ms" if trial.time_s is not None else " " * 12
+        print(
+            f"trial {i:3d}/{n}  {trial.status:13s} {time}  {config_text(trial.config)}", flush=True
+        )
+
+    try:
+        result = tune(
+            kernel,
+            inputs,
+            kwargs=static,
+            settings=settings,
+            db=args.db,
+            progress=progress,
+            storage=storage,
+        )
+    except TypeError as e:  # the kernel's own signature refused the arguments
+        raise UsageError(
+            f"{args.kernel} cannot be called with --shape {args.shape} --static {static}: {e}"
+        ) from None
+    speedup = f"{result.speedup:.2f}x" if result.speedup else "n/a"
+    default = f"{result.default_time_s * 1e3:.4f} ms" if result.default_time_s else "failed"
+    if storage and not args.storage:
+        jobs.delete_study(storage, study_name_of(result.key))
+    if result.resumed:
+        print(f"resumed: {jobs.resumed_text(result)}")
+    print(
+        f"\n{result.kernel} {result.key.signature} on {result.key.device_kind} ({result.key.backend})\n"
+        f"  best     {config_text(result.best_config)}  {result.best_time_s * 1e3:.4f} ms\n"
+        f"  default  {config_text(result.default_config)}  {default}\n"
+        f"  speedup  {speedup}   trials {len(result.trials)}   rejected {result.n_rejected}"
+        f"   crashed/timeout {result.n_crashed}   worker restarts {result.restarts}\n"
+        f"  stored in {result.db_url}"
+    )
+    if result.why_default_kept:
+        print(f"  why 1.00x: {result.why_default_kept}")
+    return 0
+
+
+def cmd_tune_job(args: argparse.Namespace, settings: TuneSettings) -> int:
+    """--job / --pending: each task with `settings` and its own budget, strategy and seed."""
+    from rich.console import Console
+
+    from autotune.db import TuningDB
+    from autotune.progress import Display
+
+    if args.job and args.pending:
+        raise UsageError("give --job FILE or --pending, not both")
+    if args.kernel or args.shape:
+        raise UsageError(
+            "--job and --pending take their kernels and shapes from the file or the misses: "
+            "drop the kernel and --shape (with --pending, --kernel K picks one kernel)"
+        )
+    shard = jobs.parse_shard(args.shard) if args.shard else None
+    tasks = jobs.load_job(args.job) if args.job else []  # every task checked before the database
+    with TuningDB(args.db) as db:
+        if args.pending:
+            tasks, unknown = jobs.pending_tasks(db, kernel=args.only_kernel, trials=args.trials)
+            for name, count in unknown.items():
+                print(
+                    f"skipped {count} pending miss(es) of kernel {name!r}: not registered here "
+                    "(name the module that registers it with --import MODULE)"
+                )
+        if shard:
+            tasks = jobs.shard(tasks, *shard)
+        storage = args.storage or jobs.default_storage(db.url)
+        console = Console(highlight=False)
+        console.print(
+            f"{len(tasks)} task(s); database {db.url}; studies {storage or 'in memory'}",
+            markup=False,
+            soft_wrap=True,
+        )
+        with Display(console) as display:
+            # --time-limit and --patience bound one tuning, not a job's tasks: their budget is
+            # the job file's (or --trials with --pending)
+            run = settings.replace(storage=storage, time_limit_s=None, patience=None)
+            outcomes = jobs.run_tasks(tasks, db=db, settings=run, force=args.force, show=display)
+    counts = {s: sum(o.status == s for o in outcomes) for s in ("tuned", "skipped", "failed")}
+    print(", ".join(f"{n} {s}" for s, n in counts.items()))
+    return 1 if counts["failed"] else 0
