@@ -240,3 +240,11 @@ def test_a_failing_task_is_reported_and_the_job_exits_1(tmp_path, subprocess_env
     assert "task 1/1 failed  toy_kernels:scale f32[7,128]: no configuration of scale" in out
     assert out.strip().endswith("0 tuned, 0 skipped, 1 failed")
     assert TuningDB(db_url).query() == []
+
+
+def test_time_limit_and_patience_bound_each_task_of_a_job(tmp_path, subprocess_env, db_url):
+    job = write(tmp_path, '[[task]]\nkernel = "toy_kernels:scale"\nshapes = ["32x128"]\n')
+    cmd = ["tune", "--job", job, "--time-limit", "1e-9", "--patience", "1"]
+    out = run(cmd, subprocess_env, check_rc=1).stdout
+    assert "the time limit ran out before any candidate of scale" in out
+    assert TuningDB(db_url).query() == []

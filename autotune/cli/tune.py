@@ -56,13 +56,13 @@ def add_parser(sub: Any) -> None:
         "--time-limit",
         type=float,
         default=DEFAULTS.time_limit_s,
-        help="stop after this many seconds",
+        help="stop each search after this many seconds",
     )
     t.add_argument(
         "--patience",
         type=int,
         default=DEFAULTS.patience,
-        help="stop after N trials without improvement",
+        help="stop each search after N trials without improvement",
     )
     t.add_argument("--db", default=None, help=DB_HELP)
     add_job_arguments(t)
@@ -247,9 +247,8 @@ def cmd_tune_job(args: argparse.Namespace, settings: TuneSettings) -> int:
             soft_wrap=True,
         )
         with Display(console) as display:
-            # --time-limit and --patience bound one tuning, not a job's tasks: their budget is
-            # the job file's (or --trials with --pending)
-            run = settings.replace(storage=storage, time_limit_s=None, patience=None)
+            # --time-limit and --patience bound each task's search, as they bound a single one
+            run = settings.replace(storage=storage)
             outcomes = jobs.run_tasks(tasks, db=db, settings=run, force=args.force, show=display)
     counts = {s: sum(o.status == s for o in outcomes) for s in ("tuned", "skipped", "failed")}
     print(", ".join(f"{n} {s}" for s, n in counts.items()))
