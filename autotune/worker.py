@@ -30,12 +30,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from autotune.compile_pool import (
-    AHEAD_PER_WORKER,
-    CompilePool,
-    config_key,
-    default_compile_workers,
-)
+from autotune.compile_pool import AHEAD_PER_WORKER, CompilePool, default_compile_workers
 from autotune.errors import KernelError
 from autotune.hardware import gpu_l2_bytes
 from autotune.measure import (
@@ -46,6 +41,7 @@ from autotune.measure import (
     rotation_sets,
     time_compiled,
 )
+from autotune.trial import config_id
 from autotune.verify import compare
 
 
@@ -119,7 +115,7 @@ def measure_candidate(
         }
     timing = time_compiled(compiled, args, policy, arg_sets)
     if cache is not None and len(cache) < MAX_CACHED:
-        cache[config_key(config)] = compiled
+        cache[config_id(config)] = compiled
     return {
         "config": config,
         "status": "ok",
@@ -144,7 +140,7 @@ def interleaved_samples(
     `sets` rotated as in the first measurement, and the timer that took them."""
     executables = []
     for config in configs:
-        exe = (cache or {}).get(config_key(config))
+        exe = (cache or {}).get(config_id(config))
         if exe is None:
             exe, _ = compile_config(kernel, config, sets[0], kwargs)
         executables.append(exe)
@@ -345,13 +341,13 @@ class DeviceWorker:
         """Have the worker compile these, the configs measured after the next one, ahead."""
         if not self._ahead or self._proc is None:  # a crashed worker restarts on measure
             return
-        ahead = [dict(c) for c in configs if config_key(c) not in self._suspects][: self._ahead]
+        ahead = [dict(c) for c in configs if config_id(c) not in self._suspects][: self._ahead]
         try:
             self._send(("prefetch", ahead))
         except _Died:
             self._suspects |= self._prefetched
             return
-        self._prefetched.update(config_key(c) for c in ahead)
+        self._prefetched.update(config_id(c) for c in ahead)
 
     def measure(self, config: Mapping[str, Any]) -> dict[str, Any]:
         """The trial fields of one candidate; `crashed` / `timeout` if the worker did not
@@ -369,7 +365,7 @@ class DeviceWorker:
                 if kind == "compiled":
                     stage, deadline = "run", time.monotonic() + self.limits.run_s
                 elif kind == "result":
-                    self._prefetched.discard(config_key(config))
+                    self._prefetched.discard(config_id(config))
                     return value
         except _Died as d:
             if d.status == "crashed" and self._prefetched:
