@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from autotune import registry, runtime
+from autotune import registry
 from autotune.errors import KernelError, SignatureError, SpaceError
 from autotune.finalists import Finalist, remeasure
 from autotune.measure import DEFAULT_POLICY, TimingPolicy
@@ -335,7 +335,7 @@ def _tune(
         result.oracle_s, result.oracle, result.resumed = oracle_s, oracle.name, resumed
         if handle is not None:
             result.db_url = _store(handle, result, strategy, device, storage is not None, rival)
-            runtime.clear_memo()
+            registry.entry_stored()
     finally:
         if handle is not None and handle is not db:
             handle.close()

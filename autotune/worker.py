@@ -154,7 +154,7 @@ def compile_config(
     kernel: Any, config: Mapping[str, Any], args: Sequence[Any], kwargs: Mapping[str, Any]
 ) -> tuple[Any, float]:
     """The kernel at `config`, compiled ahead for `args`, and the seconds that took."""
-    fn = functools.partial(kernel.bound_function(dict(config), interpret=True), **kwargs)
+    fn = functools.partial(kernel.spec.bound_function(config, interpret=True), **kwargs)
     return compile_ahead(fn, args)
 
 
