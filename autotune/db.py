@@ -46,6 +46,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 from autotune.errors import DatabaseError, SignatureError
 from autotune.settings import default_db_path
 from autotune.signature import TuningKey, parse_args, short_dtype
+from autotune.trial import TrialRecord
 
 # v1: the first released schema (tests/fixtures/v1.db); v2: the tables are prefixed
 # (`autotune_trials`, ...), so that Optuna's tables (one is `trials`) can share a database, and
@@ -398,10 +399,8 @@ class TuningDB:
 
     # ------------------------------------------------------------------ writes
 
-    def add_trials(
-        self, key: TuningKey, run_id: str, trials: Iterable[dict[str, Any]]
-    ) -> list[int]:
-        """Store trial records (fields of Trial; `config` a dict); returns their ids."""
+    def add_trials(self, key: TuningKey, run_id: str, trials: Iterable[TrialRecord]) -> list[int]:
+        """Store trial records; returns their ids."""
         with self._session(write=True) as s:
             return _add_trials(s, key, run_id, trials)
 
@@ -584,12 +583,12 @@ class TuningDB:
 
 
 def _add_trials(
-    s: Session, key: TuningKey, run_id: str, trials: Iterable[dict[str, Any]]
+    s: Session, key: TuningKey, run_id: str, trials: Iterable[TrialRecord]
 ) -> list[int]:
     rows = []
     for t in trials:
-        fields = {k: v for k, v in t.items() if k in Trial.__table__.columns}
-        fields["config"] = encode_config(t["config"])
+        fields = {k: v for k, v in vars(t).items() if k in Trial.__table__.columns}
+        fields["config"] = encode_config(t.config)
         rows.append(Trial(**key.as_dict(), run_id=run_id, **fields))
     s.add_all(rows)
     s.flush()

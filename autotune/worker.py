@@ -16,7 +16,6 @@ Both compile the candidates the search will measure next (`prefetch`) in a `Comp
 from __future__ import annotations
 
 import contextlib
-import functools
 import os
 import pickle
 import select
@@ -26,23 +25,23 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from autotune.compile_pool import AHEAD_PER_WORKER, CompilePool, default_compile_workers
 from autotune.errors import KernelError
-from autotune.hardware import gpu_l2_bytes
 from autotune.measure import (
     DEFAULT_POLICY,
     TimingPolicy,
-    compile_ahead,
-    interleaved,
+    cache_bytes,
+    compile_config,
+    interleaved_samples,
+    measure_candidate,
+    one_line,
     rotation_sets,
-    time_compiled,
 )
-from autotune.trial import config_id
-from autotune.verify import compare
+from autotune.trial import Config, TrialRecord, config_id
 
 
 @dataclass(frozen=True)
@@ -55,119 +54,6 @@ class WorkerLimits:
 
 
 DEFAULT_LIMITS = WorkerLimits()
-
-
-def measure_candidate(
-    kernel: Any,
-    config: Mapping[str, Any],
-    args: Sequence[Any],
-    kwargs: Mapping[str, Any],
-    oracle: Any,
-    policy: TimingPolicy = DEFAULT_POLICY,
-    on_compiled: Callable[[float], None] | None = None,
-    arg_sets: Sequence[Sequence[Any]] = (),
-    cache: dict[tuple, Any] | None = None,
-    pool: CompilePool | None = None,
-) -> dict[str, Any]:
-    """Compile, run once and verify, then time one candidate (rotating among `args` and
-    `arg_sets`): the fields of its trial record. The compile is `pool`'s where it compiled the
-    config ahead. A verified executable is kept in `cache` for the finalists' re-measurement.
-
-    Failures become the record's status, never an exception.
-    """
-    import jax
-
-    config = dict(config)
-    try:
-        if pool is not None:
-            compiled, compile_s = pool.take(config)
-        else:
-            compiled, compile_s = compile_config(kernel, config, args, kwargs)
-    except Exception as e:
-        return {"config": config, "status": "compile_error", "error": one_line(e)}
-    if on_compiled:
-        on_compiled(compile_s)
-    start = time.perf_counter()
-    try:
-        output = jax.block_until_ready(compiled(*args))
-    except Exception as e:
-        # an interpret mode keeps its simulated state after a kernel raised; the next
-        # candidate needs it cleared (a no-op where none ran)
-        from autotune import backends
-
-        backends.reset_interpret_state(kernel.spec.compiles_through(args, kwargs))
-        return {
-            "config": config,
-            "status": "runtime_error",
-            "compile_s": compile_s,
-            "run_s": time.perf_counter() - start,
-            "error": one_line(e),
-        }
-    verdict = compare(output, oracle, kwargs.get("precision"))
-    if not verdict.ok:
-        return {
-            "config": config,
-            "status": "rejected",
-            "compile_s": compile_s,
-            "run_s": time.perf_counter() - start,
-            "max_error": verdict.max_error,
-            "error": verdict.message,
-        }
-    timing = time_compiled(compiled, args, policy, arg_sets)
-    if cache is not None and len(cache) < MAX_CACHED:
-        cache[config_id(config)] = compiled
-    return {
-        "config": config,
-        "status": "ok",
-        "compile_s": compile_s,
-        "run_s": time.perf_counter() - start,
-        "max_error": verdict.max_error,
-        **timing.as_trial_fields(),
-    }
-
-
-def interleaved_samples(
-    kernel: Any,
-    configs: Sequence[Mapping[str, Any]],
-    sets: Sequence[Sequence[Any]],
-    kwargs: Mapping[str, Any],
-    rounds: int,
-    reps: int,
-    cache: Mapping[tuple, Any] | None = None,
-    policy: TimingPolicy = DEFAULT_POLICY,
-) -> tuple[list[list[float]], str]:
-    """Samples of each config timed interleaved (see `measure.interleaved`), on the input
-    `sets` rotated as in the first measurement, and the timer that took them."""
-    executables = []
-    for config in configs:
-        exe = (cache or {}).get(config_id(config))
-        if exe is None:
-            exe, _ = compile_config(kernel, config, sets[0], kwargs)
-        executables.append(exe)
-    return interleaved(executables, sets, rounds, reps, policy)
-
-
-MAX_CACHED = 64  # verified executables kept per task, for the finalists
-
-
-def compile_config(
-    kernel: Any, config: Mapping[str, Any], args: Sequence[Any], kwargs: Mapping[str, Any]
-) -> tuple[Any, float]:
-    """The kernel at `config`, compiled ahead for `args`, and the seconds that took."""
-    fn = functools.partial(kernel.spec.bound_function(config, interpret=True), **kwargs)
-    return compile_ahead(fn, args)
-
-
-def cache_bytes(device: Any) -> int:
-    """The cache that could flatter a repeated call's inputs: the GPU's L2. TPUs stream inputs
-    from HBM into VMEM on every call, and on the CPU (interpret mode) figures are never served,
-    so neither rotates."""
-    return gpu_l2_bytes(device.device_kind) if device.platform == "gpu" else 0
-
-
-def one_line(e: BaseException) -> str:
-    text = f"{type(e).__name__}: {e}"
-    return text if len(text) <= 2000 else text[:2000] + " ..."
 
 
 class InProcessWorker:
@@ -193,16 +79,16 @@ class InProcessWorker:
         if compile_workers is None:
             compile_workers = default_compile_workers(self.device)
         self.pool = CompilePool(
-            compile_workers, lambda c: compile_config(self.kernel, c, self.args, self.kwargs)
+            compile_workers, lambda c: compile_config(self.kernel.spec, c, self.args, self.kwargs)
         )
 
     def prefetch(self, configs: Sequence[Mapping[str, Any]]) -> None:
         """Compile these, the configs measured after the next one, ahead."""
         self.pool.prefetch(configs)
 
-    def measure(self, config: Mapping[str, Any]) -> dict[str, Any]:
+    def measure(self, config: Config) -> TrialRecord:
         return measure_candidate(
-            self.kernel,
+            self.kernel.spec,
             config,
             self.args,
             self.kwargs,
@@ -217,7 +103,7 @@ class InProcessWorker:
         self, configs: Sequence[Mapping[str, Any]], rounds: int, reps: int
     ) -> tuple[list[list[float]], str]:
         return interleaved_samples(
-            self.kernel,
+            self.kernel.spec,
             configs,
             [self.args, *self.arg_sets],
             self.kwargs,
@@ -349,9 +235,9 @@ class DeviceWorker:
             return
         self._prefetched.update(config_id(c) for c in ahead)
 
-    def measure(self, config: Mapping[str, Any]) -> dict[str, Any]:
-        """The trial fields of one candidate; `crashed` / `timeout` if the worker did not
-        survive it (the next request starts a fresh worker)."""
+    def measure(self, config: Config) -> TrialRecord:
+        """One candidate's trial record; `crashed` / `timeout` if the worker did not survive it
+        (the next request starts a fresh worker)."""
         config = dict(config)
         stage, sent = "compile", False
         try:
@@ -375,7 +261,7 @@ class DeviceWorker:
             if not sent and not fresh:
                 # it died between trials (killed for memory, say): this config never reached it
                 return self.measure(config)  # in a fresh worker
-            return {"config": config, "status": d.status, "error": str(d)}
+            return TrialRecord(config, d.status, error=str(d))
 
     def interleaved(
         self, configs: Sequence[Mapping[str, Any]], rounds: int, reps: int
@@ -546,7 +432,7 @@ def _serve(inp: Any, out: Any) -> None:
             task["pool"].prefetch(message[1])
         elif message[0] == "measure":
             fields = measure_candidate(
-                task["kernel"],
+                task["spec"],
                 message[1],
                 task["args"],
                 task["kwargs"],
@@ -562,7 +448,7 @@ def _serve(inp: Any, out: Any) -> None:
             _, configs, rounds, reps = message
             try:
                 samples = interleaved_samples(
-                    task["kernel"],
+                    task["spec"],
                     configs,
                     [task["args"], *task["arg_sets"]],
                     task["kwargs"],
@@ -589,13 +475,13 @@ def _load(setup: dict[str, Any]) -> dict[str, Any]:
 
     device = current_device()
     args = [jax.device_put(a) for a in setup["args"]]
-    kernel = registry.resolve(setup["target"])
+    spec = registry.resolve(setup["target"]).spec
     workers = setup["compile_workers"]
     if workers is None:
         workers = default_compile_workers(device)
     return {
-        "kernel": kernel,
-        "pool": CompilePool(workers, lambda c: compile_config(kernel, c, args, setup["kwargs"])),
+        "spec": spec,
+        "pool": CompilePool(workers, lambda c: compile_config(spec, c, args, setup["kwargs"])),
         "device": device,
         "args": args,
         "arg_sets": rotation_sets(args, cache_bytes(device)),

@@ -288,9 +288,14 @@ def side_by_side(case: Case, shapes: Shapes, db: str, smoke: bool) -> dict[str, 
     from autotune import registry
     from autotune.db import TuningDB
     from autotune.device import current_device
-    from autotune.measure import TimingPolicy, interleaved, rotation_sets, time_compiled
+    from autotune.measure import (
+        TimingPolicy,
+        cache_bytes,
+        interleaved,
+        rotation_sets,
+        time_compiled,
+    )
     from autotune.verify import compare
-    from autotune.worker import cache_bytes
 
     device = current_device()
     kernel = registry.resolve(case.kernel)
