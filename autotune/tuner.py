@@ -24,7 +24,7 @@ from autotune.strategies import DEFAULT_STRATEGY
 from autotune.studies import SharedStudy
 from autotune.trial import Config, TrialRecord
 from autotune.warmstart import warm_starts
-from autotune.worker import DEFAULT_LIMITS, DeviceWorker, InProcessWorker, WorkerLimits
+from autotune.worker import DEFAULT_LIMITS, DeviceWorker, InProcessWorker, Worker, WorkerLimits
 
 log = logging.getLogger(__name__)
 
@@ -177,7 +177,7 @@ def tune(
             target, args, kwargs, policy, limits, worker_platforms, compile_workers
         )
     else:
-        worker = owned = InProcessWorker(kernel, args, kwargs, None, policy, compile_workers)
+        worker = owned = InProcessWorker(spec, args, kwargs, policy, compile_workers)
     start_s = time.perf_counter() - worker_start if target else 0.0
     with owned or contextlib.nullcontext():
         result = _tune(
@@ -222,7 +222,7 @@ def import_path(kernel: Any) -> str:
 
 def _tune(
     spec: registry.KernelSpec,
-    worker: Any,
+    worker: Worker,
     args: list[Any],
     kwargs: dict[str, Any],
     *,
@@ -254,10 +254,7 @@ def _tune(
     oracle_start = time.perf_counter()
     oracle = make_oracle(spec, default, args, kwargs, sig.backend or None)
     oracle_s = time.perf_counter() - oracle_start
-    if isinstance(worker, InProcessWorker):
-        worker.oracle = oracle.output
-    else:
-        worker.set_oracle(oracle.output)
+    worker.set_oracle(oracle.output)
     run_id = uuid.uuid4().hex
     handle = _open_db(db) if store else None
 
