@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
-from autotune.trial import config_id
+from autotune.trial import ConfigId, config_id
 
 MAX_DEFAULT_WORKERS = 4
 AHEAD_PER_WORKER = 2  # configs compiled ahead per thread: enough to keep it busy, few executables
@@ -35,8 +35,8 @@ class CompilePool:
         self.workers = workers
         self._compile = compile
         self._executor = ThreadPoolExecutor(workers, "autotune-compile") if workers else None
-        self._futures: dict[tuple, Future] = {}
-        self._window: set[tuple] = set()
+        self._futures: dict[ConfigId, Future] = {}
+        self._window: set[ConfigId] = set()
 
     def prefetch(self, configs: Sequence[Mapping[str, Any]]) -> None:
         """Start compiling the first few of `configs`, the ones measured after the next."""

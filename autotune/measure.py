@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from autotune import backends
 from autotune.device import DeviceInfo, current_device
 from autotune.hardware import gpu_l2_bytes
-from autotune.trial import Config, TrialRecord, config_id
+from autotune.trial import Config, ConfigId, TrialRecord, config_id
 from autotune.verify import compare
 
 if TYPE_CHECKING:
@@ -116,7 +116,7 @@ def measure_candidate(
     policy: TimingPolicy = DEFAULT_POLICY,
     on_compiled: Callable[[float], None] | None = None,
     arg_sets: Sequence[Sequence[Any]] = (),
-    cache: dict[tuple, Any] | None = None,
+    cache: dict[ConfigId, Any] | None = None,
     pool: CompilePool | None = None,
 ) -> TrialRecord:
     """Compile, run once and verify, then time one candidate (rotating among `args` and
@@ -198,7 +198,7 @@ def interleaved_samples(
     kwargs: Mapping[str, Any],
     rounds: int,
     reps: int,
-    cache: Mapping[tuple, Any] | None = None,
+    cache: Mapping[ConfigId, Any] | None = None,
     policy: TimingPolicy = DEFAULT_POLICY,
 ) -> tuple[list[list[float]], str]:
     """Samples of each config timed interleaved (see `interleaved`), on the input `sets`

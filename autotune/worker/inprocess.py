@@ -18,7 +18,7 @@ from autotune.measure import (
     rotation_sets,
 )
 from autotune.registry import KernelSpec
-from autotune.trial import Config, TrialRecord
+from autotune.trial import Config, ConfigId, TrialRecord
 
 
 class InProcessWorker:
@@ -42,7 +42,7 @@ class InProcessWorker:
         self.policy = policy
         self.device = current_device()
         self.arg_sets = rotation_sets(self.args, cache_bytes(self.device))
-        self.compiled: dict[tuple, Any] = {}  # verified executables by config_id, for finalists
+        self.compiled: dict[ConfigId, Any] = {}  # verified executables by config_id, for finalists
         self.restarts = 0
         if compile_workers is None:
             compile_workers = default_compile_workers(self.device)
