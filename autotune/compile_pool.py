@@ -12,6 +12,8 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
+from autotune.trial import ConfigId, config_id
+
 MAX_DEFAULT_WORKERS = 4
 AHEAD_PER_WORKER = 2  # configs compiled ahead per thread: enough to keep it busy, few executables
 
@@ -19,10 +21,6 @@ AHEAD_PER_WORKER = 2  # configs compiled ahead per thread: enough to keep it bus
 def default_compile_workers(device: Any) -> int:
     """Compile threads sized to the host: none on the CPU, where they would disturb timing."""
     return 0 if device.platform == "cpu" else min(MAX_DEFAULT_WORKERS, os.cpu_count() or 1)
-
-
-def config_key(config: Mapping[str, Any]) -> tuple:
-    return tuple(sorted((k, type(v).__name__, v) for k, v in config.items()))
 
 
 class CompilePool:
@@ -37,24 +35,24 @@ class CompilePool:
         self.workers = workers
         self._compile = compile
         self._executor = ThreadPoolExecutor(workers, "autotune-compile") if workers else None
-        self._futures: dict[tuple, Future] = {}
-        self._window: set[tuple] = set()
+        self._futures: dict[ConfigId, Future] = {}
+        self._window: set[ConfigId] = set()
 
     def prefetch(self, configs: Sequence[Mapping[str, Any]]) -> None:
         """Start compiling the first few of `configs`, the ones measured after the next."""
         if self._executor is None:
             return
         ahead = [dict(c) for c in configs[: AHEAD_PER_WORKER * self.workers]]
-        self._window = {config_key(c) for c in ahead}
+        self._window = {config_id(c) for c in ahead}
         for config in ahead:
-            key = config_key(config)
+            key = config_id(config)
             if key not in self._futures:
                 self._futures[key] = self._executor.submit(self._compile, config)
 
     def take(self, config: Mapping[str, Any]) -> tuple[Any, float]:
         """The executable of `config` and its compile time, waiting for a compile in progress;
         a compile error found in a thread is raised here."""
-        future = self._futures.pop(config_key(config), None)
+        future = self._futures.pop(config_id(config), None)
         # the window was set before this config was requested: what is outside it now will
         # not be asked for soon (measured, or taken by another worker of a shared study)
         for key in [k for k in self._futures if k not in self._window]:

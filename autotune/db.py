@@ -49,6 +49,7 @@ from autotune.errors import DatabaseError, SignatureError
 from autotune.platforms import PLATFORMS
 from autotune.settings import default_db_path
 from autotune.signature import TuningKey, parse_args, short_dtype
+from autotune.trial import TrialRecord
 
 # The newest revision of autotune/migrations/versions (a test holds the two equal), known here
 # without Alembic so that opening a current database stays cheap. v1: the first released
@@ -363,10 +364,8 @@ class TuningDB:
 
     # ------------------------------------------------------------------ writes
 
-    def add_trials(
-        self, key: TuningKey, run_id: str, trials: Iterable[dict[str, Any]]
-    ) -> list[int]:
-        """Store trial records (fields of Trial; `config` a dict); returns their ids."""
+    def add_trials(self, key: TuningKey, run_id: str, trials: Iterable[TrialRecord]) -> list[int]:
+        """Store trial records; returns their ids."""
         with self._session(write=True) as s:
             return _add_trials(s, key, run_id, trials)
 
@@ -549,12 +548,12 @@ class TuningDB:
 
 
 def _add_trials(
-    s: Session, key: TuningKey, run_id: str, trials: Iterable[dict[str, Any]]
+    s: Session, key: TuningKey, run_id: str, trials: Iterable[TrialRecord]
 ) -> list[int]:
     rows = []
     for t in trials:
-        fields = {k: v for k, v in t.items() if k in Trial.__table__.columns}
-        fields["config"] = encode_config(t["config"])
+        fields = {k: v for k, v in vars(t).items() if k in Trial.__table__.columns}
+        fields["config"] = encode_config(t.config)
         rows.append(Trial(**key.as_dict(), run_id=run_id, **fields))
     s.add_all(rows)
     s.flush()

@@ -15,6 +15,7 @@ from typing import Any
 
 from autotune.measure import Timing, summarise
 from autotune.registry import config_distance
+from autotune.trial import config_id
 
 ROUNDS = 5
 ROUND_S = 0.02  # timed seconds per finalist per round: enough repetitions to average jitter
@@ -45,8 +46,8 @@ def select(
     best = ok[0]
     band = best.time_s + (best.time_p90_s - best.time_p10_s)
     chosen = [t for i, t in enumerate(ok) if i < n or t.time_s <= band]
-    wanted = [dict(default), *map(dict, also)]
-    chosen += [t for t in ok if t.config in wanted and t not in chosen]
+    wanted = {config_id(c) for c in (default, *also)}
+    chosen += [t for t in ok if config_id(t.config) in wanted and t not in chosen]
     return chosen
 
 

@@ -1,4 +1,5 @@
-"""Compile a candidate ahead of time, run it once, then time it; summarise the samples.
+"""Measure one candidate: compile it ahead of time, run it once, verify it, then time it;
+summarise the samples.
 
 Timers, best first (`timer_order`): on a GPU, "cupti" (the kernels' own durations from CUPTI,
 through Mosaic GPU's profiler), then "trace" (the same from a `jax.profiler` trace); on a TPU,
@@ -10,15 +11,23 @@ process.
 
 from __future__ import annotations
 
+import functools
 import logging
 import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from autotune import backends
-from autotune.device import current_device
+from autotune.device import DeviceInfo, current_device
+from autotune.hardware import gpu_l2_bytes
+from autotune.trial import Config, ConfigId, TrialRecord, config_id
+from autotune.verify import compare
+
+if TYPE_CHECKING:
+    from autotune.compile_pool import CompilePool
+    from autotune.registry import KernelSpec
 
 log = logging.getLogger(__name__)
 
@@ -85,6 +94,128 @@ def compile_ahead(fn: Callable, args: Sequence[Any]) -> tuple[Callable, float]:
     start = time.perf_counter()
     compiled = jax.jit(fn).lower(*args).compile()
     return compiled, time.perf_counter() - start
+
+
+def compile_config(
+    spec: KernelSpec, config: Config, args: Sequence[Any], kwargs: Mapping[str, Any]
+) -> tuple[Any, float]:
+    """The kernel at `config`, compiled ahead for `args`, and the seconds that took."""
+    fn = functools.partial(spec.bound_function(config, interpret=True), **kwargs)
+    return compile_ahead(fn, args)
+
+
+MAX_CACHED = 64  # verified executables kept per task, for the finalists
+
+
+def measure_candidate(
+    spec: KernelSpec,
+    config: Config,
+    args: Sequence[Any],
+    kwargs: Mapping[str, Any],
+    oracle: Any,
+    policy: TimingPolicy = DEFAULT_POLICY,
+    on_compiled: Callable[[float], None] | None = None,
+    arg_sets: Sequence[Sequence[Any]] = (),
+    cache: dict[ConfigId, Any] | None = None,
+    pool: CompilePool | None = None,
+) -> TrialRecord:
+    """Compile, run once and verify, then time one candidate (rotating among `args` and
+    `arg_sets`): its trial record. The compile is `pool`'s where it compiled the config ahead.
+    A verified executable is kept in `cache` for the finalists' re-measurement.
+
+    Failures become the record's status, never an exception.
+    """
+    import jax
+
+    config = dict(config)
+    try:
+        if pool is not None:
+            compiled, compile_s = pool.take(config)
+        else:
+            compiled, compile_s = compile_config(spec, config, args, kwargs)
+    except Exception as e:
+        return TrialRecord(config, "compile_error", error=one_line(e))
+    if on_compiled:
+        on_compiled(compile_s)
+    start = time.perf_counter()
+    try:
+        output = jax.block_until_ready(compiled(*args))
+    except Exception as e:
+        return _run_failed(spec, config, args, kwargs, e, compile_s, start)
+    verdict = compare(output, oracle, kwargs.get("precision"))
+    if not verdict.ok:
+        return TrialRecord(
+            config,
+            "rejected",
+            compile_s=compile_s,
+            run_s=time.perf_counter() - start,
+            max_error=verdict.max_error,
+            error=verdict.message,
+        )
+    try:
+        timing = time_compiled(compiled, args, policy, arg_sets)
+    except Exception as e:  # a kernel that ran once can still fail repeated, or on another set
+        return _run_failed(spec, config, args, kwargs, e, compile_s, start, verdict.max_error)
+    if cache is not None and len(cache) < MAX_CACHED:
+        cache[config_id(config)] = compiled
+    return TrialRecord(
+        config,
+        "ok",
+        compile_s=compile_s,
+        run_s=time.perf_counter() - start,
+        max_error=verdict.max_error,
+        **timing.as_trial_fields(),
+    )
+
+
+def _run_failed(
+    spec: KernelSpec,
+    config: Config,
+    args: Sequence[Any],
+    kwargs: Mapping[str, Any],
+    e: Exception,
+    compile_s: float,
+    start: float,
+    max_error: float | None = None,
+) -> TrialRecord:
+    # an interpret mode keeps its simulated state after a kernel raised; the next candidate
+    # needs it cleared (a no-op where none ran)
+    backends.reset_interpret_state(spec.compiles_through(args, kwargs))
+    return TrialRecord(
+        config,
+        "runtime_error",
+        compile_s=compile_s,
+        run_s=time.perf_counter() - start,
+        max_error=max_error,
+        error=one_line(e),
+    )
+
+
+def interleaved_samples(
+    spec: KernelSpec,
+    configs: Sequence[Config],
+    sets: Sequence[Sequence[Any]],
+    kwargs: Mapping[str, Any],
+    rounds: int,
+    reps: int,
+    cache: Mapping[ConfigId, Any] | None = None,
+    policy: TimingPolicy = DEFAULT_POLICY,
+) -> tuple[list[list[float]], str]:
+    """Samples of each config timed interleaved (see `interleaved`), on the input `sets`
+    rotated as in the first measurement, and the timer that took them."""
+    executables = []
+    for config in configs:
+        exe = (cache or {}).get(config_id(config))
+        if exe is None:
+            exe, _ = compile_config(spec, config, sets[0], kwargs)
+        executables.append(exe)
+    return interleaved(executables, sets, rounds, reps, policy)
+
+
+def one_line(e: BaseException) -> str:
+    """An error as a trial's `error` text: its type and message, at most 2000 characters."""
+    text = f"{type(e).__name__}: {e}"
+    return text if len(text) <= 2000 else text[:2000] + " ..."
 
 
 def timer_order(requested: str, platform: str) -> tuple[str, ...]:
@@ -299,3 +430,10 @@ def rotation_sets(args: Sequence[Any], cache_bytes: int, max_sets: int = 8) -> l
         return []
     n = min(max_sets, -(-2 * cache_bytes // size)) - 1
     return [[jnp.copy(a) if isinstance(a, jax.Array) else a for a in args] for _ in range(n)]
+
+
+def cache_bytes(device: DeviceInfo) -> int:
+    """The cache that could flatter a repeated call's inputs: the GPU's L2. TPUs stream inputs
+    from HBM into VMEM on every call, and on the CPU (interpret mode) figures are never served,
+    so neither rotates."""
+    return gpu_l2_bytes(device.device_kind) if device.platform == "gpu" else 0

@@ -81,12 +81,8 @@ def make_oracle(
     _checked_default(spec, default, reduced(args), kwargs)
     import jax
 
-    from autotune.runtime import interpreted
-
     # the kernel's output types, from a trace (nothing runs): the reference is cast to them
-    out = jax.eval_shape(
-        functools.partial(interpreted(spec, spec.kernel_kwargs(default)), **kwargs), *args
-    )
+    out = jax.eval_shape(functools.partial(spec.interpreted(default), **kwargs), *args)
     expected = jax.jit(functools.partial(spec.reference, **kwargs))(*args)
     output = jax.tree_util.tree_map(lambda r, o: np.asarray(r).astype(o.dtype), expected, out)
     return Oracle(output, "reference")
@@ -99,9 +95,7 @@ def _checked_default(
     the kernel's plain-JAX reference when it has one."""
     import jax
 
-    from autotune.runtime import interpreted
-
-    fn = functools.partial(interpreted(spec, spec.kernel_kwargs(default)), **kwargs)
+    fn = functools.partial(spec.interpreted(default), **kwargs)
     try:
         output = jax.block_until_ready(jax.jit(fn)(*args))
     except Exception as e:

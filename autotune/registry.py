@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from autotune import backends
-from autotune.device import DeviceInfo
+from autotune.device import DeviceInfo, current_device
 from autotune.errors import KernelError, SpaceError
 from autotune.signature import ArgSpec, Signature, TuningKey, dtype_name, is_array, static_value
 from autotune.space import (
@@ -64,6 +64,33 @@ class KernelSpec:
     def kernel_kwargs(self, config: Mapping[str, Any]) -> dict[str, Any]:
         """What to pass to the kernel function for a config (mapped through `bind` if given)."""
         return self.bind(dict(config)) if self.bind else dict(config)
+
+    def bound_function(
+        self, config: Mapping[str, Any], *, interpret: bool, device: DeviceInfo | None = None
+    ) -> Callable:
+        """The kernel function with `config` bound; in interpret mode where the platform needs
+        it (`interpret=True` if the kernel takes it, its backend's interpret mode otherwise)."""
+        device = device or current_device()
+        if not (interpret and device.interpret):
+            return functools.partial(self.fn, **self.kernel_kwargs(config))
+        return self.interpreted(config)
+
+    def interpreted(self, config: Mapping[str, Any]) -> Callable:
+        """The kernel function with `config` bound, running in Pallas interpret mode:
+        `interpret=True` where the kernel takes it, else its backend's interpret mode (GPU
+        interpret mode for a Mosaic GPU kernel, TPU interpret mode otherwise), which Pallas
+        reads while tracing."""
+        kwargs = self.kernel_kwargs(config)
+        if self.takes_interpret:
+            return functools.partial(self.fn, **kwargs, interpret=True)
+        inner = functools.partial(self.fn, **kwargs)
+
+        @functools.wraps(inner)
+        def run(*args: Any, **kw: Any) -> Any:
+            with backends.interpret_mode(self.compiles_through(args, kw)):
+                return inner(*args, **kw)
+
+        return run
 
     def default_config(self, sig: Signature) -> dict[str, Any]:
         """The defaults, adapted to the call: if they break a constraint for this shape, the
@@ -323,6 +350,23 @@ def _module_dir(fn: Callable) -> Path | None:
         return Path(inspect.getfile(fn)).resolve().parent
     except (OSError, TypeError):
         return None
+
+
+# Called after a tuning run in this process stored a best entry. The runtime subscribes (it
+# drops the lookups it memoised, so the entry is served next); the hooks live here, below both,
+# so that the tuner never imports the runtime.
+_ENTRY_STORED_HOOKS: list[Callable[[], None]] = []
+
+
+def on_entry_stored(hook: Callable[[], None]) -> None:
+    """Call `hook` whenever a tuning run in this process stores a best entry."""
+    _ENTRY_STORED_HOOKS.append(hook)
+
+
+def entry_stored() -> None:
+    """A tuning run stored a best entry: tell the subscribers (see on_entry_stored)."""
+    for hook in _ENTRY_STORED_HOOKS:
+        hook()
 
 
 def add(kernel: Any) -> None:

@@ -5,9 +5,10 @@ traces it (once per new shapes, dtypes and static arguments) and a repeated eage
 a hand-configured jitted call costs: jit's own C++ dispatch. Arrays are traced, other arguments
 are static; where the kernel's signature cannot say which is which, each call is checked first
 (see AutotunedKernel.__init__). The lookup is memoised per call shape, so the database is read
-once per distinct call in a process; `clear_memo` (after a tune) and `configure` drop the memo
-and every entry. The database can never break model code: any failure to open, read or trust it
-warns once per cause and the call runs the fallback (or raises AutotuneError in strict mode).
+once per distinct call in a process; `clear_memo` (after a tune stored an entry: see
+`registry.on_entry_stored`) and `configure` drop the memo and every entry. The database can
+never break model code: any failure to open, read or trust it warns once per cause and the
+call runs the fallback (or raises AutotuneError in strict mode).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from autotune import registry
-from autotune.device import DeviceInfo, current_device
+from autotune.device import current_device
 from autotune.errors import AutotuneError, DatabaseError
 from autotune.registry import KernelSpec, make_spec
 from autotune.settings import Settings
@@ -88,6 +89,10 @@ def clear_memo() -> None:
     shape looks its configuration up again."""
     _STATE.memo.clear()
     _drop_entries()
+
+
+# a tuning run in this process stored a best entry: serve it from the next call on
+registry.on_entry_stored(clear_memo)
 
 
 def _drop_entries() -> None:
@@ -229,7 +234,7 @@ class AutotunedKernel:
         self, config: Mapping[str, Any], args: Sequence[Any], kwargs: Mapping[str, Any]
     ) -> Callable:
         # inside the entry's trace: the kernel itself, so the entry holds its pallas_call
-        return self.bound_function(config, interpret="interpret" not in kwargs)
+        return self.spec.bound_function(config, interpret="interpret" not in kwargs)
 
     def _run(self, args: Sequence[Any], kwargs: dict[str, Any], kernel_for: Callable) -> Any:
         overrides = {k: kwargs.pop(k) for k in self.spec.tunables & kwargs.keys()}
@@ -272,21 +277,10 @@ class AutotunedKernel:
         if exe is None:
             import jax
 
-            fn = self.bound_function(config, interpret="interpret" not in kwargs)
+            fn = self.spec.bound_function(config, interpret="interpret" not in kwargs)
             exe = jax.jit(fn, static_argnums=static_nums, static_argnames=static_names)
             self._executables[cache_key] = exe
         return exe
-
-    def bound_function(
-        self, config: Mapping[str, Any], *, interpret: bool, device: DeviceInfo | None = None
-    ) -> Callable:
-        """The kernel function with `config` bound; in interpret mode where the platform needs
-        it (`interpret=True` if the kernel takes it, TPU interpret mode otherwise)."""
-        device = device or current_device()
-        kwargs = self.spec.kernel_kwargs(config)
-        if not (interpret and device.interpret):
-            return functools.partial(self.spec.fn, **kwargs)
-        return interpreted(self.spec, kwargs)
 
     # ------------------------------------------------------------------ lookup
 
@@ -396,24 +390,6 @@ def _call_shape(args: Sequence[Any], kwargs: Mapping[str, Any]) -> tuple:
             (k, (v.shape, v.dtype) if is_array(v) else ("=", v)) for k, v in sorted(kwargs.items())
         ),
     )
-
-
-def interpreted(spec: KernelSpec, kwargs: Mapping[str, Any]) -> Callable:
-    """`spec.fn` with kwargs bound, running in Pallas interpret mode: `interpret=True` where
-    the kernel takes it, else its backend's interpret mode (GPU interpret mode for a Mosaic
-    GPU kernel, TPU interpret mode otherwise), which Pallas reads while tracing."""
-    if spec.takes_interpret:
-        return functools.partial(spec.fn, **kwargs, interpret=True)
-    inner = functools.partial(spec.fn, **kwargs)
-
-    @functools.wraps(inner)
-    def run(*args: Any, **kw: Any) -> Any:
-        from autotune import backends
-
-        with backends.interpret_mode(spec.compiles_through(args, kw)):
-            return inner(*args, **kw)
-
-    return run
 
 
 def autotuned(

@@ -34,7 +34,8 @@ from autotune.errors import SpaceError
 from autotune.signature import Signature
 from autotune.space import Param, Space
 from autotune.strategies import DEFAULT_STRATEGY, STRATEGIES
-from autotune.studies import SharedStudy, config_id
+from autotune.studies import SharedStudy
+from autotune.trial import config_id
 from autotune.valid_set import DRAWS_PER_WANTED, DrawnSet, ListedSet, Position, ValidSet
 
 log = logging.getLogger(__name__)

@@ -20,6 +20,7 @@ import sqlalchemy
 from optuna.trial import TrialState
 
 from autotune.errors import SpaceError
+from autotune.trial import config_id
 
 HEARTBEAT_S = 30  # a shared study's running trial whose worker is silent 3x this long is failed
 # Heartbeats are how a shared study releases the claims of dead workers; Optuna marks them
@@ -205,8 +206,3 @@ def optuna_url(url: str) -> str:
 
         return sqlite_url(Path(url).expanduser().resolve())
     return url
-
-
-def config_id(config: Any) -> tuple:
-    """A hashable identity of a config (types included: True is not 1 here)."""
-    return tuple(sorted((k, type(v).__name__, v) for k, v in config.items()))

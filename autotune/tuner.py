@@ -13,42 +13,19 @@ from typing import Any
 
 import numpy as np
 
-from autotune import registry, runtime
+from autotune import registry
 from autotune.errors import KernelError, SignatureError, SpaceError
 from autotune.finalists import Finalist, remeasure
 from autotune.oracle import make_oracle
 from autotune.search import LISTED_UP_TO, Evaluation, run_search
 from autotune.signature import TuningKey, is_array
 from autotune.studies import SharedStudy
+from autotune.trial import Config, TrialRecord
 from autotune.tune_settings import TuneSettings
 from autotune.warmstart import warm_starts
-from autotune.worker import DeviceWorker, InProcessWorker
+from autotune.worker import DeviceWorker, InProcessWorker, Worker
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class TrialRecord:
-    """One measured candidate, as stored in the database's trials table."""
-
-    config: dict[str, Any]
-    status: str  # ok | rejected | compile_error | runtime_error | crashed | timeout
-    time_s: float | None = None
-    time_min_s: float | None = None
-    time_p10_s: float | None = None
-    time_p90_s: float | None = None
-    n_reps: int | None = None
-    timer: str | None = None
-    compile_s: float | None = None
-    run_s: float | None = None  # verifying and timing it, warm-up included (not stored)
-    max_error: float | None = None
-    error: str | None = None
-    is_default: bool = False
-    oracle: str | None = None  # which oracle judged it (autotune.oracle); None before schema v2
-    db_id: int | None = None  # its row in the trials table, once stored
-
-    def as_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
 
 
 @dataclass
@@ -184,7 +161,7 @@ def tune(
         )
     else:
         worker = owned = InProcessWorker(
-            kernel, args, kwargs, None, settings.policy, settings.compile_workers
+            spec, args, kwargs, settings.policy, settings.compile_workers
         )
     start_s = time.perf_counter() - worker_start if target else 0.0
     with owned or contextlib.nullcontext():
@@ -230,7 +207,7 @@ def import_path(kernel: Any) -> str:
 
 def _tune(
     spec: registry.KernelSpec,
-    worker: Any,
+    worker: Worker,
     args: list[Any],
     kwargs: dict[str, Any],
     *,
@@ -262,19 +239,16 @@ def _tune(
     oracle_start = time.perf_counter()
     oracle = make_oracle(spec, default, args, kwargs, sig.backend or None)
     oracle_s = time.perf_counter() - oracle_start
-    if isinstance(worker, InProcessWorker):
-        worker.oracle = oracle.output
-    else:
-        worker.set_oracle(oracle.output)
+    worker.set_oracle(oracle.output)
     run_id = uuid.uuid4().hex
     handle = _open_db(db) if store else None
 
-    def measure(config: dict[str, Any], is_default: bool = False) -> TrialRecord:
-        record = TrialRecord(**worker.measure(config))
+    def measure(config: Config, is_default: bool = False) -> TrialRecord:
+        record = worker.measure(config)
         record.is_default = is_default or config == default
         record.oracle = oracle.name
         if handle is not None:  # stored at once: an interrupted run loses no measurement
-            (record.db_id,) = handle.add_trials(key, run_id, [record.as_dict()])
+            (record.db_id,) = handle.add_trials(key, run_id, [record])
         return record
 
     study = (study_name or study_name_of(key)) if storage else None
@@ -282,14 +256,16 @@ def _tune(
     resumed = SharedStudy(storage, study, None).n_measured() if storage else 0
     measured = resumed
 
-    def evaluate(config: dict[str, Any]) -> Evaluation:
+    def evaluate(config: Config) -> Evaluation:
         nonlocal measured
         record = measure(config)
         measured += 1
         if progress:
             progress(record, measured, n_trials if valid is None else min(n_trials, len(valid)))
         value = record.time_s if record.status == "ok" else None
-        return Evaluation(config, value, record.status, detail=record.as_dict())
+        # a shared study keeps each record as JSON among its trial's attributes
+        detail = record.as_dict() if storage else record
+        return Evaluation(config, value, record.status, detail=detail)
 
     warm = warm_starts(handle or db, key, sig, space) if warm_start else []
     try:
@@ -309,7 +285,7 @@ def _tune(
             upcoming=worker.prefetch,
         )
         # with a storage, these are every worker's trials of the study, resumed ones included
-        trials = [TrialRecord(**ev.detail) for ev in evaluations]
+        trials = [TrialRecord(**ev.detail) if storage else ev.detail for ev in evaluations]
         # another worker of the study may have stored its winner: re-measured beside ours, the
         # entry is decided from side-by-side figures, not from two machines' lucky samples
         stored = handle.best(key) if handle is not None and storage else None
@@ -320,7 +296,7 @@ def _tune(
         result.oracle_s, result.oracle, result.resumed = oracle_s, oracle.name, resumed
         if handle is not None:
             result.db_url = _store(handle, result, strategy, device, storage is not None, rival)
-            runtime.clear_memo()
+            registry.entry_stored()
     finally:
         if handle is not None and handle is not db:
             handle.close()

@@ -9,13 +9,14 @@ from typing import Any
 from autotune.errors import AutotuneError
 from autotune.signature import Signature, TuningKey, parse_args, shape_distance
 from autotune.space import Space
+from autotune.trial import Config, ConfigId, config_id
 
 log = logging.getLogger(__name__)
 
 
 def warm_starts(
     db: Any, key: TuningKey, sig: Signature, space: Space, limit: int = 3
-) -> list[dict[str, Any]]:
+) -> list[Config]:
     """Up to `limit` stored best configs of this kernel (same version) on this device kind,
     nearest shapes first, that are valid for `sig`. The database is optional here: any
     failure to read it means no warm start, never a failed tuning run."""
@@ -49,8 +50,7 @@ def warm_starts(
             same_static = e["static"] == key.static
             ranked.append((not same_static, distance, e["id"], config))
     ranked.sort(key=lambda r: r[:3])
-    out: list[dict[str, Any]] = []
+    out: dict[ConfigId, Config] = {}  # the nearest entry of each config
     for *_, config in ranked:
-        if config not in out:
-            out.append(config)
-    return out[:limit]
+        out.setdefault(config_id(config), config)
+    return list(out.values())[:limit]

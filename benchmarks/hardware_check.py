@@ -235,7 +235,7 @@ def correctness(kernels: list[str], smoke: bool) -> list[dict[str, Any]]:
             config = spec.default_config(sig)
             start = time.perf_counter()
             try:
-                fn = kernel.bound_function(config, interpret=True)
+                fn = spec.bound_function(config, interpret=True)
                 out = jax.block_until_ready(jax.jit(functools.partial(fn, **static))(*args))
                 ref = jax.tree_util.tree_map(
                     lambda r, o: np.asarray(r).astype(o.dtype), spec.reference(*args, **static), out
@@ -288,9 +288,14 @@ def side_by_side(case: Case, shapes: Shapes, db: str, smoke: bool) -> dict[str, 
     from autotune import registry
     from autotune.db import TuningDB
     from autotune.device import current_device
-    from autotune.measure import TimingPolicy, interleaved, rotation_sets, time_compiled
+    from autotune.measure import (
+        TimingPolicy,
+        cache_bytes,
+        interleaved,
+        rotation_sets,
+        time_compiled,
+    )
     from autotune.verify import compare
-    from autotune.worker import cache_bytes
 
     device = current_device()
     kernel = registry.resolve(case.kernel)
@@ -308,7 +313,7 @@ def side_by_side(case: Case, shapes: Shapes, db: str, smoke: bool) -> dict[str, 
         vendor_name, vendor = _runnable_attention(vendor_name, vendor, args, smoke)
 
     def at(config: dict[str, Any]) -> Callable:
-        return functools.partial(kernel.bound_function(config, interpret=True), **case.static)
+        return functools.partial(spec.bound_function(config, interpret=True), **case.static)
 
     def compiled(fn: Callable) -> Any:
         return jax.jit(fn).lower(*args).compile()

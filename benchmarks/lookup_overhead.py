@@ -84,7 +84,7 @@ class FormerPath:
 
     def __init__(self, kernel, config: dict, args) -> None:
         self.kernel = kernel
-        executable = jax.jit(kernel.bound_function(config, interpret=True))
+        executable = jax.jit(kernel.spec.bound_function(config, interpret=True))
         self.memo = {(self, *map(_shape_dtype, args)): (config, executable)}
 
     def __call__(self, *args, **kwargs):  # the former AutotunedKernel.__call__, line for line
@@ -138,7 +138,7 @@ def eager_rows(calls: int) -> list[list[str]]:
             fns = {
                 # what a user would write by hand: the kernel with this config, jitted (in
                 # interpret mode only where the platform needs it, as the decorator does)
-                "direct": jax.jit(kernel.bound_function(config, interpret=True)),
+                "direct": jax.jit(kernel.spec.bound_function(config, interpret=True)),
                 "before": FormerPath(kernel, config, args),
                 "after": kernel,
             }
@@ -163,7 +163,7 @@ def eager_rows(calls: int) -> list[list[str]]:
 def jaxpr_check() -> str:
     x, y = jnp.ones((128, 256)), jnp.ones((256, 128))
     config = matmul.explain(x, y)["config"]
-    hand = jax.jit(matmul.bound_function(config, interpret=True))
+    hand = jax.jit(matmul.spec.bound_function(config, interpret=True))
     same = str(jax.make_jaxpr(lambda a, b: matmul(a, b))(x, y)) == str(
         jax.make_jaxpr(lambda a, b: hand(a, b))(x, y)
     )

@@ -88,12 +88,13 @@ STORER = textwrap.dedent(
     import sys
     from autotune.db import TuningDB
     from autotune.signature import TuningKey
+    from autotune.trial import TrialRecord
     db = TuningDB(sys.argv[1])
     i = 0
     print("ready", flush=True)
     while True:  # what tuner._store does, as fast as it can, until killed
         key = TuningKey("crash", "v1", "cpu", "cpu", "interpret", f"f32[{i % 50}]")
-        trials = [{"config": {"b": b}, "status": "ok", "time_s": 1.0 / (b + i)} for b in range(1, 9)]
+        trials = [TrialRecord({"b": b}, "ok", time_s=1.0 / (b + i)) for b in range(1, 9)]
         ids = db.add_trials(key, f"run{i}", trials)  # trials first, as measured
         db.put_best(key, dict(
             config={"b": i % 8 + 1}, time_s=1e-3, n_trials=8, n_rejected=0, run_id=f"run{i}",

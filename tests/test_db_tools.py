@@ -8,6 +8,7 @@ from toy_kernels import scale
 from autotune import TuningDB
 from autotune.cli import main
 from autotune.signature import TuningKey
+from autotune.trial import TrialRecord
 
 
 def key(signature="f32[64,128]", version=None, device_kind="TPU v5 lite", platform="tpu"):
@@ -22,7 +23,7 @@ def key(signature="f32[64,128]", version=None, device_kind="TPU v5 lite", platfo
 
 
 def put(db, k, block_rows, time_s, n_trials=4):
-    (trial_id,) = db.add_trials(k, "run", [{"config": {"block_rows": block_rows}, "status": "ok"}])
+    (trial_id,) = db.add_trials(k, "run", [TrialRecord({"block_rows": block_rows}, "ok")])
     db.put_best(
         k,
         {

@@ -19,7 +19,7 @@ from autotune.measure import (
     trace_samples,
     wall_samples,
 )
-from autotune.tuner import TrialRecord
+from autotune.trial import TrialRecord
 
 FIXTURES = Path(__file__).parent / "fixtures"
 # A jax.profiler trace recorded on an NVIDIA H200: three synchronised calls of a Pallas (Triton
@@ -123,3 +123,28 @@ def test_inputs_smaller_than_the_cache_rotate_among_distinct_copies():
 
     time_compiled(call, [x], TimingPolicy(warmup=0, min_reps=16, max_reps=16), sets)
     assert len(set(seen)) == 8 and seen[0] != seen[1]
+
+
+def test_a_candidate_that_fails_while_it_is_timed_is_a_runtime_error_not_an_exception():
+    from toy_kernels import make_input, scale
+
+    from autotune.measure import measure_candidate
+
+    x = make_input(rows=32)
+    calls = []
+
+    def flaky(a):  # verifies on its first call, then fails (a device fault, say)
+        calls.append(a)
+        if len(calls) > 1:
+            raise RuntimeError("the device faulted")
+        return a * 2.0
+
+    class CompiledAhead:
+        def take(self, config):
+            return flaky, 0.01
+
+    record = measure_candidate(
+        scale.spec, {"block_rows": 8}, [x], {}, x * 2.0, TimingPolicy(), pool=CompiledAhead()
+    )
+    assert record.status == "runtime_error" and "RuntimeError: the device faulted" in record.error
+    assert record.max_error == 0.0 and record.compile_s == 0.01 and record.time_s is None

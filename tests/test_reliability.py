@@ -28,6 +28,7 @@ from autotune import TuningDB
 from autotune.cli import main
 from autotune.device import current_device
 from autotune.errors import AutotuneError
+from autotune.trial import TrialRecord
 
 TESTS = Path(__file__).parent
 ROOT = TESTS.parent
@@ -43,7 +44,7 @@ def store(path, x, block_rows=16):
         (trial_id,) = db.add_trials(
             key_of(x),
             "run",
-            [{"config": {"block_rows": block_rows}, "status": "ok", "time_s": 1e-3}],
+            [TrialRecord({"block_rows": block_rows}, "ok", time_s=1e-3)],
         )
         db.put_best(
             key_of(x),

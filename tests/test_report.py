@@ -9,6 +9,7 @@ from autotune import TuningDB
 from autotune.cli import main
 from autotune.report import param_importances
 from autotune.signature import TuningKey
+from autotune.trial import TrialRecord
 
 KEY = TuningKey("matmul", "v1", "cpu", "cpu", "interpret", "f32[64,64],f32[64,64]")
 
@@ -20,8 +21,8 @@ def time_of(config):  # block_m matters a lot, block_k a little
 @pytest.fixture
 def tuned(db_url):
     configs = [{"block_m": m, "block_k": k} for m in (16, 32, 64) for k in (32, 64, 128)]
-    trials = [{"config": c, "status": "ok", "time_s": time_of(c)} for c in configs]
-    trials.append({"config": {"block_m": 8, "block_k": 8}, "status": "rejected"})
+    trials = [TrialRecord(c, "ok", time_s=time_of(c)) for c in configs]
+    trials.append(TrialRecord({"block_m": 8, "block_k": 8}, "rejected"))
     with TuningDB(db_url) as db:
         ids = db.add_trials(KEY, "run", trials)
         best = min(range(len(configs)), key=lambda i: time_of(configs[i]))

@@ -28,8 +28,8 @@ ALLOWED_DYNAMIC_SQL = {
 
 # Files that may use pickle, and why: never on data from the database or the space files.
 ALLOWED_PICKLE = {
-    "worker.py": "messages between the search process and the worker it spawned, over the "
-    "child's private stdin/stdout pipes (inputs, oracle, results); no file or database is read",
+    "protocol.py": "messages between the search process and the device worker it spawned, over "
+    "the child's private stdin/stdout pipes (inputs, oracle, results); no file or database is read",
 }
 
 

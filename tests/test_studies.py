@@ -6,7 +6,8 @@ import optuna
 
 from autotune.search import _Encoding
 from autotune.space import Param, Space
-from autotune.studies import SharedStudy, config_id
+from autotune.studies import SharedStudy
+from autotune.trial import config_id
 
 
 def test_a_config_another_worker_measured_since_the_last_refresh_is_taken(tmp_path):

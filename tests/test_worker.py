@@ -136,9 +136,9 @@ def test_a_worker_killed_between_trials_is_replaced_and_the_candidate_measured()
     # an OOM kill or a crash in a compile thread ends the worker while it waits for a request
     with DeviceWorker("toy_kernels:scale", [make_input(rows=32)], {}, FAST, LIMITS) as worker:
         worker.set_oracle(make_input(rows=32) * 2)
-        assert worker.measure({"block_rows": 8})["status"] == "ok"
+        assert worker.measure({"block_rows": 8}).status == "ok"
         os.killpg(worker._proc.pid, signal.SIGKILL)
         worker._proc.wait()
         record = worker.measure({"block_rows": 16})
         # the candidate was never sent to the dead worker: it is not to blame
-        assert record["status"] == "ok" and worker.restarts == 1
+        assert record.status == "ok" and worker.restarts == 1

@@ -1,0 +1,45 @@
+"""A configuration, its identity, and the record of one measured candidate.
+
+A trial keeps one form from the worker that measures it to the database that stores it: the
+worker returns a `TrialRecord` (pickled across the process boundary), the tuner annotates it,
+`TuningDB.add_trials` stores it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+Config = dict[str, Any]  # tunable parameter name -> value: what a candidate is
+ConfigId = tuple  # config_id's result
+
+
+def config_id(config: Mapping[str, Any]) -> ConfigId:
+    """A hashable identity of a config (types included: True is not 1 here, nor 8 8.0)."""
+    return tuple(sorted((k, type(v).__name__, v) for k, v in config.items()))
+
+
+@dataclass
+class TrialRecord:
+    """One measured candidate, as stored in the database's trials table."""
+
+    config: Config
+    status: str  # ok | rejected | compile_error | runtime_error | crashed | timeout
+    time_s: float | None = None
+    time_min_s: float | None = None
+    time_p10_s: float | None = None
+    time_p90_s: float | None = None
+    n_reps: int | None = None
+    timer: str | None = None
+    compile_s: float | None = None
+    run_s: float | None = None  # verifying and timing it, warm-up included (not stored)
+    max_error: float | None = None
+    error: str | None = None
+    is_default: bool = False
+    oracle: str | None = None  # which oracle judged it (autotune.oracle); None before schema v2
+    db_id: int | None = None  # its row in the trials table, once stored
+
+    def as_dict(self) -> dict[str, Any]:
+        """Its fields, for JSON (a shared study keeps each trial's record among its attributes)."""
+        return dict(self.__dict__)

@@ -1,0 +1,68 @@
+"""Measuring candidates: in this process, or in a device worker process that may die.
+
+Both workers implement `Worker`, so the tuner and the finalists never ask which one they have:
+
+- `InProcessWorker` (inprocess.py) measures in this process, without isolation: interactive use
+  and tune-on-miss.
+- `DeviceWorker` (parent.py) measures in a child process that owns the device (child.py; the
+  two speak protocol.py): a candidate that crashes or hangs it becomes a `crashed` / `timeout`
+  trial under `WorkerLimits`, and a fresh child takes the next one.
+
+Either compiles the candidates the search will measure next (`prefetch`) in threads while the
+current one is timed (autotune.compile_pool).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from autotune.device import DeviceInfo
+from autotune.trial import Config, TrialRecord
+
+
+class Worker(Protocol):
+    """What measures a tuning task's candidates, on `device`."""
+
+    device: DeviceInfo
+    restarts: int  # fresh processes started after a crash or timeout (0 in process)
+
+    def set_oracle(self, oracle: Any) -> None:
+        """The output every candidate must match (autotune.oracle), before the first measure."""
+
+    def prefetch(self, configs: Sequence[Config]) -> None:
+        """Compile these, the configs measured after the next one, ahead."""
+
+    def measure(self, config: Config) -> TrialRecord:
+        """Compile, run, verify and time one candidate; a failure is the record's status."""
+
+    def interleaved(
+        self, configs: Sequence[Config], rounds: int, reps: int
+    ) -> tuple[list[list[float]], str] | None:
+        """Samples of configs that measured fine, timed interleaved, and the timer that took
+        them; None where the worker could not (the caller keeps the first figures)."""
+
+    def close(self) -> None: ...
+
+    def __enter__(self) -> Worker: ...
+
+    def __exit__(self, *exc: object) -> None: ...
+
+
+@dataclass(frozen=True)
+class WorkerLimits:
+    """Per-candidate time limits of a device worker, in seconds."""
+
+    compile_s: float = 300.0  # tracing, lowering and compiling one candidate
+    run_s: float = 120.0  # the verifying run and every timed repetition of one candidate
+    start_s: float = 300.0  # starting a worker: importing JAX and the kernel, taking the inputs
+
+
+DEFAULT_LIMITS = WorkerLimits()
+
+# below the definitions above: parent.py imports WorkerLimits and DEFAULT_LIMITS from here
+from autotune.worker.inprocess import InProcessWorker  # noqa: E402
+from autotune.worker.parent import DeviceWorker  # noqa: E402
+
+__all__ = ["DEFAULT_LIMITS", "DeviceWorker", "InProcessWorker", "Worker", "WorkerLimits"]

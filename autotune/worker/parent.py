@@ -1,0 +1,282 @@
+"""A device worker, the parent side: a child process (child.py) that owns the device.
+
+The child imports the kernel by name, receives the inputs and the oracle once, then measures
+one candidate per request (see protocol.py). This process enforces a compile and a run time
+limit per candidate; a child that dies (abort, segfault, out of memory) or overruns a limit is
+killed, the candidate is recorded as `crashed` or `timeout`, and a fresh child takes the next
+one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import select
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from typing import Any
+
+from autotune.compile_pool import AHEAD_PER_WORKER, default_compile_workers
+from autotune.errors import KernelError
+from autotune.measure import DEFAULT_POLICY, TimingPolicy
+from autotune.trial import Config, ConfigId, TrialRecord, config_id
+from autotune.worker import DEFAULT_LIMITS, WorkerLimits
+from autotune.worker.protocol import Kind, Setup, pack, unpack
+
+
+class _Died(Exception):
+    """The worker process ended, or overran its limit and was killed."""
+
+    def __init__(self, status: str, message: str) -> None:
+        super().__init__(message)
+        self.status = status  # "crashed" or "timeout"
+
+
+class DeviceWorker:
+    """A worker process that owns the device; restarted after each crash or timeout.
+
+    `target` is what the worker imports: a registered kernel name or 'package.module:function'.
+    `args` and the oracle (given once known: `set_oracle`) travel as NumPy arrays; `device` is
+    the worker's DeviceInfo. The child sees this process's `sys.path` (so it imports what this
+    process imports) and `JAX_PLATFORMS=platforms` where given.
+
+    A compile running ahead in the child's pool can crash it while another candidate is
+    measured: that candidate is then measured again alone in a fresh worker, and the configs
+    that were compiling ahead are only ever compiled when measured, so each crash is recorded
+    against the config that caused it.
+    """
+
+    def __init__(
+        self,
+        target: str,
+        args: Sequence[Any],
+        kwargs: Mapping[str, Any],
+        policy: TimingPolicy = DEFAULT_POLICY,
+        limits: WorkerLimits = DEFAULT_LIMITS,
+        platforms: str | None = None,
+        compile_workers: int | None = None,
+    ) -> None:
+        self.limits = limits
+        self.platforms = platforms
+        self.restarts = 0
+        self._setup = Setup.of(target, args, kwargs, policy, compile_workers)
+        self._proc: subprocess.Popen | None = None
+        self._stderr: Any = None
+        self._prefetched: set[ConfigId] = set()  # sent to this child to compile ahead, not measured
+        self._suspects: set[ConfigId] = set()  # compiling ahead when a child crashed
+        self.device = self._start()
+        # the child sizes its pool by the same rule, from the same device
+        self._ahead = AHEAD_PER_WORKER * (
+            default_compile_workers(self.device) if compile_workers is None else compile_workers
+        )
+
+    # ---------------------------------------------------------------- requests
+
+    def set_task(
+        self,
+        target: str,
+        args: Sequence[Any],
+        kwargs: Mapping[str, Any],
+        policy: TimingPolicy = DEFAULT_POLICY,
+    ) -> Any:
+        """Measure another kernel or call from now on, in the same worker (no new start-up);
+        returns the worker's DeviceInfo."""
+        self._setup = Setup.of(target, args, kwargs, policy, self._setup.compile_workers)
+        self._suspects = set()  # configs of the task before
+        if self._proc is None:
+            self.restarts += 1
+            return self._start()
+        try:
+            self._send(Kind.SETUP, self._setup)
+            kind, value = self._recv(time.monotonic() + self.limits.start_s, "set-up")
+        except _Died as d:
+            raise KernelError(f"the device worker for {target!r} {d}") from None
+        if kind is not Kind.READY:
+            raise KernelError(f"the device worker cannot set up {target!r}: {value}")
+        return value
+
+    def set_oracle(self, oracle: Any) -> None:
+        """The output every candidate must match (the kernel's default in interpret mode)."""
+        import jax
+        import numpy as np
+
+        self._setup = replace(self._setup, oracle=jax.tree_util.tree_map(np.asarray, oracle))
+        if self._proc is not None:
+            # if it died, the next request starts a fresh worker, which gets it at set-up
+            with contextlib.suppress(_Died):
+                self._send(Kind.ORACLE, self._setup.oracle)
+
+    def prefetch(self, configs: Sequence[Config]) -> None:
+        """Have the worker compile these, the configs measured after the next one, ahead."""
+        if not self._ahead or self._proc is None:  # a crashed worker restarts on measure
+            return
+        ahead = [dict(c) for c in configs if config_id(c) not in self._suspects][: self._ahead]
+        try:
+            self._send(Kind.PREFETCH, ahead)
+        except _Died:
+            self._suspects |= self._prefetched
+            return
+        self._prefetched.update(config_id(c) for c in ahead)
+
+    def measure(self, config: Config) -> TrialRecord:
+        """One candidate's trial record; `crashed` / `timeout` if the worker did not survive it
+        (the next request starts a fresh worker)."""
+        config = dict(config)
+        stage, sent = "compile", False
+        try:
+            fresh = self._ensure_started()
+            self._send(Kind.MEASURE, config)
+            sent = True
+            # the limit counts from the request: a compile still running ahead gets no more
+            deadline = time.monotonic() + self.limits.compile_s
+            while True:
+                kind, value = self._recv(deadline, stage)
+                if kind is Kind.COMPILED:
+                    stage, deadline = "run", time.monotonic() + self.limits.run_s
+                elif kind is Kind.RESULT:
+                    self._prefetched.discard(config_id(config))
+                    return value
+        except _Died as d:
+            if d.status == "crashed" and self._prefetched:
+                # a compile ahead may have killed it, not this config: see the class docstring
+                self._suspects |= self._prefetched
+                return self.measure(config)  # in a fresh worker, which has nothing ahead
+            if not sent and not fresh:
+                # it died between trials (killed for memory, say): this config never reached it
+                return self.measure(config)  # in a fresh worker
+            return TrialRecord(config, d.status, error=str(d))
+
+    def interleaved(
+        self, configs: Sequence[Config], rounds: int, reps: int
+    ) -> tuple[list[list[float]], str] | None:
+        """Interleaved samples of configs that measured fine before, and their timer; None if
+        the worker did not survive (the caller keeps the first measurements)."""
+        n = len(configs)
+        limit = n * (self.limits.compile_s + self.limits.run_s)
+        try:
+            self._ensure_started()
+            self._send(Kind.INTERLEAVED, [dict(c) for c in configs], rounds, reps)
+            kind, value = self._recv(time.monotonic() + limit, "re-measurement")
+            return value if kind is Kind.SAMPLES else None
+        except _Died:
+            return None
+
+    def close(self) -> None:
+        if self._proc is not None:
+            try:
+                self._send(Kind.EXIT)
+                self._proc.wait(timeout=5)
+            except (OSError, subprocess.TimeoutExpired, _Died):
+                pass
+            self._kill()
+        if self._stderr is not None:
+            self._stderr.close()
+            self._stderr = None
+
+    def __enter__(self) -> DeviceWorker:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ---------------------------------------------------------------- process
+
+    def _ensure_started(self) -> bool:
+        """Start a fresh worker if there is none; True if one was started."""
+        if self._proc is not None:
+            return False
+        self.restarts += 1
+        self._start()
+        return True
+
+    def _start(self) -> Any:
+        env = dict(os.environ)
+        paths = [p or os.getcwd() for p in sys.path]
+        env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(p for p in paths if os.path.isdir(p)))
+        if self.platforms is not None:
+            env["JAX_PLATFORMS"] = self.platforms
+        if self._stderr is not None:
+            self._stderr.close()
+        # a file, not a pipe: a chatty worker can never block on it; read back after a crash
+        self._stderr = tempfile.TemporaryFile()  # noqa: SIM115 (lives as long as the worker)
+        self._proc = subprocess.Popen(
+            [sys.executable, "-m", "autotune.worker.child"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._stderr,
+            env=env,
+            start_new_session=True,  # its own process group: killing it kills its children
+        )
+        self._buffer = b""
+        self._prefetched = set()
+        try:
+            self._send(Kind.SETUP, self._setup)
+            kind, value = self._recv(time.monotonic() + self.limits.start_s, "start-up")
+        except _Died as d:
+            raise KernelError(f"the device worker for {self._setup.target!r} {d}") from None
+        if kind is not Kind.READY:
+            self._kill()
+            raise KernelError(f"the device worker cannot set up {self._setup.target!r}: {value}")
+        return value
+
+    def _kill(self) -> None:
+        proc, self._proc = self._proc, None
+        if proc is None:
+            return
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        for stream in (proc.stdin, proc.stdout):
+            # a request that failed to send is still buffered: closing retries it, into a dead pipe
+            with contextlib.suppress(OSError):
+                stream.close()
+
+    def _send(self, kind: Kind, *fields: Any) -> None:
+        try:
+            self._proc.stdin.write(pack(kind, *fields))
+            self._proc.stdin.flush()
+        except (BrokenPipeError, OSError):
+            self._died("crashed", "while receiving a request")
+
+    def _recv(self, deadline: float, stage: str) -> tuple:
+        """The child's next reply, read without blocking past `deadline`."""
+        fd = self._proc.stdout.fileno()
+        while True:
+            message, self._buffer = unpack(self._buffer)
+            if message is not None:
+                return message
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or not select.select([fd], [], [], remaining)[0]:
+                self._died("timeout", f"exceeded the {stage} time limit")
+            chunk = os.read(fd, 1 << 20)
+            if not chunk:
+                self._died("crashed", f"died during {stage}")
+            self._buffer += chunk
+
+    def _died(self, status: str, what: str) -> None:
+        proc = self._proc
+        if status == "timeout":
+            self._kill()
+            raise _Died(status, f"{what}; the worker was killed")
+        try:
+            code = proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            code = None
+        self._kill()
+        how = (
+            f"signal {signal.Signals(-code).name}"
+            if code is not None and code < 0
+            else f"exit code {code}"
+        )
+        raise _Died(status, f"{what} ({how}){self._stderr_tail()}")
+
+    def _stderr_tail(self) -> str:
+        self._stderr.seek(0)
+        lines = [ln for ln in self._stderr.read().decode(errors="replace").splitlines() if ln]
+        return f"; stderr: {' | '.join(lines[-3:])[-600:]}" if lines else ""
