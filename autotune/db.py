@@ -379,16 +379,18 @@ class TuningDB:
         entry: dict[str, Any],
         trial_ids: Iterable[int | None],
         compared: Iterable[int] = (),
-    ) -> bool:
-        """Store `entry` as the best of `key`, unless the stored entry is one of `trial_ids`
-        (another worker of the same study), not one of `compared` (entries this worker
-        re-measured beside its own winner, and so has already judged), and at least as fast;
-        True if it was stored.
+    ) -> dict[str, Any] | None:
+        """Store `entry` as the best of `key`, unless another worker of the same study stored a
+        different configuration that this worker has not re-measured beside its own winner:
+        that entry is returned, nothing is stored, and the caller re-measures it side by side
+        and tries again with it among `compared`. `trial_ids` are the study's trials (every
+        worker's), `compared` the trials of the stored entries this worker has judged.
 
-        Compared and written in one transaction (the row locked where the database can), so
-        workers of one study that finish in any order keep the fastest trial of them all.
+        Read and written in one transaction (the row locked where the database can), so of two
+        workers that finish together, the later one always learns of the other's entry: the
+        winner is never decided by two machines' separate, and perhaps lucky, samples.
         """
-        ids = {i for i in trial_ids if i is not None} - set(compared)
+        peers = {i for i in trial_ids if i is not None} - set(compared)
         fields = _best_fields(entry)
         for _ in range(5):  # a concurrent writer may insert the key, or hold SQLite's write lock
             try:
@@ -397,13 +399,13 @@ class TuningDB:
                     row = s.scalars(stmt).first()
                     if row is None:
                         s.add(Result(**key.as_dict(), **fields))
-                    elif row.trial_id in ids and row.time_s <= fields["time_s"]:
-                        return False
+                    elif row.trial_id in peers and row.config != fields["config"]:
+                        return _row(row)
                     else:
                         for k, v in fields.items():
                             setattr(row, k, v)
                     _answer_miss(s, key)
-                return True
+                return None
             except DatabaseError as e:
                 if not isinstance(e.__cause__, (IntegrityError, OperationalError)):
                     raise

@@ -27,6 +27,10 @@ from autotune.worker import DeviceWorker, InProcessWorker, Worker
 
 log = logging.getLogger(__name__)
 
+# A worker of a shared study re-measures its finalists beside each winner another worker
+# stored meanwhile; past this many rounds (workers finishing in a stream) it keeps theirs.
+MAX_ROUNDS = 3
+
 
 @dataclass
 class TuneResult:
@@ -165,24 +169,7 @@ def tune(
         )
     start_s = time.perf_counter() - worker_start if target else 0.0
     with owned or contextlib.nullcontext():
-        result = _tune(
-            spec,
-            worker,
-            args,
-            kwargs,
-            n_trials=settings.n_trials,
-            db=db,
-            strategy=settings.strategy,
-            seed=settings.seed,
-            store=store,
-            progress=progress,
-            n_finalists=settings.finalists,
-            storage=settings.storage,
-            study_name=settings.study_name,
-            time_limit_s=settings.time_limit_s,
-            patience=settings.patience,
-            warm_start=settings.warm_start,
-        )
+        result = _tune(spec, worker, args, kwargs, settings, db, store, progress)
     result.worker_start_s = start_s
     result.restarts = worker.restarts - restarts_before
     result.wall_s = time.perf_counter() - start
@@ -210,21 +197,13 @@ def _tune(
     worker: Worker,
     args: list[Any],
     kwargs: dict[str, Any],
-    *,
-    n_trials: int,
+    settings: TuneSettings,
     db: Any,
-    strategy: str,
-    seed: int | None,
     store: bool,
     progress: Callable[[TrialRecord, int, int], None] | None,
-    n_finalists: int,
-    storage: str | None,
-    study_name: str | None,
-    time_limit_s: float | None,
-    patience: int | None,
-    warm_start: bool,
 ) -> TuneResult:
     device = worker.device
+    n_trials, storage = settings.n_trials, settings.storage
     sig = spec.signature(args, kwargs, device)
     key = spec.key(sig, device)
     space = spec.space(device.platform)
@@ -251,7 +230,7 @@ def _tune(
             (record.db_id,) = handle.add_trials(key, run_id, [record])
         return record
 
-    study = (study_name or study_name_of(key)) if storage else None
+    study = (settings.study_name or study_name_of(key)) if storage else None
     # trials an interrupted run (or another worker) measured: they count against the budget
     resumed = SharedStudy(storage, study, None).n_measured() if storage else 0
     measured = resumed
@@ -267,19 +246,19 @@ def _tune(
         detail = record.as_dict() if storage else record
         return Evaluation(config, value, record.status, detail=detail)
 
-    warm = warm_starts(handle or db, key, sig, space) if warm_start else []
+    warm = warm_starts(handle or db, key, sig, space) if settings.warm_start else []
     try:
         evaluations = run_search(
             space,
             sig,
             evaluate,
             n_trials=n_trials,
-            strategy=strategy,
-            seed=seed,
+            strategy=settings.strategy,
+            seed=settings.seed,
             initial=[default, *warm],
             valid=valid,
-            time_limit_s=time_limit_s,
-            patience=patience,
+            time_limit_s=settings.time_limit_s,
+            patience=settings.patience,
             storage=storage,
             study_name=study,
             upcoming=worker.prefetch,
@@ -290,12 +269,25 @@ def _tune(
         # entry is decided from side-by-side figures, not from two machines' lucky samples
         stored = handle.best(key) if handle is not None and storage else None
         rival = stored if stored and stored["trial_id"] in {t.db_id for t in trials} else None
-        result = _result(
-            spec, sig, key, trials, default, measure, run_id, worker, n_finalists, rival
-        )
+        for _ in range(MAX_ROUNDS):
+            result = _result(
+                spec, sig, key, trials, default, measure, run_id, worker, settings.finalists, rival
+            )
+            if handle is None:
+                break
+            # another worker may have stored its winner since: judge it side by side, as above
+            rival = _store(handle, result, settings.strategy, device, storage is not None, rival)
+            if rival is None:
+                break
+        else:
+            log.warning(
+                "%s %s: other workers of the study kept storing new winners; theirs was kept",
+                spec.name,
+                sig.text,
+            )
         result.oracle_s, result.oracle, result.resumed = oracle_s, oracle.name, resumed
         if handle is not None:
-            result.db_url = _store(handle, result, strategy, device, storage is not None, rival)
+            result.db_url = handle.url
             registry.entry_stored()
     finally:
         if handle is not None and handle is not db:
@@ -387,9 +379,10 @@ def _store(
     device: Any,
     shared: bool,
     rival: dict[str, Any] | None,
-) -> str:
-    """The best entry (its trials are stored as they are measured); `rival` is the entry
-    another worker of the study had stored when the finalists were chosen."""
+) -> dict[str, Any] | None:
+    """Store the best entry (its trials are stored as they are measured); `rival` is the entry
+    another worker of the study had stored when the finalists were chosen. Returns the entry
+    another worker stored since, which this one has not judged (nothing is stored then)."""
     best = next(t for t in result.trials if t.config == result.best_config and t.status == "ok")
     entry = {
         "config": result.best_config,
@@ -407,13 +400,19 @@ def _store(
         "runtime_version": device.runtime_summary,
     }
     if shared:  # workers of one study finish in any order
-        compared = [
-            rival["trial_id"]
-            for f in result.finalists
-            if rival and f.config == rival["config"] and f.timing is not None
-        ]
-        handle.put_best_among(result.key, entry, {t.db_id for t in result.trials}, compared)
+        ids = {t.db_id for t in result.trials}
+        if result.finalists:  # judged side by side: the stored entry re-measured beside ours
+            compared = {
+                rival["trial_id"]
+                for f in result.finalists
+                if rival and f.config == rival["config"] and f.timing is not None
+            }
+        else:  # no re-measurement: the first figures of every trial of the study decided
+            compared = ids
+        newer = handle.put_best_among(result.key, entry, ids, compared)
+        if newer is not None:
+            return newer
     else:
         handle.put_best(result.key, entry)
     log.info("stored %s %s: %s", result.kernel, result.key.signature, result.best_config)
-    return handle.url
+    return None

@@ -146,3 +146,28 @@ def test_a_later_worker_judges_the_stored_winner_side_by_side(tmp_path, db_url):
     (entry,) = TuningDB(db_url).query()
     assert entry["config"] == second.best_config
     assert entry["time_s"] == pytest.approx(second.best_time_s)  # not the lucky figure
+
+
+def test_a_winner_stored_while_another_worker_chose_its_own_is_judged_side_by_side(
+    tmp_path, db_url, monkeypatch
+):
+    import sqlite3
+
+    from toy_kernels import make_input, scale
+
+    import autotune
+
+    storage = f"sqlite:///{tmp_path / 'studies.db'}"
+    x = make_input(rows=32)
+    autotune.tune(scale, [x], n_trials=2, db=db_url, storage=storage, strategy="grid")
+    conn = sqlite3.connect(db_url)
+    with conn:  # a lucky sample on the first worker's machine: a figure 1000x too fast
+        conn.execute("UPDATE autotune_results SET time_s = time_s / 1000")
+    conn.close()
+    # two workers finishing together: the second looked for a stored winner before the first
+    # had stored it, and finds it only when it stores its own
+    monkeypatch.setattr(TuningDB, "best", lambda self, key: None)
+    second = autotune.tune(scale, [x], n_trials=3, db=db_url, storage=storage, strategy="grid")
+    (entry,) = TuningDB(db_url).query()
+    assert entry["config"] == second.best_config
+    assert entry["time_s"] == pytest.approx(second.best_time_s)  # not the lucky figure
