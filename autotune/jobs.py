@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from autotune.device import DeviceInfo
 from autotune.errors import AutotuneError, SignatureError
 from autotune.signature import ArgSpec, format_args, parse_dtype
 from autotune.tune_settings import TuneSettings, checked
@@ -316,20 +317,30 @@ def shard(tasks: Sequence[Task], index: int, count: int) -> list[Task]:
     return [t for k, t in enumerate(tasks) if k % count == index]
 
 
+def tuning_device(settings: TuneSettings) -> DeviceInfo:
+    """The device that tasks run with `settings` are measured on, which keys them: a device
+    worker's where the workers keep to other platforms than this process (the CLI keeps itself
+    to the CPU while they own the accelerator), else this process's."""
+    from autotune.device import current_device
+    from autotune.worker.parent import worker_device
+
+    if settings.isolate and settings.worker_platforms is not None:
+        return worker_device(settings.worker_platforms, settings.limits.start_s)
+    return current_device()
+
+
 def pending_tasks(
-    db: Any, *, kernel: str | None = None, trials: int = _DEFAULTS.n_trials
+    db: Any, device: DeviceInfo, *, kernel: str | None = None, trials: int = _DEFAULTS.n_trials
 ) -> tuple[list[Task], dict[str, int]]:
-    """One task per recorded miss on this device kind (most often missed first), and the
-    number of misses per kernel that is not registered here (not tuned).
+    """One task per miss recorded on `device`'s kind (most often missed first), and the number
+    of misses per kernel that is not registered here (not tuned).
 
     A miss names its kernel by registered name only: whoever can write the database must not
     choose what this process imports, so the operator imports the user's kernels (`--import`).
     """
-    from autotune.device import current_device
     from autotune.registry import registered
     from autotune.signature import parse_args, parse_static
 
-    device = current_device()
     misses = db.misses(
         kernel=kernel,
         platform=device.platform,
@@ -400,13 +411,15 @@ def default_storage(db_url: str) -> str | None:
 
 def run_tasks(
     tasks: Sequence[Task],
+    device: DeviceInfo,
     *,
     db: Any = None,
     settings: TuneSettings = _DEFAULTS,
     force: bool = False,
     show: Callable[[JobProgress, Outcome | None], None] | None = None,
 ) -> list[Outcome]:
-    """Tune each task in order; already-tuned ones are skipped unless `force`.
+    """Tune each task in order on `device` (see tuning_device); those it already has an entry
+    for are skipped unless `force`.
 
     Each task is tuned with `settings`, its own budget, strategy and seed (Task.settings), and
     the study of its key in `settings.storage`.
@@ -415,11 +428,9 @@ def run_tasks(
     """
     from autotune import registry
     from autotune.db import TuningDB
-    from autotune.device import current_device
     from autotune.tuner import study_name_of, tune
 
     handle = db if isinstance(db, TuningDB) else TuningDB(db)
-    device = current_device()
     progress = JobProgress(n_tasks=len(tasks), budget_left=sum(t.trials for t in tasks))
     outcomes = []
     try:

@@ -1,5 +1,6 @@
 """Job files, sharding, recorded misses and resume: real subprocesses, a real SQLite file."""
 
+import dataclasses
 import json
 import os
 import signal
@@ -248,3 +249,43 @@ def test_time_limit_and_patience_bound_each_task_of_a_job(tmp_path, subprocess_e
     out = run(cmd, subprocess_env, check_rc=1).stdout
     assert "the time limit ran out before any candidate of scale" in out
     assert TuningDB(db_url).query() == []
+
+
+# The CLI keeps its own process to the CPU while its device workers own the accelerator. No
+# accelerator here: an H200 stands for what the job's own process would see instead of the
+# workers' device, which is all these two tests replace.
+H200 = dataclasses.replace(
+    current_device(), platform="gpu", device_kind="NVIDIA H200", backend="triton"
+)
+
+
+def test_a_jobs_tasks_are_keyed_by_the_device_its_workers_measure_on(monkeypatch):
+    import autotune.device
+    from autotune.jobs import tuning_device
+    from autotune.tune_settings import TuneSettings
+
+    worker_device = current_device()
+    monkeypatch.setattr(autotune.device, "current_device", lambda: H200)
+    apart = TuneSettings(isolate=True, worker_platforms="cpu")  # as the CLI runs a job
+    assert tuning_device(apart) == worker_device  # asked of a real worker child
+    assert tuning_device(TuneSettings(isolate=True)) == H200  # the worker inherits ours
+    assert tuning_device(TuneSettings(isolate=False)) == H200
+
+
+def test_a_task_tuned_on_the_workers_device_is_skipped(db_url):
+    from autotune.jobs import make_task, run_tasks
+    from autotune.registry import resolve
+    from autotune.trial import TrialRecord
+
+    task = make_task("toy_kernels:scale", "32x128")
+    spec = resolve(task.kernel).spec
+    for device in (H200, current_device()):  # an entry keyed by each device in turn
+        key = spec.key(spec.signature(task.inputs(), {}, device), device)
+        db = TuningDB(db_url)
+        (trial_id,) = db.add_trials(key, "run", [TrialRecord({"block_rows": 8}, "ok")])
+        entry = {"config": {"block_rows": 8}, "time_s": 1e-3, "trial_id": trial_id}
+        versions = {"jax_version": "0", "jaxlib_version": "0", "n_trials": 1, "n_rejected": 0}
+        db.put_best(key, dict(entry, run_id="run", strategy="gp", timer="cupti", **versions))
+        db.close()
+        (outcome,) = run_tasks([task], device, db=db_url)
+        assert outcome.status == "skipped", device

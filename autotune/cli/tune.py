@@ -230,8 +230,11 @@ def cmd_tune_job(args: argparse.Namespace, settings: TuneSettings) -> int:
     shard = jobs.parse_shard(args.shard) if args.shard else None
     tasks = jobs.load_job(args.job) if args.job else []  # every task checked before the database
     with TuningDB(args.db) as db:
+        device = jobs.tuning_device(settings)  # the worker's: this process keeps to the CPU
         if args.pending:
-            tasks, unknown = jobs.pending_tasks(db, kernel=args.only_kernel, trials=args.trials)
+            tasks, unknown = jobs.pending_tasks(
+                db, device, kernel=args.only_kernel, trials=args.trials
+            )
             for name, count in unknown.items():
                 print(
                     f"skipped {count} pending miss(es) of kernel {name!r}: not registered here "
@@ -249,7 +252,9 @@ def cmd_tune_job(args: argparse.Namespace, settings: TuneSettings) -> int:
         with Display(console) as display:
             # --time-limit and --patience bound each task's search, as they bound a single one
             run = settings.replace(storage=storage)
-            outcomes = jobs.run_tasks(tasks, db=db, settings=run, force=args.force, show=display)
+            outcomes = jobs.run_tasks(
+                tasks, device, db=db, settings=run, force=args.force, show=display
+            )
     counts = {s: sum(o.status == s for o in outcomes) for s in ("tuned", "skipped", "failed")}
     print(", ".join(f"{n} {s}" for s, n in counts.items()))
     return 1 if counts["failed"] else 0

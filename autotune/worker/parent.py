@@ -10,6 +10,7 @@ one.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import select
 import signal
@@ -22,6 +23,7 @@ from dataclasses import replace
 from typing import Any
 
 from autotune.compile_pool import AHEAD_PER_WORKER, default_compile_workers
+from autotune.device import DeviceInfo
 from autotune.errors import KernelError
 from autotune.measure import DEFAULT_POLICY, TimingPolicy
 from autotune.trial import Config, ConfigId, TrialRecord, config_id
@@ -195,11 +197,7 @@ class DeviceWorker:
         return True
 
     def _start(self) -> Any:
-        env = dict(os.environ)
-        paths = [p or os.getcwd() for p in sys.path]
-        env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(p for p in paths if os.path.isdir(p)))
-        if self.platforms is not None:
-            env["JAX_PLATFORMS"] = self.platforms
+        env = child_env(self.platforms)
         if self._stderr is not None:
             self._stderr.close()
         # a file, not a pipe: a chatty worker can never block on it; read back after a crash
@@ -280,3 +278,43 @@ class DeviceWorker:
         self._stderr.seek(0)
         lines = [ln for ln in self._stderr.read().decode(errors="replace").splitlines() if ln]
         return f"; stderr: {' | '.join(lines[-3:])[-600:]}" if lines else ""
+
+
+def child_env(platforms: str | None) -> dict[str, str]:
+    """A worker child's environment: this process's `sys.path` (so that it imports what this
+    process imports) and `JAX_PLATFORMS=platforms` where given."""
+    env = dict(os.environ)
+    paths = [p or os.getcwd() for p in sys.path]
+    env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(p for p in paths if os.path.isdir(p)))
+    if platforms is not None:
+        env["JAX_PLATFORMS"] = platforms
+    return env
+
+
+_REPORT_DEVICE = (
+    "import dataclasses, json; from autotune.device import current_device; "
+    "print(json.dumps(dataclasses.asdict(current_device())))"
+)
+
+
+def worker_device(platforms: str | None, timeout_s: float) -> DeviceInfo:
+    """The device a worker started with `platforms` measures on, asked of a short-lived child:
+    what keys the tasks of a job whose own process keeps to another platform (the CLI keeps to
+    the CPU while its workers own the accelerator)."""
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-c", _REPORT_DEVICE],
+            env=child_env(platforms),
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+        )
+    except subprocess.TimeoutExpired:
+        raise KernelError(
+            f"a device worker did not report its device within {timeout_s:.0f} s"
+        ) from None
+    if proc.returncode != 0:
+        tail = " | ".join(proc.stderr.strip().splitlines()[-3:])[-600:]
+        raise KernelError(f"a device worker cannot start (exit code {proc.returncode}): {tail}")
+    fields = json.loads(proc.stdout)
+    return DeviceInfo(**{**fields, "packages": tuple(map(tuple, fields["packages"]))})
