@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from autotune.device import DeviceInfo
+from autotune.device import DeviceInfo, current_device
 from autotune.errors import AutotuneError, SignatureError
 from autotune.signature import ArgSpec, format_args, parse_dtype
 from autotune.tune_settings import TuneSettings, checked
@@ -321,7 +321,6 @@ def tuning_device(settings: TuneSettings) -> DeviceInfo:
     """The device that tasks run with `settings` are measured on, which keys them: a device
     worker's where the workers keep to other platforms than this process (the CLI keeps itself
     to the CPU while they own the accelerator), else this process's."""
-    from autotune.device import current_device
     from autotune.worker.parent import worker_device
 
     if settings.isolate and settings.worker_platforms is not None:

@@ -65,13 +65,10 @@ class KernelSpec:
         """What to pass to the kernel function for a config (mapped through `bind` if given)."""
         return self.bind(dict(config)) if self.bind else dict(config)
 
-    def bound_function(
-        self, config: Mapping[str, Any], *, interpret: bool, device: DeviceInfo | None = None
-    ) -> Callable:
+    def bound_function(self, config: Mapping[str, Any], *, interpret: bool) -> Callable:
         """The kernel function with `config` bound; in interpret mode where the platform needs
         it (`interpret=True` if the kernel takes it, its backend's interpret mode otherwise)."""
-        device = device or current_device()
-        if not (interpret and device.interpret):
+        if not (interpret and current_device().interpret):
             return functools.partial(self.fn, **self.kernel_kwargs(config))
         return self.interpreted(config)
 

@@ -260,12 +260,12 @@ H200 = dataclasses.replace(
 
 
 def test_a_jobs_tasks_are_keyed_by_the_device_its_workers_measure_on(monkeypatch):
-    import autotune.device
+    import autotune.jobs
     from autotune.jobs import tuning_device
     from autotune.tune_settings import TuneSettings
 
     worker_device = current_device()
-    monkeypatch.setattr(autotune.device, "current_device", lambda: H200)
+    monkeypatch.setattr(autotune.jobs, "current_device", lambda: H200)
     apart = TuneSettings(isolate=True, worker_platforms="cpu")  # as the CLI runs a job
     assert tuning_device(apart) == worker_device  # asked of a real worker child
     assert tuning_device(TuneSettings(isolate=True)) == H200  # the worker inherits ours
@@ -273,19 +273,16 @@ def test_a_jobs_tasks_are_keyed_by_the_device_its_workers_measure_on(monkeypatch
 
 
 def test_a_task_tuned_on_the_workers_device_is_skipped(db_url):
+    from test_db_tools import put
+
     from autotune.jobs import make_task, run_tasks
     from autotune.registry import resolve
-    from autotune.trial import TrialRecord
 
     task = make_task("toy_kernels:scale", "32x128")
     spec = resolve(task.kernel).spec
     for device in (H200, current_device()):  # an entry keyed by each device in turn
         key = spec.key(spec.signature(task.inputs(), {}, device), device)
-        db = TuningDB(db_url)
-        (trial_id,) = db.add_trials(key, "run", [TrialRecord({"block_rows": 8}, "ok")])
-        entry = {"config": {"block_rows": 8}, "time_s": 1e-3, "trial_id": trial_id}
-        versions = {"jax_version": "0", "jaxlib_version": "0", "n_trials": 1, "n_rejected": 0}
-        db.put_best(key, dict(entry, run_id="run", strategy="gp", timer="cupti", **versions))
-        db.close()
+        with TuningDB(db_url) as db:
+            put(db, key, block_rows=8, time_s=1e-3)
         (outcome,) = run_tasks([task], device, db=db_url)
         assert outcome.status == "skipped", device

@@ -93,14 +93,7 @@ class DeviceWorker:
         if self._proc is None:
             self.restarts += 1
             return self._start()
-        try:
-            self._send(Kind.SETUP, self._setup)
-            kind, value = self._recv(time.monotonic() + self.limits.start_s, "set-up")
-        except _Died as d:
-            raise KernelError(f"the device worker for {target!r} {d}") from None
-        if kind is not Kind.READY:
-            raise KernelError(f"the device worker cannot set up {target!r}: {value}")
-        return value
+        return self._set_up("set-up")
 
     def set_oracle(self, oracle: Any) -> None:
         """The output every candidate must match (the kernel's default in interpret mode)."""
@@ -212,9 +205,15 @@ class DeviceWorker:
         )
         self._buffer = b""
         self._prefetched = set()
+        return self._set_up("start-up")
+
+    def _set_up(self, stage: str) -> Any:
+        """Send the task's set-up and wait for the worker's DeviceInfo. A worker that refuses
+        it is killed: the next request starts a fresh one with this set-up, never measures the
+        task before under this one's name."""
         try:
             self._send(Kind.SETUP, self._setup)
-            kind, value = self._recv(time.monotonic() + self.limits.start_s, "start-up")
+            kind, value = self._recv(time.monotonic() + self.limits.start_s, stage)
         except _Died as d:
             raise KernelError(f"the device worker for {self._setup.target!r} {d}") from None
         if kind is not Kind.READY:
