@@ -37,7 +37,7 @@ class Chart:
 
 def build(db: Any, kernel: str | None = None) -> list[tuple[dict[str, Any], list[Chart]]]:
     """The charts of every best entry (and one speedup chart per kernel, keyed by None)."""
-    from autotune.db import KEY_COLUMNS
+    from autotune.schema import KEY_COLUMNS
 
     sections: list[tuple[dict[str, Any], list[Chart]]] = []
     entries = db.query(kernel=kernel)

@@ -114,10 +114,11 @@ def _warn_once(cause: str, message: str) -> None:
 def _database() -> Any:
     """The runtime's TuningDB, opened on first use; None if it cannot be opened (warned once)."""
     if _STATE.db is None:
-        from autotune.db import TuningDB, _sqlite_file, normalize_url
+        from autotune.db import TuningDB
+        from autotune.dbconnect import normalize_url, sqlite_file
 
         try:
-            file = _sqlite_file(normalize_url(_STATE.settings.db_url))
+            file = sqlite_file(normalize_url(_STATE.settings.db_url))
             missing = file is not None and not file.exists()
             _STATE.db = TuningDB(_STATE.settings.db_url, busy_timeout_s=RUNTIME_BUSY_TIMEOUT_S)
         except Exception as e:  # whatever the database does, model code goes on

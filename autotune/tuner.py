@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import logging
 import time
 import uuid
@@ -19,7 +18,7 @@ from autotune.finalists import Finalist, remeasure
 from autotune.oracle import make_oracle
 from autotune.search import LISTED_UP_TO, Evaluation, run_search
 from autotune.signature import TuningKey, is_array
-from autotune.studies import SharedStudy
+from autotune.studies import SharedStudy, study_name_of
 from autotune.trial import Config, TrialRecord
 from autotune.tune_settings import TuneSettings
 from autotune.warmstart import warm_starts
@@ -293,23 +292,6 @@ def _tune(
         if handle is not None and handle is not db:
             handle.close()
     return result
-
-
-def study_name_of(key: TuningKey) -> str:
-    """The Optuna study of a key: every worker tuning that key on that device kind joins it."""
-    name = "/".join(
-        (
-            f"{key.kernel}@{key.kernel_version}",
-            key.platform,
-            key.device_kind,
-            key.backend,
-            key.signature,
-            key.static,
-        )
-    )
-    if len(name) <= 500:  # Optuna's limit is 512 characters
-        return name
-    return f"{key.kernel}@{key.kernel_version}/" + hashlib.sha256(name.encode()).hexdigest()
 
 
 def _open_db(db: Any) -> Any:

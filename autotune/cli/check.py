@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from autotune import jobs
+from autotune import task
 from autotune.check import CHECKED_BACKENDS
 from autotune.cli.common import UsageError, add_import_argument, import_user_modules, parse_static
 from autotune.cli.output import config_text, table
@@ -42,11 +42,11 @@ def cmd_check(args: argparse.Namespace) -> int:
 
     import_user_modules(args)
     kernel = resolve(args.kernel)
-    shapes = jobs.parse_shapes(args.shape)
-    dtypes = jobs.parse_dtypes(args.dtype, len(shapes))
+    shapes = task.parse_shapes(args.shape)
+    dtypes = task.parse_dtypes(args.dtype, len(shapes))
     inputs = [jax.ShapeDtypeStruct(s, d) for s, d in zip(shapes, dtypes)]
     static = parse_static(args.static)
-    jobs.check_call(kernel, inputs, static, args.shape)
+    task.check_call(kernel, inputs, static, args.shape)
     kind = args.device_kind or DEFAULT_KINDS[args.platform]
     if args.sample is not None and args.sample < 1:
         raise UsageError(f"--sample {args.sample}: give a positive number of candidates")

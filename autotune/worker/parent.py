@@ -20,15 +20,17 @@ import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from autotune.compile_pool import AHEAD_PER_WORKER, default_compile_workers
-from autotune.device import DeviceInfo
+from autotune.device import DeviceInfo, current_device
 from autotune.errors import KernelError
-from autotune.measure import DEFAULT_POLICY, TimingPolicy
+from autotune.policies import DEFAULT_LIMITS, DEFAULT_POLICY, TimingPolicy, WorkerLimits
 from autotune.trial import Config, ConfigId, TrialRecord, config_id
-from autotune.worker import DEFAULT_LIMITS, WorkerLimits
 from autotune.worker.protocol import Kind, Setup, pack, unpack
+
+if TYPE_CHECKING:
+    from autotune.tune_settings import TuneSettings
 
 
 class _Died(Exception):
@@ -317,3 +319,12 @@ def worker_device(platforms: str | None, timeout_s: float) -> DeviceInfo:
         raise KernelError(f"a device worker cannot start (exit code {proc.returncode}): {tail}")
     fields = json.loads(proc.stdout)
     return DeviceInfo(**{**fields, "packages": tuple(map(tuple, fields["packages"]))})
+
+
+def tuning_device(settings: TuneSettings) -> DeviceInfo:
+    """The device that tasks run with `settings` are measured on, which keys them: a device
+    worker's where the workers keep to other platforms than this process (the CLI keeps itself
+    to the CPU while they own the accelerator), else this process's."""
+    if settings.isolate and settings.worker_platforms is not None:
+        return worker_device(settings.worker_platforms, settings.limits.start_s)
+    return current_device()

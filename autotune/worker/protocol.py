@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, BinaryIO
 
-from autotune.measure import TimingPolicy
+from autotune.policies import TimingPolicy
 
 _LENGTH = struct.Struct("<Q")
 
