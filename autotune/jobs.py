@@ -53,7 +53,7 @@ def run_tasks(
     from autotune import registry
     from autotune.db import TuningDB
     from autotune.studies import delete_study, study_name_of
-    from autotune.tuner import tune
+    from autotune.tuner import tune_task
 
     handle = db if isinstance(db, TuningDB) else TuningDB(db)
     progress = JobProgress(n_tasks=len(tasks), budget_left=sum(t.trials for t in tasks))
@@ -86,14 +86,11 @@ def run_tasks(
                         if show:
                             show(progress, None)
 
-                    result = tune(
-                        kernel,  # a device worker imports it by its 'module:function' path
-                        task.inputs(),
-                        kwargs=task.static_dict,
-                        settings=task.settings(settings),
+                    result = tune_task(
+                        task,
+                        settings.replace(study_name=study),
                         db=handle,
                         progress=on_trial,
-                        study_name=study,
                     )
                     progress.best_s = result.best_time_s
                     outcome = Outcome(task, "tuned", _summary(result), result)

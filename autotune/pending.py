@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from autotune.device import DeviceInfo
-from autotune.task import Task
+from autotune.task import Task, task_of_miss
 from autotune.tune_settings import DEFAULTS
 
 
@@ -20,7 +20,6 @@ def pending_tasks(
     choose what this process imports, so the operator imports the user's kernels (`--import`).
     """
     from autotune.registry import registered
-    from autotune.signature import parse_args, parse_static
 
     misses = db.misses(
         kernel=kernel,
@@ -35,13 +34,6 @@ def pending_tasks(
         if m["kernel"] not in known:
             unknown[m["kernel"]] = unknown.get(m["kernel"], 0) + m["count"]
             continue
-        args = parse_args(m["signature"])
-        task = Task(
-            kernel=m["kernel"],
-            shapes=tuple(a.shape for a in args),
-            dtypes=tuple(a.dtype for a in args),
-            static=tuple(sorted(parse_static(m["static"]).items())),
-            trials=trials,
-        )
+        task = task_of_miss(m, trials)
         tasks[task] = tasks.get(task, 0) + m["count"]  # misses of older kernel versions add up
     return sorted(tasks, key=lambda t: -tasks[t]), unknown

@@ -1,16 +1,25 @@
 """A tuning task: the kernel, its arguments' shapes and dtypes, static arguments and the search's
-budget, built and checked here from the command line's text (`--shape 256x256,256x128`)."""
+budget. Every source of tuning work builds its Task here: the command line's and a job file's
+text (`--shape 256x256,256x128`, checked here), a recorded miss, a call in a program."""
 
 from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from autotune.errors import SignatureError
-from autotune.signature import ArgSpec, format_args, parse_dtype
+from autotune.signature import (
+    ArgSpec,
+    dtype_name,
+    format_args,
+    is_array,
+    parse_args,
+    parse_dtype,
+    parse_static,
+)
 from autotune.tune_settings import DEFAULTS, TuneSettings, checked
 
 # a job file's words for the settings a task sets, where they differ from TuneSettings' fields
@@ -116,11 +125,14 @@ def check_call(kernel: Any, inputs: Sequence[Any], static: dict[str, Any], shape
 
 @dataclass(frozen=True)
 class Task:
-    """One tuning task: a kernel, the shapes and dtypes of its arguments, and a budget."""
+    """One tuning task: a kernel, the shapes and dtypes of its arguments, its static arguments,
+    and the search's budget, strategy and seed. Every source of tuning work builds one here
+    (make_task: CLI flags and job files; task_of_miss: a recorded miss; task_of_call: a call
+    in a program), and tune_task, the protocol and both workers take it."""
 
-    kernel: str
+    kernel: str  # a registered name, or 'package.module:function'
     shapes: tuple[tuple[int, ...], ...]
-    dtypes: tuple[str, ...]
+    dtypes: tuple[str, ...]  # canonical names: "float32", "bfloat16"
     static: tuple[tuple[str, Any], ...] = ()  # sorted items, so a Task is hashable
     trials: int = DEFAULTS.n_trials
     strategy: str = DEFAULTS.strategy
@@ -137,6 +149,7 @@ class Task:
         return f"{self.kernel} {args}{static}"
 
     def inputs(self) -> list[Any]:
+        """The arguments as jax.ShapeDtypeStruct (autotune.tuner.random_inputs fills them)."""
         import jax
 
         return [jax.ShapeDtypeStruct(s, d) for s, d in zip(self.shapes, self.dtypes)]
@@ -155,22 +168,66 @@ def make_task(
     strategy: str = DEFAULTS.strategy,
     seed: int | None = DEFAULTS.seed,
 ) -> Task:
+    """The task of a command line's or a job file's text: `--shape 256x256,256x128`,
+    `--dtype bfloat16`; budget, strategy and seed checked as a job file names them."""
     checked(_KEYS, n_trials=trials, strategy=strategy, seed=seed)
     shapes = parse_shapes(shape)
     return Task(
         kernel=kernel,
         shapes=tuple(shapes),
         dtypes=tuple(parse_dtypes(dtype, len(shapes))),
-        static=tuple(sorted((static or {}).items())),
+        static=_items(static or {}),
         trials=trials,
         strategy=strategy,
         seed=seed,
     )
 
 
+def task_of_miss(miss: Mapping[str, Any], trials: int = DEFAULTS.n_trials) -> Task:
+    """The task of a recorded miss (a row of TuningDB.misses: kernel, signature, static)."""
+    args = parse_args(miss["signature"])
+    return Task(
+        kernel=miss["kernel"],
+        shapes=tuple(a.shape for a in args),
+        dtypes=tuple(a.dtype for a in args),
+        static=_items(parse_static(miss["static"])),
+        trials=trials,
+    )
+
+
+def task_of_call(
+    kernel: Any,
+    args: Sequence[Any],
+    kwargs: Mapping[str, Any] | None = None,
+    settings: TuneSettings = DEFAULTS,
+) -> Task:
+    """The task of a call `kernel(*args, **kwargs)`: an autotuned kernel (or its registered
+    name, or 'package.module:function'), arrays or jax.ShapeDtypeStruct as its arguments,
+    static arguments in `kwargs`; the budget, strategy and seed of `settings`."""
+    for a in args:
+        if not is_array(a):
+            raise SignatureError(
+                f"tune() takes arrays (or jax.ShapeDtypeStruct) as args, got "
+                f"{type(a).__name__}: pass static arguments in kwargs="
+            )
+    return Task(
+        kernel=kernel if isinstance(kernel, str) else kernel.spec.name,
+        shapes=tuple(tuple(int(d) for d in a.shape) for a in args),
+        dtypes=tuple(dtype_name(a.dtype) for a in args),
+        static=_items(kwargs or {}),
+        trials=settings.n_trials,
+        strategy=settings.strategy,
+        seed=settings.seed,
+    )
+
+
+def _items(static: Mapping[str, Any]) -> tuple[tuple[str, Any], ...]:
+    return tuple(sorted(static.items()))
+
+
 def check_task(task: Task, shape: str) -> None:
     """Refuse a task that cannot run: an unknown kernel, inputs too large for this machine,
-    shapes or static arguments the kernel does not take."""
+    shapes or static arguments the kernel does not take (`shape`: the text they came from)."""
     from autotune import registry
 
     kernel = registry.resolve(task.kernel)

@@ -17,8 +17,9 @@ from autotune.errors import KernelError, SignatureError, SpaceError
 from autotune.finalists import Finalist, remeasure
 from autotune.oracle import make_oracle
 from autotune.search import LISTED_UP_TO, Evaluation, run_search
-from autotune.signature import TuningKey, is_array
+from autotune.signature import TuningKey
 from autotune.studies import SharedStudy, study_name_of
+from autotune.task import Task, task_of_call
 from autotune.trial import Config, TrialRecord
 from autotune.tune_settings import TuneSettings
 from autotune.warmstart import warm_starts
@@ -92,10 +93,6 @@ def random_inputs(args: Sequence[Any], seed: int = 0) -> list[Any]:
     rng = np.random.default_rng(seed)
     out = []
     for a in args:
-        if not is_array(a):
-            raise SignatureError(
-                f"tune() takes arrays (or jax.ShapeDtypeStruct) as args, got {type(a).__name__}: pass static arguments in kwargs="
-            )
         if isinstance(a, jax.ShapeDtypeStruct):
             dt = jnp.dtype(a.dtype)
             if jnp.issubdtype(dt, jnp.floating):
@@ -138,25 +135,57 @@ def tune(
     one start-up; it implies isolation.
     """
     settings = (settings or TuneSettings()).replace(**overrides)
-    start = time.perf_counter()
+    kernel = _kernel(fn)
+    task = task_of_call(fn, args, kwargs, settings)
+    return _tune_task(kernel, task, args, settings, db, store, progress, worker)
+
+
+def tune_task(
+    task: Task,
+    settings: TuneSettings | None = None,
+    *,
+    db: Any = None,
+    store: bool = True,
+    progress: Callable[[TrialRecord, int, int], None] | None = None,
+    worker: DeviceWorker | None = None,
+) -> TuneResult:
+    """Tune a Task (autotune.task: from the command line, a job file, a recorded miss or a
+    program's call) on random inputs of its shapes and dtypes, with `settings` and the task's
+    own budget, strategy and seed; the rest as in `tune`."""
+    settings = task.settings(settings or TuneSettings())
+    kernel = _kernel(task.kernel)
+    return _tune_task(kernel, task, task.inputs(), settings, db, store, progress, worker)
+
+
+def _kernel(fn: Any) -> Any:
     kernel = registry.resolve(fn) if isinstance(fn, str) else fn
     if not isinstance(getattr(kernel, "spec", None), registry.KernelSpec):
         raise KernelError(f"{fn!r} is not an autotuned kernel: decorate it with @autotuned(...)")
-    spec = kernel.spec
-    kwargs = dict(kwargs or {})
+    return kernel
+
+
+def _tune_task(
+    kernel: Any,
+    task: Task,
+    args: Sequence[Any],
+    settings: TuneSettings,
+    db: Any,
+    store: bool,
+    progress: Callable[[TrialRecord, int, int], None] | None,
+    worker: DeviceWorker | None,
+) -> TuneResult:
+    start = time.perf_counter()
     args = random_inputs(args, 0 if settings.seed is None else settings.seed)
     worker_start = time.perf_counter()
     isolated = settings.isolate or worker is not None  # a worker given implies isolation
-    target = fn if isinstance(fn, str) else import_path(kernel) if isolated else None
     owned: Any = None
     restarts_before = worker.restarts if worker is not None else 0
     if worker is not None:
-        worker.device = worker.set_task(target, args, kwargs, settings.policy)
+        worker.device = worker.set_task(task, args, settings.policy)
     elif settings.isolate:
         worker = owned = DeviceWorker(
-            target,
+            task,
             args,
-            kwargs,
             settings.policy,
             settings.limits,
             settings.worker_platforms,
@@ -164,31 +193,15 @@ def tune(
         )
     else:
         worker = owned = InProcessWorker(
-            spec, args, kwargs, settings.policy, settings.compile_workers
+            kernel.spec, task, args, settings.policy, settings.compile_workers
         )
-    start_s = time.perf_counter() - worker_start if target else 0.0
+    start_s = time.perf_counter() - worker_start if isolated else 0.0
     with owned or contextlib.nullcontext():
-        result = _tune(spec, worker, args, kwargs, settings, db, store, progress)
+        result = _tune(kernel.spec, worker, args, task.static_dict, settings, db, store, progress)
     result.worker_start_s = start_s
     result.restarts = worker.restarts - restarts_before
     result.wall_s = time.perf_counter() - start
     return result
-
-
-def import_path(kernel: Any) -> str:
-    """The 'module:function' a worker process imports `kernel` by, checked here."""
-    fn = kernel.spec.fn
-    path = f"{fn.__module__}:{fn.__qualname__}"
-    try:
-        found = registry.resolve(path)
-    except KernelError:
-        found = None
-    if getattr(found, "spec", None) is None or found.spec.name != kernel.spec.name:
-        raise KernelError(
-            f"a device worker cannot import kernel {kernel.spec.name!r} as {path}: pass its "
-            "registered name or 'package.module:function' to tune(), or isolate=False"
-        )
-    return path
 
 
 def _tune(

@@ -8,7 +8,7 @@ import os
 import sys
 from typing import Any
 
-from autotune import jobfile, jobs, studies, task
+from autotune import jobfile, jobs, studies
 from autotune.cli.common import (
     DB_HELP,
     UsageError,
@@ -20,6 +20,7 @@ from autotune.cli.output import config_text
 from autotune.dbconnect import check_url
 from autotune.policies import WorkerLimits
 from autotune.strategies import STRATEGIES
+from autotune.task import check_task, make_task
 from autotune.tune_settings import TuneSettings, checked
 
 DEFAULTS = TuneSettings()  # the flags' defaults, but --no-isolate: the CLI isolates by default
@@ -149,10 +150,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
     if args.job or args.pending:
         return cmd_tune_job(args, settings)
 
-    import jax
-
-    from autotune.registry import resolve
-    from autotune.tuner import tune
+    from autotune.tuner import tune_task
 
     if args.kernel is None or args.shape is None:
         raise UsageError(
@@ -163,13 +161,17 @@ def cmd_tune(args: argparse.Namespace) -> int:
         raise UsageError("--shard and --force apply to --job and --pending")
     if "" not in sys.path:  # import paths name the user's modules, found from where they stand
         sys.path.insert(0, "")
-    kernel = args.kernel
-    shapes = task.parse_shapes(args.shape)
-    dtypes = task.parse_dtypes(args.dtype, len(shapes))
     static = parse_static(args.static)
-    inputs = [jax.ShapeDtypeStruct(s, d) for s, d in zip(shapes, dtypes)]
-    task.check_inputs_fit(shapes, dtypes)
-    task.check_call(resolve(kernel), inputs, static, args.shape)
+    one = make_task(
+        args.kernel,
+        args.shape,
+        args.dtype,
+        static,
+        settings.n_trials,
+        settings.strategy,
+        settings.seed,
+    )
+    check_task(one, args.shape)
     # without --storage, a study beside a SQLite database: a rerun after a crash resumes it,
     # and a finished run deletes it, so the next run tunes afresh
     storage = args.storage or studies.default_storage(args.db)
@@ -181,15 +183,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
         )
 
     try:
-        result = tune(
-            kernel,
-            inputs,
-            kwargs=static,
-            settings=settings,
-            db=args.db,
-            progress=progress,
-            storage=storage,
-        )
+        result = tune_task(one, settings.replace(storage=storage), db=args.db, progress=progress)
     except TypeError as e:  # the kernel's own signature refused the arguments
         raise UsageError(
             f"{args.kernel} cannot be called with --shape {args.shape} --static {static}: {e}"
