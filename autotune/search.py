@@ -35,7 +35,7 @@ from autotune.signature import Signature
 from autotune.space import Param, Space
 from autotune.strategies import DEFAULT_STRATEGY, STRATEGIES
 from autotune.studies import SharedStudy
-from autotune.trial import config_id
+from autotune.trial import Evaluation, config_id
 from autotune.valid_set import DRAWS_PER_WANTED, DrawnSet, ListedSet, Position, ValidSet
 
 log = logging.getLogger(__name__)
@@ -51,16 +51,6 @@ LOOKAHEAD = 16
 # random as the search needs them (autotune.valid_set), and only `gp` and `random` search it.
 # Listing costs a constraint check and a dict per grid point (about 1 s and 100 MB for 10^5).
 LISTED_UP_TO = 100_000
-
-
-@dataclass(frozen=True)
-class Evaluation:
-    """What `evaluate` reports: the objective (lower is better) or None for a failure."""
-
-    config: dict[str, Any]
-    value: float | None
-    status: str = "ok"
-    detail: Any = None  # the caller's own record (e.g. the full trial)
 
 
 class _Encoding:
@@ -160,8 +150,7 @@ def run_search(
     With `storage` (an Optuna RDB URL) the study `study_name` is created or resumed there:
     configurations it already measured are not measured again and count against `n_trials`,
     which is then the budget of the whole study, shared by every worker that joins it. The
-    result then holds every measured trial of the study (Evaluation.detail as stored), and
-    `evaluate`'s `detail` must be JSON-serialisable.
+    result then holds every measured trial of the study, each with its record as stored.
 
     `upcoming`, where given, is called before each `evaluate` with the configurations queued to
     be measured after it, in order (see `_queued`), so that a measurer can compile them
@@ -217,7 +206,7 @@ def run_search(
     since_best = 0
     while True:
         if shared:
-            measured, claimed = _refresh(shared, enc)
+            measured, claimed = shared.refresh(enc)
             for cid in (*measured, *claimed):
                 pos = vset.position(dict((k, v) for k, _, v in cid))
                 if pos is not None and vset.is_valid(pos):
@@ -263,8 +252,7 @@ def run_search(
         measured[cid] = ev
         results.append(ev)
         if shared:
-            trial.set_user_attr("status", ev.status)
-            trial.set_user_attr("detail", ev.detail)
+            shared.keep(trial, ev)
         if ev.value is None:
             # failures teach "not here" without a fake timing: TPE puts pruned trials among
             # the bad ones, and no sampler fits a value to them
@@ -275,10 +263,10 @@ def run_search(
             since_best = 0 if ev.value < best * (1 - noise) or best == np.inf else since_best + 1
             best = min(best, ev.value)
     if shared:  # every worker's trials, once those still being measured are in
-        measured, claimed = _refresh(shared, enc)
+        measured, claimed = shared.refresh(enc)
         while claimed:
             time.sleep(0.5)
-            measured, claimed = _refresh(shared, enc)
+            measured, claimed = shared.refresh(enc)
         if len(measured) >= budget:  # spent for every worker (a time limit is this one's own)
             shared.close_queue()
         return list(measured.values())
@@ -302,11 +290,6 @@ def _queued(
             if len(out) == LOOKAHEAD:
                 break
     return out
-
-
-def _refresh(shared: SharedStudy, enc: _Encoding) -> tuple[dict[tuple, Evaluation], set[tuple]]:
-    measured, claimed = shared.refresh(enc)
-    return {cid: Evaluation(*fields) for cid, fields in measured.items()}, claimed
 
 
 # ---------------------------------------------------------------------------- replay

@@ -25,7 +25,7 @@ from optuna.trial import TrialState
 from autotune.dbconnect import create_private_file, normalize_url, sqlite_file, sqlite_url
 from autotune.errors import SpaceError
 from autotune.signature import TuningKey
-from autotune.trial import config_id
+from autotune.trial import Evaluation, TrialRecord, config_id
 
 HEARTBEAT_S = 30  # a shared study's running trial whose worker is silent 3x this long is failed
 # Heartbeats are how a shared study releases the claims of dead workers; Optuna marks them
@@ -83,11 +83,11 @@ class SharedStudy:
         trials = self.study.get_trials(deepcopy=False, states=states)
         return sum("status" in t.user_attrs for t in trials)
 
-    def refresh(self, enc: Any) -> tuple[dict[tuple, tuple], set[tuple]]:
-        """The study's measured configs (config, value, status, detail of the first
-        measurement of each) and its live claims."""
+    def refresh(self, enc: Any) -> tuple[dict[tuple, Evaluation], set[tuple]]:
+        """The study's measured configs (the first measurement of each, its record read back)
+        and its live claims."""
         self._release_dead()
-        measured: dict[tuple, tuple] = {}
+        measured: dict[tuple, Evaluation] = {}
         claimed: set[tuple] = set()
         for t in self.study.get_trials(deepcopy=False):
             if (
@@ -97,14 +97,15 @@ class SharedStudy:
             ):
                 claimed.add(config_id(enc.decode(t.params)))
             elif t.state in (TrialState.COMPLETE, TrialState.PRUNED) and "status" in t.user_attrs:
-                cid = config_id(enc.decode(t.params))
+                config = enc.decode(t.params)
+                record = t.user_attrs.get("detail")
                 measured.setdefault(
-                    cid,
-                    (
-                        enc.decode(t.params),
+                    config_id(config),
+                    Evaluation(
+                        config,
                         t.value if t.state == TrialState.COMPLETE else None,
                         t.user_attrs["status"],
-                        t.user_attrs.get("detail"),
+                        None if record is None else TrialRecord.from_dict(record),
                     ),
                 )
         return measured, claimed - set(measured)
@@ -130,6 +131,12 @@ class SharedStudy:
             ):
                 return True
         return False
+
+    def keep(self, trial: optuna.Trial, ev: Evaluation) -> None:
+        """Keep a measured trial's status and record in the study, where every worker (and a
+        resumed run) reads them back (refresh)."""
+        trial.set_user_attr("status", ev.status)
+        trial.set_user_attr("detail", None if ev.record is None else ev.record.as_dict())
 
     def heartbeat(self, trial: optuna.Trial) -> _Heartbeat:
         return _Heartbeat(self.storage, trial._trial_id)

@@ -16,11 +16,11 @@ from autotune import registry
 from autotune.errors import KernelError, SignatureError, SpaceError
 from autotune.finalists import Finalist, remeasure
 from autotune.oracle import make_oracle
-from autotune.search import LISTED_UP_TO, Evaluation, run_search
+from autotune.search import LISTED_UP_TO, run_search
 from autotune.signature import TuningKey
 from autotune.studies import SharedStudy, study_name_of
 from autotune.task import Task, task_of_call
-from autotune.trial import Config, TrialRecord
+from autotune.trial import Config, Evaluation, TrialRecord
 from autotune.tune_settings import TuneSettings
 from autotune.warmstart import warm_starts
 from autotune.worker import DeviceWorker, InProcessWorker, Worker
@@ -254,9 +254,7 @@ def _tune(
         if progress:
             progress(record, measured, n_trials if valid is None else min(n_trials, len(valid)))
         value = record.time_s if record.status == "ok" else None
-        # a shared study keeps each record as JSON among its trial's attributes
-        detail = record.as_dict() if storage else record
-        return Evaluation(config, value, record.status, detail=detail)
+        return Evaluation(config, value, record.status, record)
 
     warm = warm_starts(handle or db, key, sig, space) if settings.warm_start else []
     try:
@@ -276,7 +274,7 @@ def _tune(
             upcoming=worker.prefetch,
         )
         # with a storage, these are every worker's trials of the study, resumed ones included
-        trials = [TrialRecord(**ev.detail) if storage else ev.detail for ev in evaluations]
+        trials = [ev.record for ev in evaluations]
         # another worker of the study may have stored its winner: re-measured beside ours, the
         # entry is decided from side-by-side figures, not from two machines' lucky samples
         stored = handle.best(key) if handle is not None and storage else None
