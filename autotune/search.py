@@ -29,21 +29,15 @@ import optuna
 from optuna.distributions import BaseDistribution, CategoricalDistribution, IntDistribution
 from optuna.trial import TrialState
 
-from autotune.candidates import CandidateSampler
 from autotune.errors import SpaceError
 from autotune.signature import Signature
 from autotune.space import Param, Space
-from autotune.strategies import DEFAULT_STRATEGY, STRATEGIES
+from autotune.strategies import DEFAULT_STRATEGY, SAMPLERS, STRATEGIES
 from autotune.studies import SharedStudy
 from autotune.trial import Evaluation, config_id
 from autotune.valid_set import DRAWS_PER_WANTED, DrawnSet, ListedSet, Position, ValidSet
 
 log = logging.getLogger(__name__)
-# Random proposals before a model takes over. Fixed (not a share of the budget) so that a run
-# with budget n is the first n trials of a run with a larger budget, as the benchmark assumes.
-# 4 rather than 8: on the recorded landscapes both models gain at every budget (see
-# benchmarks/README.md); fewer than 4 leaves the GP too little to fit its length scales.
-STARTUP_TRIALS = 4
 # Queued configurations told to `upcoming` per trial: more than a measurer compiles ahead, and
 # few enough that reading the queue stays cheap on a large grid.
 LOOKAHEAD = 16
@@ -93,27 +87,10 @@ class _Encoding:
 def make_sampler(
     strategy: str, seed: int | None, enc: _Encoding, valid: ValidSet
 ) -> optuna.samplers.BaseSampler:
-    if strategy in ("tpe", "gp"):
-        return CandidateSampler(
-            enc.distributions, valid, model=strategy, seed=seed, n_startup=STARTUP_TRIALS
-        )
-    if strategy == "cmaes":
-        try:
-            import cmaes  # noqa: F401
-        except ImportError:
-            raise SpaceError(
-                "strategy 'cmaes' needs the cmaes package: pip install 'pallas-autotune[cmaes]', "
-                "or use strategy 'tpe'"
-            ) from None
-        # CMA-ES models the ordered (integer) parameters; categories fall back to random
-        return optuna.samplers.CmaEsSampler(
-            seed=seed,
-            n_startup_trials=STARTUP_TRIALS,
-            independent_sampler=optuna.samplers.RandomSampler(seed=seed),
-        )
-    if strategy in ("random", "grid"):  # grid: every valid config is enqueued; sampler unused
-        return optuna.samplers.RandomSampler(seed=seed)
-    raise SpaceError(f"unknown strategy {strategy!r}: use one of {', '.join(STRATEGIES)}")
+    """The sampler of `strategy` (autotune.strategies.SAMPLERS) over the encoded space."""
+    if strategy not in SAMPLERS:
+        raise SpaceError(f"unknown strategy {strategy!r}: use one of {', '.join(STRATEGIES)}")
+    return SAMPLERS[strategy](enc.distributions, valid, seed)
 
 
 def run_search(
