@@ -14,6 +14,7 @@ from autotune.device import DeviceInfo
 from autotune.errors import AutotuneError, JobError
 from autotune.progress import JobProgress, Outcome
 from autotune.task import Task
+from autotune.trial import config_text
 from autotune.tune_settings import DEFAULTS, TuneSettings
 
 log = logging.getLogger(__name__)
@@ -108,7 +109,7 @@ def run_tasks(
 
 
 def _summary(result: Any) -> str:
-    config = " ".join(f"{k}={v}" for k, v in sorted(result.best_config.items()))
+    config = config_text(result.best_config)
     speedup = f"{result.speedup:.2f}x" if result.speedup else "n/a"
     resumed = f" ({resumed_text(result)})" if result.resumed else ""
     return f"{config} {result.best_time_s * 1e3:.4f} ms, speedup {speedup}, {len(result.trials)} trials{resumed}"

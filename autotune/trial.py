@@ -17,6 +17,11 @@ Config = dict[str, Any]  # tunable parameter name -> value: what a candidate is
 ConfigId = tuple  # config_id's result
 
 
+def config_text(config: Mapping[str, Any]) -> str:
+    """'block_k=64 block_m=128': a config as one line of text, its parameters sorted."""
+    return " ".join(f"{k}={v}" for k, v in sorted(config.items()))
+
+
 def config_id(config: Mapping[str, Any]) -> ConfigId:
     """A hashable identity of a config (types included: True is not 1 here, nor 8 8.0)."""
     return tuple(sorted((k, type(v).__name__, v) for k, v in config.items()))

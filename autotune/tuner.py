@@ -20,7 +20,7 @@ from autotune.search import LISTED_UP_TO, run_search
 from autotune.signature import TuningKey
 from autotune.studies import SharedStudy, study_name_of
 from autotune.task import Task, task_of_call
-from autotune.trial import Config, Evaluation, TrialRecord
+from autotune.trial import Config, Evaluation, TrialRecord, config_text
 from autotune.tune_settings import TuneSettings
 from autotune.warmstart import warm_starts
 from autotune.worker import DeviceWorker, InProcessWorker, Worker
@@ -67,9 +67,8 @@ class TuneResult:
         if not faster:
             return None
         f = min(faster, key=lambda f: f.first_s)
-        config = " ".join(f"{k}={v}" for k, v in sorted(f.config.items()))
         return (
-            f"{config} measured faster at first ({f.first_s * 1e3:.4f} ms against the default's "
+            f"{config_text(f.config)} measured faster at first ({f.first_s * 1e3:.4f} ms against the default's "
             f"{default.first_s * 1e3:.4f} ms), but side by side with the default "
             f"({f.time_s * 1e3:.4f} ms against {default.time_s * 1e3:.4f} ms) not beyond the "
             "noise, so the default was kept"

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from autotune.errors import KernelError
+from autotune.hardware import GPU_SMEM, by_kind
 from autotune.platforms import platform_of
 
 NAME = "mosaic_gpu"
@@ -27,7 +28,7 @@ KNOBS = ("max_concurrent_steps",)  # the depth of its pipelines (shared-memory s
 
 # Shared memory a block may allocate (the opt-in maximum; Mosaic GPU refuses a kernel that
 # asks for more with "exceeds available shared memory: smem_bytes=N > max_smem_bytes=M").
-SMEM_LIMIT = {"H200": 232_448, "H100": 232_448, "GH200": 232_448}
+# The figures per GPU are hardware.GPU_SMEM's (227 KiB on an H100 or H200); this is the default.
 SMEM_LIMIT_DEFAULT = 232_448  # Hopper: Mosaic GPU's kernels target sm_90a and newer
 # Streaming multiprocessors: a persistent kernel launches one block per SM.
 NUM_SMS = {"H100 PCIe": 114, "H100": 132, "H200": 132, "GH200": 132}
@@ -99,7 +100,7 @@ def swizzle_bytes(minor_bytes: int) -> int | None:
 
 def smem_limit(device_kind: str) -> int:
     """The shared memory one block may allocate on this GPU."""
-    return _by_kind(SMEM_LIMIT, device_kind, SMEM_LIMIT_DEFAULT)
+    return by_kind(GPU_SMEM, device_kind, SMEM_LIMIT_DEFAULT)
 
 
 def num_sms(interpret: bool) -> int:
@@ -111,15 +112,8 @@ def num_sms(interpret: bool) -> int:
 
     device = jax.devices()[0]
     if platform_of(device.platform) == "gpu":
-        return int(getattr(device, "core_count", 0) or _by_kind(NUM_SMS, device.device_kind, 0))
+        return int(getattr(device, "core_count", 0) or by_kind(NUM_SMS, device.device_kind, 0))
     return NUM_SMS_DEFAULT
-
-
-def _by_kind(table: dict[str, int], device_kind: str, default: int) -> int:
-    for name, value in table.items():  # more specific names first
-        if name in device_kind:
-            return value
-    return default
 
 
 def interpreting() -> bool:

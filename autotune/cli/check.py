@@ -7,8 +7,9 @@ from typing import Any
 
 from autotune.check import CHECKED_BACKENDS
 from autotune.cli.common import UsageError, add_import_argument, import_user_modules, parse_static
-from autotune.cli.output import config_text, table
+from autotune.cli.output import table
 from autotune.task import check_call, make_task
+from autotune.trial import config_text
 
 
 def add_parser(sub: Any) -> None:

@@ -16,11 +16,11 @@ from autotune.cli.common import (
     import_user_modules,
     parse_static,
 )
-from autotune.cli.output import config_text
 from autotune.dbconnect import check_url
 from autotune.policies import WorkerLimits
 from autotune.strategies import STRATEGIES
 from autotune.task import check_task, make_task
+from autotune.trial import config_text
 from autotune.tune_settings import TuneSettings, checked
 
 DEFAULTS = TuneSettings()  # the flags' defaults, but --no-isolate: the CLI isolates by default
