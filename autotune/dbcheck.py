@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from autotune import backends
 from autotune.backends import PLATFORM_BACKENDS
 from autotune.dbconnect import normalize_url, sqlite_file, sqlite_reader
 from autotune.errors import AutotuneError
@@ -111,9 +112,7 @@ def _entry_problems(r: dict[str, Any], trials: dict[int, dict[str, Any]]) -> lis
         problems.append(f"unknown platform {_text(platform)!r}")
     elif backend not in PLATFORM_BACKENDS[platform]:
         problems.append(f"backend {_text(backend)!r} does not belong to platform {platform}")
-    elif (platform == "cpu" and kind != "cpu") or (
-        platform == "tpu" and not str(kind).startswith("TPU")
-    ):
+    elif not str(kind).startswith(backends.of_platform(platform).kind_prefix):
         problems.append(f"device kind {_text(kind)!r} is not a {platform} device")
     config = decode_config(r["config"])
     try:

@@ -117,7 +117,9 @@ def next_pow2(n: int) -> int:
 def clamp_block(block: int, dim: int, platform: str) -> int:
     """A block no larger than its dimension needs: the dimension itself, or on GPU, where
     Triton blocks are powers of two, the power of two that covers it."""
-    return min(block, next_pow2(dim) if platform == "gpu" else dim)
+    from autotune import backends  # below the backends, which import these tables
+
+    return min(block, next_pow2(dim) if backends.of_platform(platform).pow2_blocks else dim)
 
 
 def kernel_platform(interpret: bool) -> str:

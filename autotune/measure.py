@@ -21,7 +21,6 @@ from typing import TYPE_CHECKING, Any
 
 from autotune import backends
 from autotune.device import DeviceInfo, current_device
-from autotune.hardware import gpu_l2_bytes
 from autotune.policies import DEFAULT_POLICY, TIMERS, TimingPolicy
 from autotune.trial import Config, ConfigId, TrialRecord, config_id
 from autotune.verify import compare
@@ -419,4 +418,4 @@ def cache_bytes(device: DeviceInfo) -> int:
     """The cache that could flatter a repeated call's inputs: the GPU's L2. TPUs stream inputs
     from HBM into VMEM on every call, and on the CPU (interpret mode) figures are never served,
     so neither rotates."""
-    return gpu_l2_bytes(device.device_kind) if device.platform == "gpu" else 0
+    return backends.of_platform(device.platform).cache_bytes(device.device_kind)

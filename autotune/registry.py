@@ -125,7 +125,7 @@ class KernelSpec:
         backend = ""
         # which backend matters on a GPU (Triton or Mosaic GPU: the key says which) and on the
         # CPU for a kernel run under its backend's interpret mode
-        if device.platform == "gpu" or (device.platform == "cpu" and not self.takes_interpret):
+        if backends.backend_matters(device.platform, self.takes_interpret):
             backend = self.compiles_through(args, kwargs) or ""
         return Signature(tuple(arrays), static, device.platform, device.device_kind, backend)
 

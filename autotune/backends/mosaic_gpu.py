@@ -14,10 +14,11 @@ from collections.abc import Iterator
 from typing import Any
 
 from autotune.errors import KernelError
-from autotune.hardware import GPU_SMEM, by_kind
+from autotune.hardware import GPU_SMEM, by_kind, gpu_l2_bytes
 from autotune.platforms import platform_of
 
 NAME = "mosaic_gpu"
+TITLE = "Mosaic GPU"  # in messages
 PLATFORM = "gpu"
 MARKER = "pallas.mosaic_gpu"  # where jax._src keeps its compiler parameters and meshes
 LOWERING_PLATFORM = "cuda"  # what `.lower(lowering_platforms=...)` calls a GPU
@@ -25,6 +26,8 @@ LOWERING_PLATFORM = "cuda"  # what `.lower(lowering_platforms=...)` calls a GPU
 TIMERS = ("cupti", "trace", "wall")
 COMPILER_PARAMS = "jax.experimental.pallas.mosaic_gpu.CompilerParams"
 KNOBS = ("max_concurrent_steps",)  # the depth of its pipelines (shared-memory slots)
+SLOW_INTERPRET = True  # GPU interpret mode simulates the GPU's threads and barriers
+cache_bytes = gpu_l2_bytes  # inputs smaller than the L2 are rotated when timing
 
 # Shared memory a block may allocate (the opt-in maximum; Mosaic GPU refuses a kernel that
 # asks for more with "exceeds available shared memory: smem_bytes=N > max_smem_bytes=M").
