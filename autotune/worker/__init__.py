@@ -3,7 +3,7 @@
 Both workers implement `Worker`, so the tuner and the finalists never ask which one they have:
 
 - `InProcessWorker` (inprocess.py) measures in this process, without isolation: interactive use
-  and tune-on-miss.
+  (`tune()`'s default).
 - `DeviceWorker` (parent.py) measures in a child process that owns the device (child.py; the
   two speak protocol.py): a candidate that crashes or hangs it becomes a `crashed` / `timeout`
   trial under `WorkerLimits`, and a fresh child takes the next one.

@@ -1,5 +1,5 @@
-"""Measuring candidates in this process: no isolation, no start-up cost (interactive use,
-tune-on-miss; and, inside a device worker's child, the measuring itself)."""
+"""Measuring candidates in this process: no isolation, no start-up cost (interactive use; and,
+inside a device worker's child, the measuring itself)."""
 
 from __future__ import annotations
 
