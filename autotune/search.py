@@ -134,26 +134,7 @@ def run_search(
     meanwhile. A model-based sampler's proposals are not known before they are asked for, so
     they are never among them; nor does the call change what is measured, or in what order.
     """
-    where = f" fits {sig.text} on {sig.platform}" if sig is not None else " is valid"
-    if valid is None and sig is None:
-        raise SpaceError("run_search needs a signature or the list of valid configurations")
-    if valid is None and space.size > LISTED_UP_TO:
-        vset: ValidSet = DrawnSet(space, sig)
-        if strategy in ("grid", "tpe"):
-            raise SpaceError(
-                f"strategy {strategy!r} needs every valid configuration listed, and the space has "
-                f"{space.size:,} (more than {LISTED_UP_TO:,}): use 'gp' or 'random'"
-            )
-        if not len(vset.draw(np.random.default_rng(seed), 1, set())):
-            raise SpaceError(
-                f"no configuration of the space{where} among {DRAWS_PER_WANTED * 64} drawn at "
-                f"random from its {space.size:,}: check its constraints"
-            )
-    else:
-        valid = space.valid_configs(sig) if valid is None else valid
-        if not valid:
-            raise SpaceError(f"no configuration of the space{where}")
-        vset = ListedSet(space, valid)
+    vset = _valid_set(space, sig, valid, strategy, seed)
     budget = n_trials if vset.count is None else min(n_trials, vset.count)
     deadline = None if time_limit_s is None else time.monotonic() + time_limit_s
     enc = _Encoding(space)
@@ -163,18 +144,7 @@ def run_search(
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     shared = SharedStudy(storage, study_name, sampler) if storage else None
     study = shared.study if shared else optuna.create_study(direction="minimize", sampler=sampler)
-    first = [dict(c) for c in initial if vset.contains(c)]
-    if valid is not None and (strategy == "grid" or len(valid) <= n_trials):
-        order = list(valid)
-        if strategy != "grid":  # exhaustive anyway; a seeded order finds good ones early on average
-            random.Random(seed).shuffle(order)
-        first += order
-    queued = set()
-    for c in first:
-        if config_id(c) not in queued:
-            queued.add(config_id(c))
-            # skip_if_exists: workers joining a shared study do not queue the same list again
-            study.enqueue_trial(enc.encode(c), skip_if_exists=shared is not None)
+    _queue_first(study, enc, vset, initial, strategy, n_trials, seed, shared is not None)
 
     results: list[Evaluation] = []
     measured: dict[tuple, Evaluation] = {}
@@ -239,15 +209,75 @@ def run_search(
             study.tell(trial, ev.value)
             since_best = 0 if ev.value < best * (1 - noise) or best == np.inf else since_best + 1
             best = min(best, ev.value)
-    if shared:  # every worker's trials, once those still being measured are in
+    return _every_workers(shared, enc, budget) if shared else results
+
+
+def _valid_set(
+    space: Space,
+    sig: Signature | None,
+    valid: list[dict[str, Any]] | None,
+    strategy: str,
+    seed: int | None,
+) -> ValidSet:
+    """The valid configurations `run_search` searches: `valid` listed, else those of `space`
+    that `sig` admits, listed up to LISTED_UP_TO and drawn beyond; refused where none is."""
+    where = f" fits {sig.text} on {sig.platform}" if sig is not None else " is valid"
+    if valid is None and sig is None:
+        raise SpaceError("run_search needs a signature or the list of valid configurations")
+    if valid is None and space.size > LISTED_UP_TO:
+        drawn = DrawnSet(space, sig)
+        if strategy in ("grid", "tpe"):
+            raise SpaceError(
+                f"strategy {strategy!r} needs every valid configuration listed, and the space has "
+                f"{space.size:,} (more than {LISTED_UP_TO:,}): use 'gp' or 'random'"
+            )
+        if not len(drawn.draw(np.random.default_rng(seed), 1, set())):
+            raise SpaceError(
+                f"no configuration of the space{where} among {DRAWS_PER_WANTED * 64} drawn at "
+                f"random from its {space.size:,}: check its constraints"
+            )
+        return drawn
+    valid = space.valid_configs(sig) if valid is None else valid
+    if not valid:
+        raise SpaceError(f"no configuration of the space{where}")
+    return ListedSet(space, valid)
+
+
+def _queue_first(
+    study: optuna.Study,
+    enc: _Encoding,
+    vset: ValidSet,
+    initial: Iterable[Mapping[str, Any]],
+    strategy: str,
+    n_trials: int,
+    seed: int | None,
+    shared: bool,
+) -> None:
+    """Queue what is measured first: the `initial` configurations that are valid, then, for a
+    grid or a listed space no larger than the budget, every valid one."""
+    first = [dict(c) for c in initial if vset.contains(c)]
+    if isinstance(vset, ListedSet) and (strategy == "grid" or vset.count <= n_trials):
+        order = list(vset.configs)
+        if strategy != "grid":  # exhaustive anyway; a seeded order finds good ones early on average
+            random.Random(seed).shuffle(order)
+        first += order
+    queued = set()
+    for c in first:
+        if config_id(c) not in queued:
+            queued.add(config_id(c))
+            # skip_if_exists: workers joining a shared study do not queue the same list again
+            study.enqueue_trial(enc.encode(c), skip_if_exists=shared)
+
+
+def _every_workers(shared: SharedStudy, enc: _Encoding, budget: int) -> list[Evaluation]:
+    """Every worker's measurements of a shared study, once those still running are in."""
+    measured, claimed = shared.refresh(enc)
+    while claimed:
+        time.sleep(0.5)
         measured, claimed = shared.refresh(enc)
-        while claimed:
-            time.sleep(0.5)
-            measured, claimed = shared.refresh(enc)
-        if len(measured) >= budget:  # spent for every worker (a time limit is this one's own)
-            shared.close_queue()
-        return list(measured.values())
-    return results
+    if len(measured) >= budget:  # spent for every worker (a time limit is this one's own)
+        shared.close_queue()
+    return list(measured.values())
 
 
 def _queued(

@@ -218,13 +218,7 @@ def _tune(
     sig = spec.signature(args, kwargs, device)
     key = spec.key(sig, device)
     space = spec.space(device.platform)
-    # a space too large to list is drawn from by the search instead (search.LISTED_UP_TO)
-    valid = space.valid_configs(sig) if space.size <= LISTED_UP_TO else None
-    if valid == []:
-        raise SpaceError(
-            f"no configuration of {spec.name}'s {device.platform} space ({space.size} candidates) "
-            f"fits {sig.text}: widen search_spaces/{spec.name}.toml or check its constraints"
-        )
+    valid = _valid_configs(spec, sig, space)
     default = spec.default_config(sig)
     oracle_start = time.perf_counter()
     oracle = make_oracle(spec, default, args, kwargs, sig.backend or None)
@@ -274,26 +268,13 @@ def _tune(
         )
         # with a storage, these are every worker's trials of the study, resumed ones included
         trials = [ev.record for ev in evaluations]
-        # another worker of the study may have stored its winner: re-measured beside ours, the
-        # entry is decided from side-by-side figures, not from two machines' lucky samples
-        stored = handle.best(key) if handle is not None and storage else None
-        rival = stored if stored and stored["trial_id"] in {t.db_id for t in trials} else None
-        for _ in range(MAX_ROUNDS):
-            result = _result(
+
+        def winner(rival: dict[str, Any] | None) -> TuneResult:
+            return _result(
                 spec, sig, key, trials, default, measure, run_id, worker, settings.finalists, rival
             )
-            if handle is None:
-                break
-            # another worker may have stored its winner since: judge it side by side, as above
-            rival = _store(handle, result, settings.strategy, device, storage is not None, rival)
-            if rival is None:
-                break
-        else:
-            log.warning(
-                "%s %s: other workers of the study kept storing new winners; theirs was kept",
-                spec.name,
-                sig.text,
-            )
+
+        result = _decide_and_store(winner, key, trials, handle, settings, device)
         result.oracle_s, result.oracle, result.resumed = oracle_s, oracle.name, resumed
         if handle is not None:
             result.db_url = handle.url
@@ -301,6 +282,48 @@ def _tune(
     finally:
         if handle is not None and handle is not db:
             handle.close()
+    return result
+
+
+def _valid_configs(spec: registry.KernelSpec, sig: Any, space: Any) -> list[Config] | None:
+    """The valid configurations of `space` for `sig`; None for a space too large to list,
+    which the search draws from instead (search.LISTED_UP_TO)."""
+    valid = space.valid_configs(sig) if space.size <= LISTED_UP_TO else None
+    if valid == []:
+        raise SpaceError(
+            f"no configuration of {spec.name}'s {sig.platform} space ({space.size} candidates) "
+            f"fits {sig.text}: widen search_spaces/{spec.name}.toml or check its constraints"
+        )
+    return valid
+
+
+def _decide_and_store(
+    winner: Callable[[dict[str, Any] | None], TuneResult],
+    key: TuningKey,
+    trials: list[TrialRecord],
+    handle: Any,
+    settings: TuneSettings,
+    device: Any,
+) -> TuneResult:
+    """The winner (`winner(rival)`: the finalists re-measured, `rival` among them), stored
+    unless `handle` is None. Another worker of the study may have stored its winner: it is
+    re-measured beside ours, so the entry is decided from side-by-side figures, not from two
+    machines' lucky samples; and so is one stored meanwhile, up to MAX_ROUNDS times."""
+    shared = settings.storage is not None
+    stored = handle.best(key) if handle is not None and shared else None
+    rival = stored if stored and stored["trial_id"] in {t.db_id for t in trials} else None
+    for _ in range(MAX_ROUNDS):
+        result = winner(rival)
+        if handle is None:
+            return result
+        rival = _store(handle, result, settings.strategy, device, shared, rival)
+        if rival is None:
+            return result
+    log.warning(
+        "%s %s: other workers of the study kept storing new winners; theirs was kept",
+        key.kernel,
+        key.signature,
+    )
     return result
 
 
