@@ -149,6 +149,13 @@ def _last_visible_block(q_block, block_q: int, block_k: int):
     return jax.lax.div((q_block + 1) * block_q - 1, block_k)
 
 
+def _kv_block_fetched(q_block, kv_block, block_q: int, block_k: int):
+    """The key block a causal step fetches: its own, or for a step the kernel skips (past the
+    last block the q block's rows see) that last one again: a step whose block index repeats
+    the previous step's makes the pipeline fetch nothing."""
+    return jnp.minimum(kv_block, _last_visible_block(q_block, block_q, block_k))
+
+
 def _tpu_kernel(
     q_ref, k_ref, v_ref, o_ref, m_ref, l_ref, acc_ref, *, sm_scale, causal, seq_k, precision
 ):
@@ -207,9 +214,7 @@ def _attention_tpu(q, k, v, *, causal, scale, bq, bk, seq_k, precision):
     (b, h, sqp, d), skp = q.shape, k.shape[2]
 
     def kv_index(i, j, t, u):
-        # a causal key block past the q block's last visible one is skipped by the kernel;
-        # repeating the last visible block's index makes the pipeline fetch nothing for it
-        return (i, j, jnp.minimum(u, _last_visible_block(t, bq, bk)) if causal else u, 0)
+        return (i, j, _kv_block_fetched(t, u, bq, bk) if causal else u, 0)
 
     q_spec = pl.BlockSpec((None, None, bq, d), lambda i, j, t, u: (i, j, t, 0))
     kv_spec = pl.BlockSpec((None, None, bk, d), kv_index)

@@ -80,6 +80,15 @@ def test_the_tpu_flash_attention_body_matches_the_reference(sq, sk, block_q, blo
     close(out, attention_reference(q, k, v, causal=causal), jnp.float32)
 
 
+@pytest.mark.parametrize("block_q, block_k", [(256, 128), (128, 256), (128, 128)])
+def test_a_skipped_causal_key_block_repeats_the_last_fetched_one(block_q, block_k):
+    n_q, n_k = 3, 3 * block_q // block_k
+    for t in range(n_q):
+        last_seen = ((t + 1) * block_q - 1) // block_k  # the q block's last row's key block
+        fetched = [int(fa_module._kv_block_fetched(t, u, block_q, block_k)) for u in range(n_k)]
+        assert fetched == [min(u, last_seen) for u in range(n_k)]
+
+
 # ------------------------------------------------------------ VMEM models, by hand
 
 

@@ -179,9 +179,7 @@ def lowered_kernels(lowered_text: str) -> list[LoweredKernel]:
         with ctx, ir.Location.unknown():
             ctx.allow_unregistered_dialects = True
             module = ir.Module.parse(base64.b64decode(config["custom_call_config"]["body"]))
-            PassManager.parse("builtin.module(mosaic-serde{serialize=false})").run(
-                module.operation
-            )
+            PassManager.parse("builtin.module(mosaic-serde{serialize=false})").run(module.operation)
             text = str(module)
         semantics = re.search(r"dimension_semantics = \[(.*?)\]", text)
         scoped = config.get("scoped_memory_configs") or [{}]
