@@ -24,9 +24,12 @@ from autotune.kernels import (
     bmm,
     bmm_reference,
     flash_attention,
+    layer_norm,
     matmul,
     matmul_reference,
+    rms_norm,
     softmax,
+    vector_add,
 )
 
 # the modules (autotune.kernels' attributes of these names are the kernels)
@@ -74,8 +77,8 @@ def test_the_tpu_bmm_body_matches_the_reference():
     ],
 )
 def test_the_tpu_flash_attention_body_matches_the_reference(sq, sk, block_q, block_k, causal):
-    q = rand((1, 2, sq, 64))
-    k, v = rand((1, 2, sk, 64), seed=1), rand((1, 2, sk, 64), seed=2)
+    q = rand((1, 1, sq, 64))
+    k, v = rand((1, 1, sk, 64), seed=1), rand((1, 1, sk, 64), seed=2)
     out = tpu_interpret(flash_attention, q, k, v, causal=causal, block_q=block_q, block_k=block_k)
     close(out, attention_reference(q, k, v, causal=causal), jnp.float32)
 
@@ -196,9 +199,11 @@ def lowerings():
 @pytest.mark.parametrize("size", [4096, 8192])
 def test_large_matmuls_take_512_tiles_or_larger_on_every_generation(size, lowerings):
     args = [S((size, size), jnp.bfloat16)] * 2
+    tile512 = {"block_m": 512, "block_n": 512, "block_k": 512}
+    assert lowerings(matmul, tile512, args, {}).dimension_semantics[-1] == "arbitrary"
     for kind in GENERATIONS:
         ok = accepted(matmul, args, {}, kind)
-        assert {"block_m": 512, "block_n": 512, "block_k": 512} in ok
+        assert tile512 in ok
         big = largest(ok, "block_m", "block_n")
         # v4's 16 MiB of VMEM hold a 512 x 1024 tile at most, the others 1024 x 1024 or more
         assert big["block_m"] * big["block_n"] >= (512 if kind == "v4" else 1024) * 1024
@@ -232,9 +237,25 @@ def test_32k_token_attention_is_accepted_and_lowers_on_every_generation(causal, 
         assert (low.vmem_limit_bytes or 0) <= mosaic_tpu.chip(kind).vmem_bytes
 
 
-def test_32k_wide_softmax_rows_are_accepted_and_lower_on_every_generation():
-    args = [S((4096, 32768), jnp.bfloat16)]
-    configs = {kind: accepted(softmax, args, {}, kind) for kind in GENERATIONS}
+ROW = S((4096, 32768), jnp.bfloat16)
+VEC = S((32768,), jnp.bfloat16)
+LONG = S((1 << 26,), jnp.bfloat16)
+
+
+@pytest.mark.parametrize(
+    "kernel, args, block",
+    [
+        (softmax, [ROW], "block_rows"),
+        (rms_norm, [ROW, VEC], "block_rows"),
+        (layer_norm, [ROW, VEC, VEC], "block_rows"),
+        (vector_add, [LONG, LONG], "block"),
+    ],
+    ids=["softmax", "rms_norm", "layer_norm", "vector_add"],
+)
+def test_32k_wide_rows_and_long_vectors_are_accepted_and_lower_on_every_generation(
+    kernel, args, block
+):
+    configs = {kind: accepted(kernel, args, {}, kind) for kind in GENERATIONS}
     assert all(configs.values())
-    for config in {largest(c, "block_rows")["block_rows"] for c in configs.values()}:
-        assert lowering_error(softmax, {"block_rows": config}, args) is None
+    for size in {largest(c, block)[block] for c in configs.values()}:
+        assert lowering_error(kernel, {block: size}, args) is None
