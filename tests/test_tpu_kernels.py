@@ -3,14 +3,22 @@ TPU interpret mode against the references, their VMEM models against footprints 
 hand, the chip facts, and what the constraints accept at realistic large shapes on each
 generation, lowered for a TPU on this CPU host with the dimension semantics they carry."""
 
+import base64
 import functools
 import importlib
+import json
 import math
+import re
+from dataclasses import dataclass
 
 import jax
 import jax.numpy as jnp
 import pytest
+from jax._src.interpreters import mlir
+from jax._src.lib import tpu as tpu_dialect
 from jax.experimental.pallas import tpu as pltpu
+from jaxlib.mlir import ir
+from jaxlib.mlir.passmanager import PassManager
 from kernel_checks import close, rand
 
 from autotune.backends import mosaic_tpu
@@ -38,6 +46,41 @@ fa_module = importlib.import_module("autotune.kernels.flash_attention")
 
 S = jax.ShapeDtypeStruct
 GENERATIONS = ("v4", "v5e", "v5p", "v6e", "v7x")
+
+
+@dataclass(frozen=True)
+class LoweredKernel:
+    """What a Mosaic kernel in a module lowered for a TPU asks of the compiler."""
+
+    dimension_semantics: tuple[str, ...]  # one per grid axis: "parallel", "arbitrary"
+    vmem_limit_bytes: int | None  # None: the chip's default scoped limit
+
+
+def lowered_kernels(lowered_text: str) -> list[LoweredKernel]:
+    """The Mosaic kernels in the text of a module lowered for a TPU (`jax.jit(f).trace(...)
+    .lower(lowering_platforms=("tpu",)).as_text()`), read back from the serialized Mosaic
+    module each tpu_custom_call carries (through jax's private MLIR bindings)."""
+    found = []
+    for escaped in re.findall(r'tpu_custom_call\(.*?backend_config = "(.*?)"', lowered_text):
+        config = json.loads(escaped.replace("\\22", '"'))
+        ctx = mlir.make_ir_context()
+        tpu_dialect.register_dialect(ctx)
+        with ctx, ir.Location.unknown():
+            ctx.allow_unregistered_dialects = True
+            module = ir.Module.parse(base64.b64decode(config["custom_call_config"]["body"]))
+            PassManager.parse("builtin.module(mosaic-serde{serialize=false})").run(module.operation)
+            text = str(module)
+        semantics = re.search(r"dimension_semantics = \[(.*?)\]", text)
+        scoped = config.get("scoped_memory_configs") or [{}]
+        found.append(
+            LoweredKernel(
+                tuple(re.findall(r"dimension_semantics<(\w+)>", semantics.group(1)))
+                if semantics
+                else (),
+                scoped[0].get("size"),
+            )
+        )
+    return found
 
 
 def tpu_interpret(kernel, *args, **config):
@@ -170,10 +213,10 @@ def accepted(kernel, args, kwargs, kind):
     return kernel.spec.space("tpu").valid_configs(sig)
 
 
-def lowered(kernel, config, args, kwargs) -> mosaic_tpu.LoweredKernel:
+def lowered(kernel, config, args, kwargs) -> LoweredKernel:
     fn = functools.partial(kernel.spec.fn, **config, **kwargs)
     text = jax.jit(fn).trace(*args).lower(lowering_platforms=("tpu",)).as_text()
-    (found,) = mosaic_tpu.lowered_kernels(text)
+    (found,) = lowered_kernels(text)
     return found
 
 
