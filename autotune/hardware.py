@@ -1,22 +1,20 @@
 """Hardware facts that constraints use to rule candidates out before anything compiles.
 
-Sources: the vendors' datasheets (see shared PALLAS_FACTS); the TPU's, per generation, are in
+Sources: the vendors' datasheets (see shared PALLAS_FACTS); the TPU's per generation are in
 `autotune.backends.mosaic_tpu`.
 """
 
 from __future__ import annotations
 
-from autotune.backends import mosaic_tpu
 from autotune.platforms import platform_of
 
 KiB = 1024
 MiB = 1024 * KiB
 
-# The TPU's facts live with its backend; the kernels import these names from here.
-TPU_LANES = mosaic_tpu.TPU_LANES
-TPU_SUBLANES = mosaic_tpu.TPU_SUBLANES
-tpu_block_ok = mosaic_tpu.tpu_block_ok
-tpu_block_1d_ok = mosaic_tpu.tpu_block_1d_ok
+# TPU blocks: the last two dimensions must be divisible by (8, 128), or equal the array's.
+TPU_SUBLANES = 8
+TPU_LANES = 128
+# VMEM per generation is in autotune.backends.mosaic_tpu, with the TPU's other chip facts.
 
 # NVIDIA shared memory per thread block (opt-in maximum), by a device_kind substring.
 GPU_SMEM = {
@@ -46,11 +44,15 @@ GPU_L2_DEFAULT = 50 * MiB
 
 def tpu_vmem_bytes(device_kind: str) -> int:
     """The VMEM a kernel that keeps the default scoped limit may use on this TPU."""
+    from autotune.backends import mosaic_tpu  # here: a backend module may import this one
+
     return mosaic_tpu.chip_or_default(device_kind).scoped_vmem_bytes
 
 
 def tpu_vmem_budget(device_kind: str) -> int:
     """The VMEM a kernel that sets vmem_limit_bytes from its VMEM model may use on this TPU."""
+    from autotune.backends import mosaic_tpu
+
     return mosaic_tpu.chip_or_default(device_kind).vmem_budget
 
 
@@ -73,6 +75,23 @@ def gpu_registers_ok(accumulator_elems: int, num_warps: int, bytes_per_elem: int
     it there; beyond this it must spill)."""
     per_thread = accumulator_elems * bytes_per_elem // 4 / (GPU_WARP * num_warps)
     return per_thread <= GPU_MAX_REGISTERS_PER_THREAD and num_warps <= GPU_MAX_WARPS
+
+
+def tpu_block_ok(block: tuple[int, ...], array: tuple[int, ...]) -> bool:
+    """The TPU rule for a block of a rank >= 2 array: last two dims divisible by (8, 128),
+    or equal to the array's dims."""
+    if len(block) < 2:
+        return tpu_block_1d_ok(block[0], array[0], 32)
+    (b0, b1), (a0, a1) = block[-2:], array[-2:]
+    return (b0 % TPU_SUBLANES == 0 or b0 == a0) and (b1 % TPU_LANES == 0 or b1 == a1)
+
+
+def tpu_block_1d_ok(block: int, dim: int, bitwidth: int) -> bool:
+    """Rank-1 blocks: equal to the array, a multiple of 1024, or a power of two of at least
+    128 * (32 / bitwidth) (JAX's Pallas TPU docs)."""
+    if block == dim or block % 1024 == 0:
+        return True
+    return block & (block - 1) == 0 and block >= TPU_LANES * (32 // bitwidth)
 
 
 def is_pow2(n: int) -> bool:

@@ -22,11 +22,10 @@ from jaxlib.mlir.passmanager import PassManager
 from kernel_checks import close, rand
 
 from autotune.backends import mosaic_tpu
-from autotune.backends.mosaic_tpu import MiB
 from autotune.check import lowering_error
 from autotune.cli import main
 from autotune.device import DeviceInfo
-from autotune.hardware import tpu_vmem_budget, tpu_vmem_bytes
+from autotune.hardware import MiB, tpu_vmem_budget, tpu_vmem_bytes
 from autotune.kernels import (
     attention_reference,
     bmm,

@@ -2,8 +2,9 @@
 
 TPU interpret mode runs TPU kernels on a CPU, TPU-only grid specs (scalar prefetch, VMEM
 scratch) included; the TPU lowering (which enforces the block-shape rules) runs on a CPU-only
-host too. The chip facts below (tiling, VMEM per generation, cores a grid splits across) are
-what the kernels' constraints and VMEM models use; `autotune.hardware` re-exports the helpers.
+host too. The chip facts below (VMEM per generation, cores a grid splits across) are what the
+kernels' constraints and VMEM models use, through `autotune.hardware`'s helpers, beside the
+TPU's tiling rule.
 
 Sources: JAX's `jax/_src/pallas/mosaic/tpu_info.py` (VMEM capacity, TensorCores per chip, the
 device_kind names) and JAX's Pallas TPU docs (scoped VMEM defaults). Leads, not measurements:
@@ -17,6 +18,7 @@ import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from autotune.hardware import MiB
 from autotune.platforms import GPU_RUNTIMES
 
 NAME = "mosaic_tpu"
@@ -26,29 +28,7 @@ LOWERING_PLATFORM = "tpu"  # what `.lower(lowering_platforms=...)` calls a TPU
 # a profiler trace has the XLA module's time on the TPU; CUPTI is NVIDIA's
 TIMERS = ("trace", "wall")
 COMPILER_PARAMS = "jax.experimental.pallas.tpu.CompilerParams"
-KNOBS = ("vmem_limit_bytes", "dimension_semantics")  # the scoped VMEM limit; grid axes' roles
-
-MiB = 1024 * 1024
-# A block's last two dimensions must be divisible by (8, 128), or equal the array's.
-TPU_SUBLANES = 8
-TPU_LANES = 128
-
-
-def tpu_block_ok(block: tuple[int, ...], array: tuple[int, ...]) -> bool:
-    """The TPU rule for a block of a rank >= 2 array: last two dims divisible by (8, 128),
-    or equal to the array's dims."""
-    if len(block) < 2:
-        return tpu_block_1d_ok(block[0], array[0], 32)
-    (b0, b1), (a0, a1) = block[-2:], array[-2:]
-    return (b0 % TPU_SUBLANES == 0 or b0 == a0) and (b1 % TPU_LANES == 0 or b1 == a1)
-
-
-def tpu_block_1d_ok(block: int, dim: int, bitwidth: int) -> bool:
-    """Rank-1 blocks: equal to the array, a multiple of 1024, or a power of two of at least
-    128 * (32 / bitwidth) (JAX's Pallas TPU docs)."""
-    if block == dim or block % 1024 == 0:
-        return True
-    return block & (block - 1) == 0 and block >= TPU_LANES * (32 // bitwidth)
+KNOBS = ("vmem_limit_bytes",)  # raises the scoped VMEM limit (see TpuChip, vmem_limit)
 
 
 @dataclass(frozen=True)
