@@ -63,7 +63,7 @@ def bmm(
     mp, np_, kp = (pl.cdiv(d, blk) * blk for d, blk in ((m, bm), (n, bn), (k, bk)))
     xp = jnp.pad(x, ((0, 0), (0, mp - m), (0, kp - k))) if (mp, kp) != (m, k) else x
     yp = jnp.pad(y, ((0, 0), (0, kp - k), (0, np_ - n))) if (kp, np_) != (k, n) else y
-    if mosaic_tpu.targets_tpu(interpret):
+    if mosaic_tpu.targets_tpu(platform, interpret):
         out = mm.tpu_call(xp, yp, bm, bn, bk, precision)
         return out[:, :m, :n] if (mp, np_) != (m, n) else out
     out = pl.pallas_call(

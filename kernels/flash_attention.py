@@ -206,23 +206,27 @@ def _tpu_kernel(
         o_ref[...] = (acc_ref[...] / l_ref[:, :1]).astype(o_ref.dtype)
 
 
-def _attention_tpu(q, k, v, *, causal, scale, bq, bk, seq_k, precision):
-    """The TPU body for q, k, v padded to the blocks: grid (batch, heads, q blocks, key
-    blocks), the key axis "arbitrary" and last."""
+def _attention_tpu(q, k, v, causal: bool, scale: float, bq: int, bk: int, precision: str):
+    """The TPU body: grid (batch, heads, q blocks, key blocks), the key axis "arbitrary" and
+    last; sequences zero-padded to the blocks, head_dim whole."""
     from jax.experimental.pallas import tpu as pltpu
 
-    (b, h, sqp, d), skp = q.shape, k.shape[2]
+    (b, h, sq, d), sk = q.shape, k.shape[2]
+    sqp, skp = pl.cdiv(sq, bq) * bq, pl.cdiv(sk, bk) * bk
+
+    def pad(x, s, sp):
+        return jnp.pad(x, ((0, 0), (0, 0), (0, sp - s), (0, 0))) if sp != s else x
 
     def kv_index(i, j, t, u):
         return (i, j, _kv_block_fetched(t, u, bq, bk) if causal else u, 0)
 
     q_spec = pl.BlockSpec((None, None, bq, d), lambda i, j, t, u: (i, j, t, 0))
     kv_spec = pl.BlockSpec((None, None, bk, d), kv_index)
-    return pl.pallas_call(
+    out = pl.pallas_call(
         functools.partial(
-            _tpu_kernel, sm_scale=scale, causal=causal, seq_k=seq_k, precision=precision
+            _tpu_kernel, sm_scale=scale, causal=causal, seq_k=sk, precision=precision
         ),
-        out_shape=jax.ShapeDtypeStruct(q.shape, q.dtype),
+        out_shape=jax.ShapeDtypeStruct((b, h, sqp, d), q.dtype),
         grid=(b, h, sqp // bq, skp // bk),
         in_specs=[q_spec, kv_spec, kv_spec],
         out_specs=q_spec,
@@ -235,7 +239,8 @@ def _attention_tpu(q, k, v, *, causal, scale, bq, bk, seq_k, precision):
             ("parallel", "parallel", "parallel", "arbitrary"),
             tpu_vmem(bq, bk, d, q.dtype.itemsize),
         ),
-    )(q, k, v)
+    )(pad(q, sq, sqp), pad(k, sk, skp), pad(v, sk, skp))
+    return out[:, :, :sq] if sqp != sq else out
 
 
 def _check(q: jax.Array, k: jax.Array, v: jax.Array) -> None:
@@ -281,14 +286,12 @@ def attention_on(
     config = {"block_q": block_q, "block_k": block_k}
     bq, bk, sqp, skp, dp = _layout((q.shape, k.shape), config, platform)
     scale = 1.0 / math.sqrt(d) if sm_scale is None else float(sm_scale)
+    if mosaic_tpu.targets_tpu(platform, interpret):
+        return _attention_tpu(q, k, v, bool(causal), scale, bq, bk, precision)
 
     def pad(x, s, sp):
         return jnp.pad(x, ((0, 0), (0, 0), (0, sp - s), (0, dp - d))) if (sp, dp) != (s, d) else x
 
-    if platform == "tpu":
-        args = dict(causal=bool(causal), scale=scale, bq=bq, bk=bk, seq_k=sk, precision=precision)
-        out = _attention_tpu(pad(q, sq, sqp), pad(k, sk, skp), pad(v, sk, skp), **args)
-        return out[:, :, :sq] if sqp != sq else out
     q_spec = pl.BlockSpec((None, None, bq, dp), lambda i, j, t: (i, j, t, 0))
     kv_spec = pl.BlockSpec((None, None, skp, dp), lambda i, j, t: (i, j, 0, 0))
     out = pl.pallas_call(
@@ -343,7 +346,7 @@ def flash_attention(
         block_k=block_k,
         num_warps=num_warps,
         num_stages=num_stages,
-        platform="tpu" if mosaic_tpu.targets_tpu(interpret) else kernel_platform(interpret),
+        platform=kernel_platform(interpret),
         interpret=interpret,
         precision=precision,
     )

@@ -98,16 +98,6 @@ def grouped_tile(pid, tiles_m: int, tiles_n: int, group_m: int):
     return first_m + (pid % per_group) % rows, (pid % per_group) // rows
 
 
-def _kernel(x_ref, y_ref, o_ref, *, block_k: int, n_k: int, precision: str):
-    def step(i, acc):
-        x = x_ref[:, pl.ds(i * block_k, block_k)]
-        y = y_ref[pl.ds(i * block_k, block_k), :]
-        return acc + jnp.dot(x, y, precision=precision, preferred_element_type=ACC_DTYPE)
-
-    acc = jax.lax.fori_loop(0, n_k, step, jnp.zeros(o_ref.shape, ACC_DTYPE))
-    o_ref[...] = acc.astype(o_ref.dtype)
-
-
 def _tpu_kernel(x_ref, y_ref, o_ref, acc_ref, *, k_axis: int, precision: str):
     k_step = pl.program_id(k_axis)
 
@@ -151,6 +141,16 @@ def tpu_call(x: jax.Array, y: jax.Array, bm: int, bn: int, bk: int, precision: s
     )(x, y)
 
 
+def _kernel(x_ref, y_ref, o_ref, *, block_k: int, n_k: int, precision: str):
+    def step(i, acc):
+        x = x_ref[:, pl.ds(i * block_k, block_k)]
+        y = y_ref[pl.ds(i * block_k, block_k), :]
+        return acc + jnp.dot(x, y, precision=precision, preferred_element_type=ACC_DTYPE)
+
+    acc = jax.lax.fori_loop(0, n_k, step, jnp.zeros(o_ref.shape, ACC_DTYPE))
+    o_ref[...] = acc.astype(o_ref.dtype)
+
+
 @autotuned(name="matmul", space="matmul", constraints=[fits_platform], reference=matmul_reference)
 def matmul(
     x: jax.Array,
@@ -180,7 +180,7 @@ def matmul(
     mp, np_, kp = (pl.cdiv(d, b) * b for d, b in ((m, bm), (n, bn), (k, bk)))
     xp = jnp.pad(x, ((0, mp - m), (0, kp - k))) if (mp, kp) != (m, k) else x
     yp = jnp.pad(y, ((0, kp - k), (0, np_ - n))) if (kp, np_) != (k, n) else y
-    if mosaic_tpu.targets_tpu(interpret):
+    if mosaic_tpu.targets_tpu(platform, interpret):
         out = tpu_call(xp, yp, bm, bn, bk, precision)
         return out[:m, :n] if (mp, np_) != (m, n) else out
     tiles_m, tiles_n = mp // bm, np_ // bn

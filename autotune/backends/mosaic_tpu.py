@@ -19,7 +19,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from autotune.hardware import MiB
-from autotune.platforms import GPU_RUNTIMES
 
 NAME = "mosaic_tpu"
 PLATFORM = "tpu"
@@ -101,15 +100,11 @@ def compiler_params(dimension_semantics: tuple[str, ...], vmem_need: int):
     )
 
 
-def targets_tpu(interpret: bool) -> bool:
-    """Whether a kernel called with `interpret` is laid out for a TPU: on a TPU, and on a
-    CPU-only host unless `interpret=True`, since there Pallas can only lower for a TPU
-    (`autotune check`) or run under TPU interpret mode."""
-    if interpret:
-        return False
-    import jax
-
-    return jax.default_backend() not in GPU_RUNTIMES
+def targets_tpu(platform: str, interpret: bool) -> bool:
+    """Whether a kernel laid out for `platform` (`hardware.kernel_platform`) takes its TPU
+    body: on a TPU, and on a CPU-only host unless `interpret=True`, since there Pallas can
+    only lower for a TPU (`autotune check`) or run under TPU interpret mode."""
+    return platform != "gpu" and not interpret
 
 
 @contextlib.contextmanager
