@@ -6,14 +6,7 @@ matrix never exists in full). Sequences that are not multiples of the blocks are
 padded query rows are computed and dropped, padded keys are masked out of the softmax. Causal
 masking is top-left aligned (query i sees keys 0..i), and a causal step stops at the last key
 block its rows can see. On GPU head_dim is zero-padded to a power of two (zeros change no dot
-product).
-
-On a TPU (and when lowered for one, or run under TPU interpret mode) the kernel has its own
-body, `_attention_tpu`: the key blocks are the last grid axis ("arbitrary"), so a step holds
-one q block and one k and v block whatever the sequence length, and the running max, sum and
-output live in VMEM scratch across the key steps (the layout of JAX's ops/tpu/flash_attention.py).
-A causal key block that no row of the q block can see is skipped, and its index map repeats
-the last visible block, so the pipeline fetches nothing for it.
+product). On a TPU the kernel has a body of its own: see `_attention_tpu`.
 """
 
 from __future__ import annotations
@@ -207,8 +200,13 @@ def _tpu_kernel(
 
 
 def _attention_tpu(q, k, v, causal: bool, scale: float, bq: int, bk: int, precision: str):
-    """The TPU body: grid (batch, heads, q blocks, key blocks), the key axis "arbitrary" and
-    last; sequences zero-padded to the blocks, head_dim whole."""
+    """The TPU body (on a TPU, and when lowered for one or run under TPU interpret mode): grid
+    (batch, heads, q blocks, key blocks), the key axis last and "arbitrary", so a step holds one
+    q block and one k and v block whatever the sequence length, and the running max, sum and
+    output live in VMEM scratch across the key steps (the layout of JAX's
+    ops/tpu/flash_attention.py). A causal key block that no row of the q block sees is skipped,
+    and its index map repeats the last visible block, so the pipeline fetches nothing for it.
+    Sequences are zero-padded to the blocks; head_dim stays whole."""
     from jax.experimental.pallas import tpu as pltpu
 
     (b, h, sq, d), sk = q.shape, k.shape[2]
