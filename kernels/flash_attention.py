@@ -6,7 +6,7 @@ matrix never exists in full). Sequences that are not multiples of the blocks are
 padded query rows are computed and dropped, padded keys are masked out of the softmax. Causal
 masking is top-left aligned (query i sees keys 0..i), and a causal step stops at the last key
 block its rows can see. On GPU head_dim is zero-padded to a power of two (zeros change no dot
-product). On a TPU the kernel has a body of its own: see `_attention_tpu`.
+product).
 """
 
 from __future__ import annotations
