@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from autotune.hardware import MiB
 
 NAME = "mosaic_tpu"
+TITLE = "Mosaic TPU"  # in messages
 PLATFORM = "tpu"
 MARKER = "pallas.mosaic."  # where jax._src keeps its compiler parameters (not mosaic_gpu's)
 LOWERING_PLATFORM = "tpu"  # what `.lower(lowering_platforms=...)` calls a TPU
@@ -28,6 +29,7 @@ LOWERING_PLATFORM = "tpu"  # what `.lower(lowering_platforms=...)` calls a TPU
 TIMERS = ("trace", "wall")
 COMPILER_PARAMS = "jax.experimental.pallas.tpu.CompilerParams"
 KNOBS = ("vmem_limit_bytes",)  # raises the scoped VMEM limit (see TpuChip, vmem_limit)
+KIND_PREFIX = "TPU"  # "TPU v5 lite", "TPU v6e", ...
 
 
 @dataclass(frozen=True)
