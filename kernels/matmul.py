@@ -55,8 +55,8 @@ def _blocks(config: dict, sig) -> tuple[int, int, int, int, int, int]:
 
 
 def fits_platform(config: dict, sig) -> bool:
-    """TPU: (8, 128) tiling and the scoped VMEM budget; GPU: power-of-two tiles in shared memory,
-    the float32 accumulator in registers."""
+    """TPU: (8, 128) tiling of the tiles, the TPU body's VMEM (`tpu_vmem`) within the chip's
+    budget; GPU: power-of-two tiles in shared memory, the float32 accumulator in registers."""
     if len(sig.shapes) != 2 or any(len(s) != 2 for s in sig.shapes):
         return True  # the kernel itself rejects such calls with a clear message
     m, n, k, bm, bn, bk = _blocks(config, sig)
