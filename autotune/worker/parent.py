@@ -46,10 +46,11 @@ class _Died(Exception):
 class DeviceWorker:
     """A worker process that owns the device; restarted after each crash or timeout.
 
-    The child imports `task`'s kernel by its 'package.module:function' path (worker_target).
-    `args`, the inputs the task is measured with, and the oracle (given once known: `set_oracle`) travel as NumPy arrays; `device` is
-    the worker's DeviceInfo. The child sees this process's `sys.path` (so it imports what this
-    process imports) and `JAX_PLATFORMS=platforms` where given.
+    The child imports `task`'s kernel by its 'package.module:function' path (worker_task).
+    `args`, the inputs the task is measured with, and the oracle (given once known:
+    `set_oracle`) travel as NumPy arrays; `device` is the worker's DeviceInfo. The child sees
+    this process's `sys.path` (so it imports what this process imports) and
+    `JAX_PLATFORMS=platforms` where given.
 
     A compile running ahead in the child's pool can crash it while another candidate is
     measured: that candidate is then measured again alone in a fresh worker, and the configs
