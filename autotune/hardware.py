@@ -1,6 +1,7 @@
 """Hardware facts that constraints use to rule candidates out before anything compiles.
 
-Sources: JAX's `jax/_src/tpu_info.py` and the vendors' datasheets (see shared PALLAS_FACTS).
+Sources: the vendors' datasheets (see shared PALLAS_FACTS); the TPU's per generation are in
+`autotune.backends.mosaic_tpu`.
 """
 
 from __future__ import annotations
@@ -13,20 +14,7 @@ MiB = 1024 * KiB
 # TPU blocks: the last two dimensions must be divisible by (8, 128), or equal the array's.
 TPU_SUBLANES = 8
 TPU_LANES = 128
-# VMEM per core by generation (a device_kind substring -> bytes); the compiler's default
-# scoped limit is lower, so candidates are held to TPU_SCOPED_VMEM unless a kernel raises it.
-TPU_VMEM = {
-    "v2": 16 * MiB,
-    "v3": 16 * MiB,
-    "v4": 16 * MiB,
-    "v5 lite": 128 * MiB,
-    "v5e": 128 * MiB,
-    "v6": 128 * MiB,
-    "v5p": 64 * MiB,
-    "v5": 64 * MiB,
-    "v7": 64 * MiB,
-}
-TPU_SCOPED_VMEM = 16 * MiB
+# VMEM per generation is in autotune.backends.mosaic_tpu, with the TPU's other chip facts.
 
 # NVIDIA shared memory per thread block (opt-in maximum), by a device_kind substring.
 GPU_SMEM = {
@@ -55,12 +43,17 @@ GPU_L2_DEFAULT = 50 * MiB
 
 
 def tpu_vmem_bytes(device_kind: str) -> int:
-    """The VMEM a kernel may use on this TPU (the default scoped limit, capped by capacity)."""
-    kind = device_kind.lower()
-    for name, size in TPU_VMEM.items():
-        if name in kind:
-            return min(size, TPU_SCOPED_VMEM)
-    return TPU_SCOPED_VMEM
+    """The VMEM a kernel that keeps the default scoped limit may use on this TPU."""
+    from autotune.backends import mosaic_tpu  # here: a backend module may import this one
+
+    return mosaic_tpu.chip_or_default(device_kind).scoped_vmem_bytes
+
+
+def tpu_vmem_budget(device_kind: str) -> int:
+    """The VMEM a kernel that sets vmem_limit_bytes from its VMEM model may use on this TPU."""
+    from autotune.backends import mosaic_tpu
+
+    return mosaic_tpu.chip_or_default(device_kind).vmem_budget
 
 
 def by_kind(table: dict[str, int], device_kind: str, default: int) -> int:

@@ -1,7 +1,8 @@
 """Batched matmul: x [B, M, K] @ y [B, K, N], one grid axis per batch entry, tiled as matmul.
 
 The batch axis is squeezed out of every block, so each step runs matmul's kernel body on one
-(M, N) output tile; padding, clamping and the per-platform rules are matmul's.
+(M, N) output tile; padding, clamping and the per-platform rules are matmul's, and so is the
+TPU body (`matmul.tpu_call`, with the batch as its first "parallel" grid axis).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 
 from autotune import autotuned
+from autotune.backends import mosaic_tpu
 from autotune.hardware import clamp_block, kernel_platform
 from autotune.kernels import matmul as mm
 
@@ -61,6 +63,9 @@ def bmm(
     mp, np_, kp = (pl.cdiv(d, blk) * blk for d, blk in ((m, bm), (n, bn), (k, bk)))
     xp = jnp.pad(x, ((0, 0), (0, mp - m), (0, kp - k))) if (mp, kp) != (m, k) else x
     yp = jnp.pad(y, ((0, 0), (0, kp - k), (0, np_ - n))) if (kp, np_) != (k, n) else y
+    if mosaic_tpu.targets_tpu(platform, interpret):
+        out = mm.tpu_call(xp, yp, bm, bn, bk, precision)
+        return out[:, :m, :n] if (mp, np_) != (m, n) else out
     out = pl.pallas_call(
         functools.partial(mm._kernel, block_k=bk, n_k=kp // bk, precision=precision),
         out_shape=jax.ShapeDtypeStruct((b, mp, np_), x.dtype),

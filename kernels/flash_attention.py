@@ -19,16 +19,16 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 
 from autotune import autotuned
+from autotune.backends import mosaic_tpu
 from autotune.hardware import (
     TPU_LANES,
-    TPU_SUBLANES,
     clamp_block,
     gpu_smem_bytes,
     is_pow2,
     kernel_platform,
     next_pow2,
     tpu_block_ok,
-    tpu_vmem_bytes,
+    tpu_vmem_budget,
 )
 from autotune.kernels.matmul import check_precision
 from autotune.kernels.rowwise import F32, gpu_compiler_params
@@ -47,22 +47,29 @@ def _layout(shapes, config: dict, platform: str) -> tuple[int, int, int, int, in
     return bq, bk, pl.cdiv(sq, bq) * bq, pl.cdiv(sk, bk) * bk, dp
 
 
+def tpu_vmem(bq: int, bk: int, d: int, itemsize: int) -> int:
+    """VMEM bytes of the TPU body's step: q, k, v and out blocks double-buffered by the
+    pipeline; the float32 scratch (running max and sum, 128 lanes each, and the output sum);
+    float32 temporaries: the score tile, its exponentials and a block of p @ v."""
+    blocks = 2 * (2 * bq * d + 2 * bk * d) * itemsize
+    scratch = (2 * bq * TPU_LANES + bq * d) * 4
+    return blocks + scratch + (2 * bq * bk + bq * d) * 4
+
+
 def fits_platform(config: dict, sig) -> bool:
-    """TPU: (8, 128) tiling of the q block and of the (block_q, block_k) score tile, and the
-    double-buffered q, k, v, out blocks plus float32 state in VMEM (a step holds one head's
-    whole K and V); GPU: power-of-two tiles of at least 16 (tl.dot), stages of q, k and v
-    tiles within shared memory."""
+    """TPU: (8, 128) tiling of the q, k and v blocks and of the (block_q, block_k) score tile,
+    the step's VMEM (`tpu_vmem`) within the chip's budget; GPU: power-of-two tiles of at least
+    16 (tl.dot), stages of q, k and v tiles within shared memory."""
     if len(sig.shapes) != 3 or any(len(s) != 4 for s in sig.shapes):
         return True  # the kernel itself rejects such calls with a clear message
     bq, bk, sqp, skp, dp = _layout(sig.shapes, config, sig.platform)
     itemsize = jnp.dtype(sig.dtypes[0]).itemsize
     if sig.platform == "tpu":
-        vmem = 2 * (2 * bq * dp + 2 * skp * dp) * itemsize + (2 * bq * bk + bq * dp + 2 * bq) * 4
         return (
             tpu_block_ok((bq, dp), (sqp, dp))
+            and tpu_block_ok((bk, dp), (skp, dp))
             and (bk % TPU_LANES == 0 or bk == skp)  # lanes of the score tile
-            and (bk % TPU_SUBLANES == 0 or bk == skp)  # sublanes of the k, v slices
-            and vmem <= tpu_vmem_bytes(sig.device_kind)
+            and tpu_vmem(bq, bk, dp, itemsize) <= tpu_vmem_budget(sig.device_kind)
         )
     if sig.platform == "gpu":
         stages = config.get("num_stages", 2)
@@ -129,6 +136,111 @@ def _kernel(q_ref, k_ref, v_ref, o_ref, *, sm_scale, causal, block_k, seq_k, n_k
     o_ref[...] = (acc / denom).astype(o_ref.dtype)
 
 
+def _last_visible_block(q_block, block_q: int, block_k: int):
+    """The last key block that a causal q block's rows can see (its last row's)."""
+    # lax.div: `//` on integers lowers through sign(), which Mosaic lowers only on a TPU host
+    return jax.lax.div((q_block + 1) * block_q - 1, block_k)
+
+
+def _kv_block_fetched(q_block, kv_block, block_q: int, block_k: int):
+    """The key block a causal step fetches: its own, or for a step the kernel skips (past the
+    last block the q block's rows see) that last one again: a step whose block index repeats
+    the previous step's makes the pipeline fetch nothing."""
+    return jnp.minimum(kv_block, _last_visible_block(q_block, block_q, block_k))
+
+
+def _tpu_kernel(
+    q_ref, k_ref, v_ref, o_ref, m_ref, l_ref, acc_ref, *, sm_scale, causal, seq_k, precision
+):
+    block_q, block_k = q_ref.shape[0], k_ref.shape[0]
+    q_block, kv_block = pl.program_id(2), pl.program_id(3)
+
+    @pl.when(kv_block == 0)
+    def _init():
+        m_ref[...] = jnp.full(m_ref.shape, -jnp.inf, F32)
+        l_ref[...] = jnp.zeros(l_ref.shape, F32)
+        acc_ref[...] = jnp.zeros(acc_ref.shape, F32)
+
+    def step():
+        s = jax.lax.dot_general(
+            q_ref[...],
+            k_ref[...],
+            (((1,), (1,)), ((), ())),
+            precision=precision,
+            preferred_element_type=F32,
+        )
+        s = s * sm_scale
+        cols = kv_block * block_k + jax.lax.broadcasted_iota(jnp.int32, s.shape, 1)
+        if seq_k % block_k:  # padded keys (zeros) would otherwise take a share of the softmax
+            s = jnp.where(cols < seq_k, s, MASK_VALUE)
+        if causal:
+            rows = q_block * block_q + jax.lax.broadcasted_iota(jnp.int32, s.shape, 0)
+            s = jnp.where(cols <= rows, s, MASK_VALUE)
+        # m and l are kept on all 128 lanes of a row (a whole vreg row); column 0 is the value
+        m_prev = m_ref[...]
+        m_next = jnp.maximum(m_prev, s.max(axis=-1, keepdims=True))
+        alpha = jnp.exp(m_prev - m_next)
+        p = jnp.exp(s - m_next[:, :1])
+        l_ref[...] = alpha * l_ref[...] + p.sum(axis=-1, keepdims=True)
+        m_ref[...] = m_next
+        pv = jnp.dot(
+            p.astype(v_ref.dtype), v_ref[...], precision=precision, preferred_element_type=F32
+        )
+        acc_ref[...] = alpha[:, :1] * acc_ref[...] + pv
+
+    if causal:
+        pl.when(kv_block <= _last_visible_block(q_block, block_q, block_k))(step)
+    else:
+        step()
+
+    # Key 0 is in block 0 and visible to every row, so each row's sum is positive.
+    @pl.when(kv_block == pl.num_programs(3) - 1)
+    def _store():
+        o_ref[...] = (acc_ref[...] / l_ref[:, :1]).astype(o_ref.dtype)
+
+
+def _attention_tpu(q, k, v, causal: bool, scale: float, bq: int, bk: int, precision: str):
+    """The TPU body (on a TPU, and when lowered for one or run under TPU interpret mode): grid
+    (batch, heads, q blocks, key blocks), the key axis last and "arbitrary", so a step holds one
+    q block and one k and v block whatever the sequence length, and the running max, sum and
+    output live in VMEM scratch across the key steps (the layout of JAX's
+    ops/tpu/flash_attention.py). A causal key block that no row of the q block sees is skipped,
+    and its index map repeats the last visible block, so the pipeline fetches nothing for it.
+    Sequences are zero-padded to the blocks; head_dim stays whole."""
+    from jax.experimental.pallas import tpu as pltpu
+
+    (b, h, sq, d), sk = q.shape, k.shape[2]
+    sqp, skp = pl.cdiv(sq, bq) * bq, pl.cdiv(sk, bk) * bk
+
+    def pad(x, s, sp):
+        return jnp.pad(x, ((0, 0), (0, 0), (0, sp - s), (0, 0))) if sp != s else x
+
+    def kv_index(i, j, t, u):
+        return (i, j, _kv_block_fetched(t, u, bq, bk) if causal else u, 0)
+
+    q_spec = pl.BlockSpec((None, None, bq, d), lambda i, j, t, u: (i, j, t, 0))
+    kv_spec = pl.BlockSpec((None, None, bk, d), kv_index)
+    out = pl.pallas_call(
+        functools.partial(
+            _tpu_kernel, sm_scale=scale, causal=causal, seq_k=sk, precision=precision
+        ),
+        out_shape=jax.ShapeDtypeStruct((b, h, sqp, d), q.dtype),
+        grid=(b, h, sqp // bq, skp // bk),
+        in_specs=[q_spec, kv_spec, kv_spec],
+        out_specs=q_spec,
+        scratch_shapes=[
+            pltpu.VMEM((bq, TPU_LANES), F32),
+            pltpu.VMEM((bq, TPU_LANES), F32),
+            pltpu.VMEM((bq, d), F32),
+        ],
+        compiler_params=mosaic_tpu.compiler_params(
+            ("parallel", "parallel", "parallel", "arbitrary"),
+            tpu_vmem(bq, bk, d, q.dtype.itemsize),
+        ),
+    )(pad(q, sq, sqp), pad(k, sk, skp), pad(v, sk, skp))
+    return out[:, :, :sq] if sqp != sq else out
+
+
 def _check(q: jax.Array, k: jax.Array, v: jax.Array) -> None:
     if q.ndim != 4 or k.ndim != 4 or v.ndim != 4:
         raise ValueError(
@@ -172,6 +284,8 @@ def attention_on(
     config = {"block_q": block_q, "block_k": block_k}
     bq, bk, sqp, skp, dp = _layout((q.shape, k.shape), config, platform)
     scale = 1.0 / math.sqrt(d) if sm_scale is None else float(sm_scale)
+    if mosaic_tpu.targets_tpu(platform, interpret):
+        return _attention_tpu(q, k, v, bool(causal), scale, bq, bk, precision)
 
     def pad(x, s, sp):
         return jnp.pad(x, ((0, 0), (0, 0), (0, sp - s), (0, dp - d))) if (sp, dp) != (s, d) else x

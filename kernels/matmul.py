@@ -9,6 +9,10 @@ Shapes that are not multiples of the block sizes are zero-padded up to them (zer
 to a dot product) and the result is sliced back, so every block size is valid for every shape;
 a block larger than its dimension is clamped to the dimension (on GPU, to the power of two
 that covers it: Triton blocks are powers of two).
+
+On a TPU (and when lowered for one, or run under TPU interpret mode) the kernel has its own
+body, `tpu_call`: the grid walks (M, N, K) tiles with K last, and the float32 sum lives in VMEM
+scratch, so VMEM holds three tiles whatever K is (the layout of JAX's ops/tpu/matmul.py).
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 
 from autotune import autotuned
+from autotune.backends import mosaic_tpu
 from autotune.hardware import (
     clamp_block,
     gpu_registers_ok,
@@ -27,7 +32,7 @@ from autotune.hardware import (
     is_pow2,
     kernel_platform,
     tpu_block_ok,
-    tpu_vmem_bytes,
+    tpu_vmem_budget,
 )
 
 ACC_DTYPE = jnp.float32
@@ -50,21 +55,19 @@ def _blocks(config: dict, sig) -> tuple[int, int, int, int, int, int]:
 
 
 def fits_platform(config: dict, sig) -> bool:
-    """TPU: (8, 128) tiling and the scoped VMEM budget; GPU: power-of-two tiles in shared memory,
-    the float32 accumulator in registers."""
+    """TPU: (8, 128) tiling of the tiles, the TPU body's VMEM (`tpu_vmem`) within the chip's
+    budget; GPU: power-of-two tiles in shared memory, the float32 accumulator in registers."""
     if len(sig.shapes) != 2 or any(len(s) != 2 for s in sig.shapes):
         return True  # the kernel itself rejects such calls with a clear message
     m, n, k, bm, bn, bk = _blocks(config, sig)
     itemsize = jnp.dtype(sig.dtypes[0]).itemsize
     if sig.platform == "tpu":
         mp, np_, kp = (pl.cdiv(d, b) * b for d, b in ((m, bm), (n, bn), (k, bk)))
-        vmem = 2 * (bm * kp + kp * bn) * itemsize + 2 * bm * bn * 4  # double-buffered in, out
         return (
-            tpu_block_ok((bm, kp), (mp, kp))
-            and tpu_block_ok((kp, bn), (kp, np_))
+            tpu_block_ok((bm, bk), (mp, kp))
+            and tpu_block_ok((bk, bn), (kp, np_))
             and tpu_block_ok((bm, bn), (mp, np_))
-            and (bk % 128 == 0 or bk == kp)  # the K loop slices lanes of x
-            and vmem <= tpu_vmem_bytes(sig.device_kind)
+            and tpu_vmem(bm, bn, bk, itemsize) <= tpu_vmem_budget(sig.device_kind)
         )
     if sig.platform == "gpu":
         stages = config.get("num_stages", 2)
@@ -77,6 +80,12 @@ def fits_platform(config: dict, sig) -> bool:
     return True
 
 
+def tpu_vmem(bm: int, bn: int, bk: int, itemsize: int) -> int:
+    """VMEM bytes of the TPU body's step: x, y and out tiles double-buffered by the pipeline,
+    the float32 accumulator (scratch) and the float32 product before it is added."""
+    return 2 * (bm * bk + bk * bn) * itemsize + 2 * bm * bn * itemsize + 2 * bm * bn * 4
+
+
 def matmul_reference(x: jax.Array, y: jax.Array, *, precision: str = "highest") -> jax.Array:
     return jnp.dot(x, y, precision=precision, preferred_element_type=ACC_DTYPE).astype(x.dtype)
 
@@ -87,6 +96,49 @@ def grouped_tile(pid, tiles_m: int, tiles_n: int, group_m: int):
     first_m = (pid // per_group) * group_m
     rows = jnp.minimum(tiles_m - first_m, group_m)  # the last group may be shorter
     return first_m + (pid % per_group) % rows, (pid % per_group) // rows
+
+
+def _tpu_kernel(x_ref, y_ref, o_ref, acc_ref, *, k_axis: int, precision: str):
+    k_step = pl.program_id(k_axis)
+
+    @pl.when(k_step == 0)
+    def _init():
+        acc_ref[...] = jnp.zeros(acc_ref.shape, ACC_DTYPE)
+
+    acc_ref[...] += jnp.dot(
+        x_ref[...], y_ref[...], precision=precision, preferred_element_type=ACC_DTYPE
+    )
+
+    @pl.when(k_step == pl.num_programs(k_axis) - 1)
+    def _store():
+        o_ref[...] = acc_ref[...].astype(o_ref.dtype)
+
+
+def tpu_call(x: jax.Array, y: jax.Array, bm: int, bn: int, bk: int, precision: str) -> jax.Array:
+    """The TPU body for x [..., M, K] @ y [..., K, N] padded to the blocks (one leading batch
+    axis at most, bmm's): grid (batch, M tiles, N tiles, K tiles), K "arbitrary", the rest
+    "parallel" (split across the cores of v4, v5p and v7x)."""
+    from jax.experimental.pallas import tpu as pltpu
+
+    batch = x.shape[:-2]
+    (mp, kp), np_ = x.shape[-2:], y.shape[-1]
+    lead = (None,) * len(batch)  # the batch axis is squeezed out of every block
+    grid = (*batch, mp // bm, np_ // bn, kp // bk)
+    return pl.pallas_call(
+        functools.partial(_tpu_kernel, k_axis=len(grid) - 1, precision=precision),
+        out_shape=jax.ShapeDtypeStruct((*batch, mp, np_), x.dtype),
+        grid=grid,
+        in_specs=[
+            pl.BlockSpec((*lead, bm, bk), lambda *g: (*g[:-3], g[-3], g[-1])),
+            pl.BlockSpec((*lead, bk, bn), lambda *g: (*g[:-3], g[-1], g[-2])),
+        ],
+        out_specs=pl.BlockSpec((*lead, bm, bn), lambda *g: g[:-1]),
+        scratch_shapes=[pltpu.VMEM((bm, bn), ACC_DTYPE)],
+        compiler_params=mosaic_tpu.compiler_params(
+            ("parallel",) * (len(grid) - 1) + ("arbitrary",),
+            tpu_vmem(bm, bn, bk, x.dtype.itemsize),
+        ),
+    )(x, y)
 
 
 def _kernel(x_ref, y_ref, o_ref, *, block_k: int, n_k: int, precision: str):
@@ -128,6 +180,9 @@ def matmul(
     mp, np_, kp = (pl.cdiv(d, b) * b for d, b in ((m, bm), (n, bn), (k, bk)))
     xp = jnp.pad(x, ((0, mp - m), (0, kp - k))) if (mp, kp) != (m, k) else x
     yp = jnp.pad(y, ((0, kp - k), (0, np_ - n))) if (kp, np_) != (k, n) else y
+    if mosaic_tpu.targets_tpu(platform, interpret):
+        out = tpu_call(xp, yp, bm, bn, bk, precision)
+        return out[:m, :n] if (mp, np_) != (m, n) else out
     tiles_m, tiles_n = mp // bm, np_ // bn
     if group_m > 1:
         grid = (tiles_m * tiles_n,)

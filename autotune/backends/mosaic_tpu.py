@@ -1,15 +1,24 @@
-"""Mosaic TPU, Pallas's backend for TPUs: its interpret mode and its lowering check.
+"""Mosaic TPU, Pallas's backend for TPUs: its interpret mode, its lowering check, the chips.
 
 TPU interpret mode runs TPU kernels on a CPU, TPU-only grid specs (scalar prefetch, VMEM
 scratch) included; the TPU lowering (which enforces the block-shape rules) runs on a CPU-only
-host too. The TPU's limits that kernels' constraints use (tiling, VMEM) are in
-`autotune.hardware`, beside the helpers the kernels import them with.
+host too. The chip facts below (VMEM per generation, cores a grid splits across) are what the
+kernels' constraints and VMEM models use, through `autotune.hardware`'s helpers, beside the
+TPU's tiling rule.
+
+Sources: JAX's `jax/_src/pallas/mosaic/tpu_info.py` (VMEM capacity, TensorCores per chip, the
+device_kind names) and JAX's Pallas TPU docs (scoped VMEM defaults). Leads, not measurements:
+no TPU has been available to check them.
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Iterator
+from dataclasses import dataclass
+
+from autotune.hardware import MiB
 
 NAME = "mosaic_tpu"
 TITLE = "Mosaic TPU"  # in messages
@@ -19,8 +28,85 @@ LOWERING_PLATFORM = "tpu"  # what `.lower(lowering_platforms=...)` calls a TPU
 # a profiler trace has the XLA module's time on the TPU; CUPTI is NVIDIA's
 TIMERS = ("trace", "wall")
 COMPILER_PARAMS = "jax.experimental.pallas.tpu.CompilerParams"
-KNOBS = ("vmem_limit_bytes",)  # raises the scoped VMEM limit (see hardware.TPU_SCOPED_VMEM)
+KNOBS = ("vmem_limit_bytes",)  # raises the scoped VMEM limit (see TpuChip, vmem_limit)
 KIND_PREFIX = "TPU"  # "TPU v5 lite", "TPU v6e", ...
+
+
+@dataclass(frozen=True)
+class TpuChip:
+    """One TPU generation's facts, per TensorCore."""
+
+    name: str  # what `autotune check --device-kind` accepts, e.g. "v5e"
+    device_kinds: tuple[str, ...]  # what jax's `device.device_kind` says on it
+    vmem_bytes: int  # VMEM capacity
+    scoped_vmem_bytes: int  # the compiler's default limit, unless vmem_limit_bytes raises it
+    grid_cores: int  # cores that "parallel" grid axes are split across
+
+    @property
+    def vmem_budget(self) -> int:
+        """What a kernel that sets vmem_limit_bytes may plan to use: the rest is left to the
+        compiler's own scratch (see `vmem_limit`)."""
+        return self.vmem_bytes * 3 // 4
+
+
+# v4 and v5p join their two TensorCores into one device (megacore) and split "parallel" grid
+# axes across them; v7x has two TensorCores per chip; v5e and v6e have one.
+CHIPS = (
+    TpuChip("v2", ("TPU v2",), 16 * MiB, 16 * MiB, 1),
+    TpuChip("v3", ("TPU v3",), 16 * MiB, 16 * MiB, 1),
+    TpuChip("v4", ("TPU v4",), 16 * MiB, 16 * MiB, 2),
+    TpuChip("v5e", ("TPU v5 lite", "TPU v5e"), 128 * MiB, 16 * MiB, 1),
+    TpuChip("v5p", ("TPU v5", "TPU v5p"), 64 * MiB, 16 * MiB, 2),
+    TpuChip("v6e", ("TPU v6 lite", "TPU v6e"), 128 * MiB, 32 * MiB, 1),
+    TpuChip("v7x", ("TPU7x", "TPU7"), 64 * MiB, 32 * MiB, 2),
+)
+GENERATIONS = tuple(c.name for c in CHIPS)
+# A chip the table does not name: the smallest VMEM and limit of any generation, one core.
+UNKNOWN_CHIP = TpuChip("unknown", (), 16 * MiB, 16 * MiB, 1)
+# Kernels that need more VMEM than this set vmem_limit_bytes; up to it, every generation's
+# default scoped limit holds them with room for the compiler's scratch.
+DEFAULT_LIMIT_BUDGET = UNKNOWN_CHIP.scoped_vmem_bytes * 3 // 4
+
+
+def chip(device_kind: str) -> TpuChip | None:
+    """The generation a device_kind ("TPU v5 lite") or generation name ("v5e") names."""
+    kind = device_kind.strip()
+    for c in CHIPS:
+        if kind.lower() == c.name or kind in c.device_kinds:
+            return c
+    return None
+
+
+def chip_or_default(device_kind: str) -> TpuChip:
+    return chip(device_kind) or UNKNOWN_CHIP
+
+
+def vmem_limit(need: int) -> int | None:
+    """vmem_limit_bytes for a kernel whose VMEM model says `need` bytes: None (the default
+    limit) where every generation's default holds it, else `need` plus a third for the
+    compiler's scratch, in whole MiB (the constraints keep `need` within `vmem_budget`, so
+    this stays within the chip's capacity)."""
+    if need <= DEFAULT_LIMIT_BUDGET:
+        return None
+    return math.ceil(need * 4 / 3 / MiB) * MiB
+
+
+def compiler_params(dimension_semantics: tuple[str, ...], vmem_need: int):
+    """Mosaic TPU's compiler parameters for a grid with these axis roles ("parallel": its
+    steps are independent and may be split across cores; "arbitrary": they run in order, as a
+    reduction over it must) and a kernel whose VMEM model says `vmem_need` bytes."""
+    from jax.experimental.pallas import tpu as pltpu
+
+    return pltpu.CompilerParams(
+        dimension_semantics=dimension_semantics, vmem_limit_bytes=vmem_limit(vmem_need)
+    )
+
+
+def targets_tpu(platform: str, interpret: bool) -> bool:
+    """Whether a kernel laid out for `platform` (`hardware.kernel_platform`) takes its TPU
+    body: on a TPU, and on a CPU-only host unless `interpret=True`, since there Pallas can
+    only lower for a TPU (`autotune check`) or run under TPU interpret mode."""
+    return platform != "gpu" and not interpret
 
 
 @contextlib.contextmanager

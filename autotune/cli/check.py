@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from autotune.backends import mosaic_tpu
 from autotune.check import CHECKED_BACKENDS
 from autotune.cli.common import UsageError, add_import_argument, import_user_modules, parse_static
 from autotune.cli.output import table
@@ -26,7 +27,10 @@ def add_parser(sub: Any) -> None:
     )
     c.add_argument("--static", action="append", default=[], metavar="NAME=VALUE")
     c.add_argument(
-        "--device-kind", default=None, help="the device whose limits the constraints apply"
+        "--device-kind",
+        default=None,
+        help="the device whose limits the constraints apply: a TPU generation (v4, v5e, v5p, "
+        "v6e, v7x) or jax's device_kind",
     )
     c.add_argument(
         "--sample", type=int, default=None, help="check N candidates spread over the space"
@@ -45,6 +49,11 @@ def cmd_check(args: argparse.Namespace) -> int:
     inputs, static = task.inputs(), task.static_dict
     check_call(kernel, inputs, static, args.shape)
     kind = args.device_kind or DEFAULT_KINDS[args.platform]
+    if args.platform == "tpu" and mosaic_tpu.chip(kind) is None:
+        raise UsageError(
+            f"--device-kind {kind!r}: not a TPU this project knows: give a generation "
+            f"({', '.join(mosaic_tpu.GENERATIONS)}) or jax's device_kind, e.g. 'TPU v5 lite'"
+        )
     if args.sample is not None and args.sample < 1:
         raise UsageError(f"--sample {args.sample}: give a positive number of candidates")
     rows = check_space(kernel, inputs, static, args.platform, kind, args.sample)

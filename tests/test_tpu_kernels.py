@@ -1,0 +1,303 @@
+"""The TPU bodies of matmul, bmm and flash_attention, checked without a TPU: their output under
+TPU interpret mode against the references, their VMEM models against footprints worked out by
+hand, the chip facts, and what the constraints accept at realistic large shapes on each
+generation, lowered for a TPU on this CPU host with the dimension semantics they carry."""
+
+import base64
+import functools
+import importlib
+import json
+import math
+import re
+from dataclasses import dataclass
+
+import jax
+import jax.numpy as jnp
+import pytest
+from jax._src.interpreters import mlir
+from jax._src.lib import tpu as tpu_dialect
+from jax.experimental.pallas import tpu as pltpu
+from jaxlib.mlir import ir
+from jaxlib.mlir.passmanager import PassManager
+from kernel_checks import close, rand
+
+from autotune.backends import mosaic_tpu
+from autotune.check import lowering_error
+from autotune.cli import main
+from autotune.device import DeviceInfo
+from autotune.hardware import MiB, tpu_vmem_budget, tpu_vmem_bytes
+from autotune.kernels import (
+    attention_reference,
+    bmm,
+    bmm_reference,
+    flash_attention,
+    layer_norm,
+    matmul,
+    matmul_reference,
+    rms_norm,
+    softmax,
+    vector_add,
+)
+
+# the modules (autotune.kernels' attributes of these names are the kernels)
+mm_module = importlib.import_module("autotune.kernels.matmul")
+fa_module = importlib.import_module("autotune.kernels.flash_attention")
+
+S = jax.ShapeDtypeStruct
+GENERATIONS = ("v4", "v5e", "v5p", "v6e", "v7x")
+
+
+@dataclass(frozen=True)
+class LoweredKernel:
+    """What a Mosaic kernel in a module lowered for a TPU asks of the compiler."""
+
+    dimension_semantics: tuple[str, ...]  # one per grid axis: "parallel", "arbitrary"
+    vmem_limit_bytes: int | None  # None: the chip's default scoped limit
+
+
+def lowered_kernels(lowered_text: str) -> list[LoweredKernel]:
+    """The Mosaic kernels in the text of a module lowered for a TPU (`jax.jit(f).trace(...)
+    .lower(lowering_platforms=("tpu",)).as_text()`), read back from the serialized Mosaic
+    module each tpu_custom_call carries (through jax's private MLIR bindings)."""
+    found = []
+    for escaped in re.findall(r'tpu_custom_call\(.*?backend_config = "(.*?)"', lowered_text):
+        config = json.loads(escaped.replace("\\22", '"'))
+        ctx = mlir.make_ir_context()
+        tpu_dialect.register_dialect(ctx)
+        with ctx, ir.Location.unknown():
+            ctx.allow_unregistered_dialects = True
+            module = ir.Module.parse(base64.b64decode(config["custom_call_config"]["body"]))
+            PassManager.parse("builtin.module(mosaic-serde{serialize=false})").run(module.operation)
+            text = str(module)
+        semantics = re.search(r"dimension_semantics = \[(.*?)\]", text)
+        scoped = config.get("scoped_memory_configs") or [{}]
+        found.append(
+            LoweredKernel(
+                tuple(re.findall(r"dimension_semantics<(\w+)>", semantics.group(1)))
+                if semantics
+                else (),
+                scoped[0].get("size"),
+            )
+        )
+    return found
+
+
+def tpu_interpret(kernel, *args, **config):
+    """The kernel's TPU body (interpret=False on a CPU host) under TPU interpret mode, where
+    uninitialised memory reads as NaN."""
+    try:
+        with pltpu.force_tpu_interpret_mode():
+            return kernel.spec.fn(*args, **config)
+    finally:
+        mosaic_tpu.reset_interpret_state()
+
+
+# ------------------------------------------------------------ TPU interpret mode vs references
+
+
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
+def test_the_tpu_matmul_body_matches_the_reference(dtype):
+    # 130 x 260 @ 260 x 200 in 128-blocks: padded on every axis, three K steps accumulate
+    x, y = rand((130, 260), dtype), rand((260, 200), dtype, seed=1)
+    out = tpu_interpret(matmul, x, y, block_m=128, block_n=128, block_k=128)
+    close(out, matmul_reference(x, y), dtype)
+
+
+def test_the_tpu_bmm_body_matches_the_reference():
+    x, y = rand((2, 20, 300), jnp.bfloat16), rand((2, 300, 136), jnp.bfloat16, seed=1)
+    out = tpu_interpret(bmm, x, y, block_m=128, block_n=128, block_k=256)
+    close(out, bmm_reference(x, y), jnp.bfloat16)
+
+
+@pytest.mark.parametrize(
+    "sq, sk, block_q, block_k, causal",
+    [
+        (300, 300, 128, 256, True),  # key blocks wider than q blocks: the diagonal mid-block
+        (300, 300, 256, 128, True),  # q blocks wider: two key blocks skipped for the first
+        (200, 333, 128, 128, False),  # padded keys masked out of the softmax
+        (200, 333, 128, 128, True),
+    ],
+)
+def test_the_tpu_flash_attention_body_matches_the_reference(sq, sk, block_q, block_k, causal):
+    q = rand((1, 1, sq, 64))
+    k, v = rand((1, 1, sk, 64), seed=1), rand((1, 1, sk, 64), seed=2)
+    out = tpu_interpret(flash_attention, q, k, v, causal=causal, block_q=block_q, block_k=block_k)
+    close(out, attention_reference(q, k, v, causal=causal), jnp.float32)
+
+
+@pytest.mark.parametrize("block_q, block_k", [(256, 128), (128, 256), (128, 128)])
+def test_a_skipped_causal_key_block_repeats_the_last_fetched_one(block_q, block_k):
+    n_q, n_k = 3, 3 * block_q // block_k
+    for t in range(n_q):
+        last_seen = ((t + 1) * block_q - 1) // block_k  # the q block's last row's key block
+        fetched = [int(fa_module._kv_block_fetched(t, u, block_q, block_k)) for u in range(n_k)]
+        assert fetched == [min(u, last_seen) for u in range(n_k)]
+
+
+# ------------------------------------------------------------ VMEM models, by hand
+
+
+def test_the_matmul_vmem_model_counts_buffers_scratch_and_the_f32_product():
+    # bf16 512-tiles: x and y tiles 512 KiB each, twice (double-buffered): 2 MiB; the bf16 out
+    # tile twice: 1 MiB; the f32 accumulator 1 MiB; the f32 product of a step 1 MiB
+    assert mm_module.tpu_vmem(512, 512, 512, 2) == 5 * MiB
+    # f32 2048-tiles: 16 MiB tiles x 2 x 2 + 16 x 2 out + 16 accumulator + 16 product
+    assert mm_module.tpu_vmem(2048, 2048, 2048, 4) == 128 * MiB
+
+
+def test_the_flash_attention_vmem_model_counts_buffers_scratch_and_f32_temporaries():
+    # bf16, 1024 x 1024 blocks, head_dim 128: q, k, v, out blocks 256 KiB each, twice: 2 MiB;
+    # scratch: max and sum on 128 lanes (512 KiB each) and the f32 output sum 512 KiB;
+    # temporaries: scores and exponentials 4 MiB each, p @ v 512 KiB
+    assert fa_module.tpu_vmem(1024, 1024, 128, 2) == 12 * MiB
+
+
+def test_a_softmax_row_fits_while_eight_rows_do_in_the_default_scoped_vmem():
+    # f32, 8 rows a block: in and out blocks double-buffered (4 x 4 B) plus three f32
+    # temporaries (12 B) per element: 224 B a column, so 16 MiB hold rows of 74,898 at most
+    def accepts(width, kind):
+        sig = softmax.spec.signature([S((4096, width), jnp.float32)], {}, tpu(kind))
+        return softmax.spec.space("tpu").is_valid({"block_rows": 8}, sig)
+
+    assert accepts(74_880, "v4") and not accepts(75_008, "v4")
+    assert accepts(75_008, "v6e")  # 32 MiB scoped by default
+
+
+# ------------------------------------------------------------ chip facts
+
+
+def tpu(kind: str) -> DeviceInfo:
+    return DeviceInfo("tpu", kind, "mosaic_tpu", jax.__version__, "", "")
+
+
+def test_every_generation_is_known_by_name_and_by_jax_device_kind():
+    for kind, name in [
+        ("TPU v4", "v4"),
+        ("TPU v5 lite", "v5e"),
+        ("TPU v5", "v5p"),
+        ("TPU v6 lite", "v6e"),
+        ("TPU7x", "v7x"),
+    ]:
+        assert mosaic_tpu.chip(kind) == mosaic_tpu.chip(name) == mosaic_tpu.chip(name.upper())
+    assert mosaic_tpu.chip("TPU v9") is None
+    facts = {c: mosaic_tpu.chip(c) for c in GENERATIONS}
+    assert [facts[c].vmem_bytes // MiB for c in GENERATIONS] == [16, 128, 64, 128, 64]
+    assert [tpu_vmem_bytes(c) // MiB for c in GENERATIONS] == [16, 16, 16, 32, 32]
+    assert [facts[c].grid_cores for c in GENERATIONS] == [2, 1, 2, 1, 2]
+    assert tpu_vmem_budget("TPU v5 lite") == 96 * MiB and tpu_vmem_budget("TPU v9") == 12 * MiB
+
+
+def test_the_vmem_limit_is_raised_only_past_every_generations_default():
+    assert mosaic_tpu.vmem_limit(12 * MiB) is None
+    assert mosaic_tpu.vmem_limit(12 * MiB + 1) == 17 * MiB
+    for c in GENERATIONS:  # what a kernel within the budget asks for, the chip has
+        limit = mosaic_tpu.vmem_limit(tpu_vmem_budget(c)) or tpu_vmem_bytes(c)
+        assert limit <= mosaic_tpu.chip(c).vmem_bytes
+
+
+def test_check_takes_a_generation_and_refuses_an_unknown_device_kind(capsys):
+    shape = "1x8x32768x128,1x8x32768x128,1x8x32768x128"
+    common = ["--platform", "tpu", "--shape", shape, "--dtype", "bfloat16", "--sample", "3"]
+    assert main(["check", "flash_attention", *common, "--device-kind", "v4"]) == 0
+    assert "on v4: 3 candidates, 3 accepted" in capsys.readouterr().out
+    assert main(["check", "flash_attention", *common, "--device-kind", "TPU v9"]) == 2
+    assert "--device-kind 'TPU v9': not a TPU this project knows" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------ large shapes, every generation
+
+
+def accepted(kernel, args, kwargs, kind):
+    sig = kernel.spec.signature(args, kwargs, tpu(kind))
+    return kernel.spec.space("tpu").valid_configs(sig)
+
+
+def lowered(kernel, config, args, kwargs) -> LoweredKernel:
+    fn = functools.partial(kernel.spec.fn, **config, **kwargs)
+    text = jax.jit(fn).trace(*args).lower(lowering_platforms=("tpu",)).as_text()
+    (found,) = lowered_kernels(text)
+    return found
+
+
+def largest(configs, *names):
+    """The config with the largest block (the product of these sizes), the first on ties."""
+    return max(configs, key=lambda c: math.prod(c[n] for n in names))
+
+
+@pytest.fixture(scope="module")
+def lowerings():
+    """Each configuration lowered once: lowering does not depend on the generation."""
+    memo = {}
+
+    def get(kernel, config, args, kwargs):
+        key = (kernel.spec.name, tuple(sorted(config.items())), str(args), str(kwargs))
+        if key not in memo:
+            memo[key] = lowered(kernel, config, args, kwargs)
+        return memo[key]
+
+    return get
+
+
+@pytest.mark.parametrize("size", [4096, 8192])
+def test_large_matmuls_take_512_tiles_or_larger_on_every_generation(size, lowerings):
+    args = [S((size, size), jnp.bfloat16)] * 2
+    tile512 = {"block_m": 512, "block_n": 512, "block_k": 512}
+    assert lowerings(matmul, tile512, args, {}).dimension_semantics[-1] == "arbitrary"
+    for kind in GENERATIONS:
+        ok = accepted(matmul, args, {}, kind)
+        assert tile512 in ok
+        big = largest(ok, "block_m", "block_n")
+        # v4's 16 MiB of VMEM hold a 512 x 1024 tile at most, the others 1024 x 1024 or more
+        assert big["block_m"] * big["block_n"] >= (512 if kind == "v4" else 1024) * 1024
+        low = lowerings(matmul, big, args, {})
+        assert low.dimension_semantics == ("parallel", "parallel", "arbitrary")
+        need = mm_module.tpu_vmem(big["block_m"], big["block_n"], big["block_k"], 2)
+        assert low.vmem_limit_bytes == mosaic_tpu.vmem_limit(need)
+        assert (low.vmem_limit_bytes or 0) <= mosaic_tpu.chip(kind).vmem_bytes
+
+
+def test_large_bmm_lowers_with_the_batch_a_parallel_axis(lowerings):
+    args = [S((8, 4096, 4096), jnp.bfloat16)] * 2
+    config = {"block_m": 512, "block_n": 1024, "block_k": 512}
+    for kind in GENERATIONS:
+        assert config in accepted(bmm, args, {}, kind)
+    low = lowerings(bmm, config, args, {})
+    assert low.dimension_semantics == ("parallel", "parallel", "parallel", "arbitrary")
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_32k_token_attention_is_accepted_and_lowers_on_every_generation(causal, lowerings):
+    args = [S((1, 8, 32768, 128), jnp.bfloat16)] * 3
+    kwargs = {"causal": causal}
+    for kind in GENERATIONS:
+        ok = accepted(flash_attention, args, kwargs, kind)
+        assert {"block_q": 512, "block_k": 512} in ok
+        big = largest(ok, "block_q", "block_k")
+        assert big["block_q"] * big["block_k"] >= 1024 * 1024
+        low = lowerings(flash_attention, big, args, kwargs)
+        assert low.dimension_semantics == ("parallel", "parallel", "parallel", "arbitrary")
+        assert (low.vmem_limit_bytes or 0) <= mosaic_tpu.chip(kind).vmem_bytes
+
+
+ROW = S((4096, 32768), jnp.bfloat16)
+VEC = S((32768,), jnp.bfloat16)
+LONG = S((1 << 26,), jnp.bfloat16)
+
+
+@pytest.mark.parametrize(
+    "kernel, args, block",
+    [
+        (softmax, [ROW], "block_rows"),
+        (rms_norm, [ROW, VEC], "block_rows"),
+        (layer_norm, [ROW, VEC, VEC], "block_rows"),
+        (vector_add, [LONG, LONG], "block"),
+    ],
+    ids=["softmax", "rms_norm", "layer_norm", "vector_add"],
+)
+def test_32k_wide_rows_and_long_vectors_are_accepted_and_lower_on_every_generation(
+    kernel, args, block
+):
+    configs = {kind: accepted(kernel, args, {}, kind) for kind in GENERATIONS}
+    assert all(configs.values())
+    for size in {largest(c, block)[block] for c in configs.values()}:
+        assert lowering_error(kernel, {block: size}, args) is None
