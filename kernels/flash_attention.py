@@ -30,6 +30,7 @@ from autotune.hardware import (
     tpu_block_ok,
     tpu_vmem_bytes,
 )
+from autotune.kernels.differentiable import differentiable
 from autotune.kernels.matmul import check_precision
 from autotune.kernels.rowwise import F32, gpu_compiler_params
 
@@ -91,7 +92,9 @@ def attention_reference(
     return jnp.einsum("bhqk,bhkd->bhqd", p, v.astype(F32), precision=precision).astype(q.dtype)
 
 
-def _kernel(q_ref, k_ref, v_ref, o_ref, *, sm_scale, causal, block_k, seq_k, n_k, precision):
+def _kernel(
+    q_ref, k_ref, v_ref, o_ref, lse_ref=None, *, sm_scale, causal, block_k, seq_k, n_k, precision
+):
     block_q = q_ref.shape[0]
     q_start = pl.program_id(2) * block_q
     q = q_ref[...]
@@ -125,8 +128,10 @@ def _kernel(q_ref, k_ref, v_ref, o_ref, *, sm_scale, causal, block_k, seq_k, n_k
         jnp.zeros((block_q, 1), F32),
         jnp.zeros(o_ref.shape, F32),
     )
-    _, denom, acc = jax.lax.fori_loop(0, n_steps, step, init)
+    m, denom, acc = jax.lax.fori_loop(0, n_steps, step, init)
     o_ref[...] = (acc / denom).astype(o_ref.dtype)
+    if lse_ref is not None:  # kept for the backward (kernels/flash_attention_bwd.py)
+        lse_ref[...] = (m + jnp.log(denom)).reshape(block_q)
 
 
 def _check(q: jax.Array, k: jax.Array, v: jax.Array) -> None:
@@ -162,12 +167,14 @@ def attention_on(
     platform: str,
     interpret: bool,
     precision: str = "highest",
-) -> jax.Array:
-    """The kernel laid out for `platform` (tests run the GPU layout in interpret mode)."""
+    with_lse: bool = False,
+) -> jax.Array | tuple[jax.Array, jax.Array]:
+    """The kernel laid out for `platform` (tests run the GPU layout in interpret mode); with
+    `with_lse`, also each query row's log-sum-exp of its scaled scores, [B, H, Sq] float32."""
     _check(q, k, v)
     check_precision(precision)
     if q.size == 0:
-        return q
+        return (q, jnp.zeros(q.shape[:3], F32)) if with_lse else q
     (b, h, sq, d), sk = q.shape, k.shape[2]
     config = {"block_q": block_q, "block_k": block_k}
     bq, bk, sqp, skp, dp = _layout((q.shape, k.shape), config, platform)
@@ -178,7 +185,12 @@ def attention_on(
 
     q_spec = pl.BlockSpec((None, None, bq, dp), lambda i, j, t: (i, j, t, 0))
     kv_spec = pl.BlockSpec((None, None, skp, dp), lambda i, j, t: (i, j, 0, 0))
-    out = pl.pallas_call(
+    out_shape = [jax.ShapeDtypeStruct((b, h, sqp, dp), q.dtype)]
+    out_specs = [q_spec]
+    if with_lse:
+        out_shape.append(jax.ShapeDtypeStruct((b, h, sqp), F32))
+        out_specs.append(pl.BlockSpec((None, None, bq), lambda i, j, t: (i, j, t)))
+    outs = pl.pallas_call(
         functools.partial(
             _kernel,
             sm_scale=scale,
@@ -188,14 +200,43 @@ def attention_on(
             n_k=skp // bk,
             precision=precision,
         ),
-        out_shape=jax.ShapeDtypeStruct((b, h, sqp, dp), q.dtype),
+        out_shape=out_shape,
         grid=(b, h, sqp // bq),
         in_specs=[q_spec, kv_spec, kv_spec],
-        out_specs=q_spec,
+        out_specs=out_specs,
         compiler_params=gpu_compiler_params(num_warps, platform, num_stages),
         interpret=interpret,
     )(pad(q, sq, sqp), pad(k, sk, skp), pad(v, sk, skp))
-    return out[:, :, :sq, :d] if (sqp, dp) != (sq, d) else out
+    out = outs[0][:, :, :sq, :d] if (sqp, dp) != (sq, d) else outs[0]
+    return (out, outs[1][:, :, :sq]) if with_lse else out
+
+
+def _forward(q: jax.Array, k: jax.Array, v: jax.Array, *, interpret: bool, **options) -> jax.Array:
+    return attention_on(
+        q, k, v, platform=kernel_platform(interpret), interpret=interpret, **options
+    )
+
+
+def _fwd(q: jax.Array, k: jax.Array, v: jax.Array, *, interpret: bool, **options) -> tuple:
+    out, lse = attention_on(
+        q, k, v, platform=kernel_platform(interpret), interpret=interpret, with_lse=True, **options
+    )
+    return out, (q, k, v, out, lse)
+
+
+def _bwd(residuals: tuple, do: jax.Array, *, causal, sm_scale, precision, interpret, **_) -> tuple:
+    # imported here: the backward's module imports this one for its layout and masking
+    from autotune.kernels.flash_attention_bwd import flash_attention_dkv, flash_attention_dq
+
+    q, k, v, out, lse = residuals
+    delta = jnp.sum(out.astype(F32) * do.astype(F32), axis=-1)  # rowsum(dO * O), [B, H, Sq]
+    options = dict(causal=causal, sm_scale=sm_scale, precision=precision, interpret=interpret)
+    dq = flash_attention_dq(q, k, v, do, lse, delta, **options)
+    dk, dv = flash_attention_dkv(q, k, v, do, lse, delta, **options)
+    return dq, dk, dv
+
+
+_differentiable = differentiable(_forward, _fwd, _bwd)
 
 
 @autotuned(
@@ -219,8 +260,9 @@ def flash_attention(
     interpret: bool = False,
 ) -> jax.Array:
     """Attention of q [B, H, Sq, D] over k, v [B, H, Sk, D]; sm_scale defaults to 1/sqrt(D);
-    float32 inputs multiplied at `precision` (see autotune.kernels.matmul.PRECISIONS)."""
-    return attention_on(
+    float32 inputs multiplied at `precision` (see autotune.kernels.matmul.PRECISIONS).
+    Differentiable: the backward is the tuned kernels flash_attention_dq and _dkv."""
+    return _differentiable(
         q,
         k,
         v,
@@ -230,7 +272,6 @@ def flash_attention(
         block_k=block_k,
         num_warps=num_warps,
         num_stages=num_stages,
-        platform=kernel_platform(interpret),
         interpret=interpret,
         precision=precision,
     )
