@@ -1,0 +1,183 @@
+"""What a program calls, and tuning all of it: `calls_in` and `tune_program`.
+
+`calls_in` traces a function to a jaxpr (arrays or jax.ShapeDtypeStructs in: nothing runs)
+and reads the `@autotuned` calls off it: each kernel's jitted entry traces its call inside a
+named scope that the runtime remembers (runtime.traced_call_scope), and the scope's name stays
+on the entry's operations in every jaxpr that holds them, also where jit served the entry
+from its cache. Calls that `fn` differentiates include the backward's: the shipped kernels'
+VJPs call backward kernels that are `@autotuned` themselves.
+
+`tune_program` turns the calls into tuning tasks (one per call, with the run's budget) and
+runs them as a job runs its tasks: already tuned ones skipped, a failure reported and the rest
+tuned, studies resumed.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from autotune.errors import AutotuneError
+from autotune.signature import is_array
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ProgramCall:
+    """One `@autotuned` call of a program, as `autotune db` names it, and where it is served from."""
+
+    kernel: str  # the registered name
+    signature: str  # shapes and dtypes, e.g. "f32[64,128],f32[128,64]"
+    static: str  # static arguments as JSON, e.g. '{"causal":true}'
+    source: str  # "db", "nearest", "default" or "caller" (the call passes its block sizes)
+    config: dict[str, Any]  # what the call runs with now
+    args: tuple  # jax.ShapeDtypeStruct per array argument
+    kwargs: dict[str, Any]  # static arguments, tunable ones and `interpret` left out
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "kernel": self.kernel,
+            "signature": self.signature,
+            "static": self.static,
+            "source": self.source,
+            "config": self.config,
+        }
+
+
+def calls_in(
+    fn: Callable, args: Sequence[Any], kwargs: Mapping[str, Any] | None = None
+) -> list[ProgramCall]:
+    """Every `@autotuned` call that `fn(*args, **kwargs)` makes, each once, in the order the
+    program makes them; arguments may be arrays or jax.ShapeDtypeStructs (nothing runs)."""
+    import jax
+
+    from autotune.runtime import TRACED_CALLS, TRACED_SCOPE_PREFIX
+
+    kwargs = dict(kwargs or {})
+    positions = [i for i, a in enumerate(args) if is_array(a)]
+    names = [k for k, v in kwargs.items() if is_array(v)]
+
+    def program(arrays: list[Any], named: dict[str, Any]) -> Any:
+        call_args = list(args)
+        for i, a in zip(positions, arrays):
+            call_args[i] = a
+        return fn(*call_args, **{**kwargs, **named})
+
+    try:
+        closed = jax.make_jaxpr(program)(
+            [_abstract(args[i]) for i in positions], {k: _abstract(kwargs[k]) for k in names}
+        )
+    except AutotuneError:
+        raise
+    except Exception as e:
+        raise AutotuneError(
+            f"calls_in: tracing {getattr(fn, '__name__', fn)!r} failed: {type(e).__name__}: {e}"
+        ) from e
+    pattern = re.compile(re.escape(TRACED_SCOPE_PREFIX) + r"\d+")
+    found: dict[tuple, ProgramCall] = {}
+    for stack in _name_stacks(closed.jaxpr):
+        for scope in pattern.findall(stack):
+            traced = TRACED_CALLS[scope]
+            call = _program_call(traced.kernel, traced.args, traced.kwargs)
+            found.setdefault((call.kernel, call.signature, call.static), call)
+    return list(found.values())
+
+
+def _abstract(a: Any) -> Any:
+    import jax
+
+    return jax.ShapeDtypeStruct(a.shape, a.dtype)
+
+
+def _name_stacks(jaxpr: Any) -> Iterator[str]:
+    """The name stack of every operation in a jaxpr and the jaxprs inside it, in order."""
+    for eqn in jaxpr.eqns:
+        yield str(eqn.source_info.name_stack)
+        for value in eqn.params.values():
+            for v in value if isinstance(value, (tuple, list)) else (value,):
+                inner = getattr(v, "jaxpr", v)  # a ClosedJaxpr holds its Jaxpr
+                if hasattr(inner, "eqns"):
+                    yield from _name_stacks(inner)
+
+
+def _program_call(kernel: Any, args: tuple, kwargs: Mapping[str, Any]) -> ProgramCall:
+    explained = kernel.explain(*args, **dict(kwargs))
+    static = {k: v for k, v in kwargs.items() if k not in kernel.spec.tunables and k != "interpret"}
+    return ProgramCall(
+        kernel=kernel.spec.name,
+        signature=explained["key"]["signature"],
+        static=explained["key"]["static"],
+        source=explained["source"],
+        config=explained["config"],
+        args=args,
+        kwargs=static,
+    )
+
+
+def program_tasks(calls: Sequence[ProgramCall], settings: Any) -> list[Any]:
+    """One tuning task per call (calls whose caller passes the block sizes left out), each with
+    the budget, strategy and seed of `settings` (a TuneSettings)."""
+    from autotune.jobs import Task
+
+    return [
+        Task(
+            kernel=c.kernel,
+            shapes=tuple(tuple(a.shape) for a in c.args),
+            dtypes=tuple(str(a.dtype) for a in c.args),
+            static=tuple(sorted(c.kwargs.items())),
+            trials=settings.n_trials,
+            strategy=settings.strategy,
+            seed=settings.seed,
+        )
+        for c in calls
+        if c.source != "caller"
+    ]
+
+
+def tune_program(
+    fn: Callable,
+    args: Sequence[Any],
+    kwargs: Mapping[str, Any] | None = None,
+    *,
+    db: Any = None,
+    force: bool = False,
+    show: Callable[[Any, Any], None] | None = None,
+    **settings: Any,
+) -> list[Any]:
+    """Tune every call of `calls_in(fn, args, kwargs)` that has no entry for this device and
+    kernel version (all of them with `force=True`), each with the settings `tune()` takes (its
+    budget per call); returns one Outcome per call: "tuned" (with the speedup), "skipped"
+    (already tuned) or "failed" (why). One call failing does not stop the rest.
+
+    `db` defaults to the database model code is served from, so that afterwards every call of
+    `fn` is served from it. `show(progress, outcome)` is called as a job's (autotune.jobs)."""
+    from autotune import runtime
+    from autotune.jobs import run_tasks, tuning_device
+    from autotune.tune_settings import TuneSettings
+
+    run = TuneSettings().replace(**settings)
+    tasks = program_tasks(calls_in(fn, args, kwargs), run)
+    return run_tasks(
+        tasks,
+        tuning_device(run),
+        db=runtime.database_url() if db is None else db,
+        settings=run,
+        force=force,
+        show=show or _log_progress,
+    )
+
+
+def _log_progress(progress: Any, outcome: Any) -> None:
+    if outcome is not None:
+        log.info(
+            "call %d of %d: %s: %s %s",
+            progress.task_index,
+            progress.n_tasks,
+            outcome.task.label,
+            outcome.status,
+            outcome.detail,
+        )
