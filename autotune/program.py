@@ -26,6 +26,43 @@ from autotune.signature import is_array
 log = logging.getLogger(__name__)
 
 
+class ProgramError(AutotuneError):
+    """A program named on the command line or in a job file that cannot be loaded."""
+
+
+def load_program(target: str) -> tuple[Callable, tuple, dict[str, Any]]:
+    """'package.module:factory' to (fn, args, kwargs): `factory()` returns (fn, args) or
+    (fn, args, kwargs), the arguments arrays or jax.ShapeDtypeStructs."""
+    import importlib
+    import sys
+
+    module_name, sep, attr = target.partition(":")
+    if not sep or not module_name or not attr:
+        raise ProgramError(f"program {target!r}: write package.module:factory")
+    if "" not in sys.path:  # the user's modules are found from where they stand
+        sys.path.insert(0, "")
+    try:
+        factory: Any = importlib.import_module(module_name)
+    except ImportError as e:
+        raise ProgramError(f"program {target!r}: cannot import {module_name!r}: {e}") from e
+    for part in attr.split("."):
+        factory = getattr(factory, part, None)
+    if not callable(factory):
+        raise ProgramError(f"program {target!r}: {module_name} has no function {attr!r}")
+    made = factory()
+    if not (isinstance(made, tuple) and len(made) in (2, 3) and callable(made[0])):
+        raise ProgramError(
+            f"program {target!r}: {attr}() must return (fn, args) or (fn, args, kwargs), "
+            f"got {type(made).__name__}"
+        )
+    fn, args, kwargs = made if len(made) == 3 else (*made, {})
+    if not isinstance(args, (tuple, list)) or not isinstance(kwargs, Mapping):
+        raise ProgramError(
+            f"program {target!r}: {attr}() must return args as a tuple and kwargs as a dict"
+        )
+    return fn, tuple(args), dict(kwargs)
+
+
 @dataclass(frozen=True)
 class ProgramCall:
     """One `@autotuned` call of a program, as `autotune db` names it, and where it is served from."""
