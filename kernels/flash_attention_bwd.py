@@ -87,7 +87,7 @@ def _probs(q, k, lse, rows, cols, *, sm_scale, causal, seq_k, precision):
         s = jnp.where(cols < seq_k, s, MASK_VALUE)
     if causal:
         s = jnp.where(cols <= rows, s, MASK_VALUE)
-    return jnp.exp(s - lse[:, None])
+    return jnp.exp(s - lse)
 
 
 def _dq_kernel(
@@ -127,7 +127,7 @@ def _dq_kernel(
             precision=precision,
         )
         dp = jax.lax.dot_general(do, v, _NT, precision=precision, preferred_element_type=F32)
-        ds = p * (dp - delta[:, None])
+        ds = p * (dp - delta)
         return dq + jnp.dot(ds.astype(k.dtype), k, precision=precision, preferred_element_type=F32)
 
     n_steps = jnp.minimum(n_k, pl.cdiv(q_start + block_q, block_k)) if causal else n_k
@@ -162,8 +162,8 @@ def _dkv_kernel(
         dk, dv = carry
         q = q_ref[pl.ds(i * block_q, block_q), :]
         do = do_ref[pl.ds(i * block_q, block_q), :]
-        lse = lse_ref[pl.ds(i * block_q, block_q)]
-        delta = delta_ref[pl.ds(i * block_q, block_q)]
+        lse = lse_ref[pl.ds(i * block_q, block_q), :]
+        delta = delta_ref[pl.ds(i * block_q, block_q), :]
         p = _probs(
             q,
             k,
@@ -179,14 +179,15 @@ def _dkv_kernel(
             p.astype(do.dtype), do, _TN, precision=precision, preferred_element_type=F32
         )
         dp = jax.lax.dot_general(do, v, _NT, precision=precision, preferred_element_type=F32)
-        ds = p * (dp - delta[:, None])
+        ds = p * (dp - delta)
         dk = dk + jax.lax.dot_general(
             ds.astype(q.dtype), q, _TN, precision=precision, preferred_element_type=F32
         )
         return dk, dv
 
     # causal: rows before k_start see none of these keys
-    first = k_start // block_q if causal else 0
+    # (lax.div: a floor division's sign fix-up asks the device for its TPU generation)
+    first = jax.lax.div(k_start, block_q) if causal else 0
     zeros = jnp.zeros(dk_ref.shape, F32)
     dk, dv = jax.lax.fori_loop(first, n_q, step, (zeros, zeros))
     dk_ref[...] = (dk * sm_scale).astype(dk_ref.dtype)
@@ -237,18 +238,17 @@ def _backward_call(
     def pad(x, s, sp):
         return jnp.pad(x, ((0, 0), (0, 0), (0, sp - s), (0, dp - d))) if (sp, dp) != (s, d) else x
 
-    def pad_rows(x):
-        return (
-            jnp.pad(x.astype(F32), ((0, 0), (0, 0), (0, sqp - sq))) if sqp != sq else x.astype(F32)
-        )
+    def pad_rows(x):  # [B, H, Sq] -> [B, H, Sq padded, 1]: a TPU-tileable block, as the forward's
+        x = x.astype(F32)[..., None]
+        return jnp.pad(x, ((0, 0), (0, 0), (0, sqp - sq), (0, 0))) if sqp != sq else x
 
     scale = _scale(d, sm_scale)
     q_all = pl.BlockSpec((None, None, sqp, dp), lambda i, j, t: (i, j, 0, 0))
     kv_all = pl.BlockSpec((None, None, skp, dp), lambda i, j, t: (i, j, 0, 0))
-    rows_all = pl.BlockSpec((None, None, sqp), lambda i, j, t: (i, j, 0))
+    rows_all = pl.BlockSpec((None, None, sqp, 1), lambda i, j, t: (i, j, 0, 0))
     if which == "dq":
         q_blk = pl.BlockSpec((None, None, bq, dp), lambda i, j, t: (i, j, t, 0))
-        rows_blk = pl.BlockSpec((None, None, bq), lambda i, j, t: (i, j, t))
+        rows_blk = pl.BlockSpec((None, None, bq, 1), lambda i, j, t: (i, j, t, 0))
         body = functools.partial(kernel, block_k=bk, n_k=skp // bk)
         grid, in_specs = (b, h, sqp // bq), [q_blk, kv_all, kv_all, q_blk, rows_blk, rows_blk]
         out_shape, out_specs = [jax.ShapeDtypeStruct((b, h, sqp, dp), q.dtype)], [q_blk]
