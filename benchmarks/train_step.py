@@ -31,22 +31,24 @@ import jax
 import jax.numpy as jnp
 
 
-def init_params(d_model: int, dtype: Any, seed: int = 0) -> dict[str, jax.Array]:
+def init_params(d_model: int, dtype: Any, seed: int = 0, mlp: bool = True) -> dict[str, jax.Array]:
     keys = jax.random.split(jax.random.key(seed), 4)
 
     def dense(key: Any, n_in: int, n_out: int) -> jax.Array:
         return (jax.random.normal(key, (n_in, n_out), jnp.float32) / n_in**0.5).astype(dtype)
 
     ones, zeros = jnp.ones((d_model,), dtype), jnp.zeros((d_model,), dtype)
-    return {
+    params = {
         "ln_w": ones,
         "ln_b": zeros,
         "w_qkv": dense(keys[0], d_model, 3 * d_model),
         "w_o": dense(keys[1], d_model, d_model),
-        "rms_w": ones,
-        "w_up": dense(keys[2], d_model, 4 * d_model),
-        "w_down": dense(keys[3], 4 * d_model, d_model),
     }
+    if mlp:
+        params["rms_w"] = ones
+        params["w_up"] = dense(keys[2], d_model, 4 * d_model)
+        params["w_down"] = dense(keys[3], 4 * d_model, d_model)
+    return params
 
 
 def pallas_ops() -> dict[str, Any]:
@@ -77,7 +79,8 @@ def jax_ops() -> dict[str, Any]:
 
 
 def block(params: dict[str, jax.Array], x: jax.Array, heads: int, ops: dict[str, Any]):
-    """x [B, S, D] -> [B, S, D]: x + attention(layer_norm(x)), then + MLP(rms_norm(.))."""
+    """x [B, S, D] -> [B, S, D]: x + attention(layer_norm(x)), then + MLP(rms_norm(.)) where
+    the weights have an MLP."""
     b, s, d = x.shape
     mm = ops["matmul"]
     h = ops["layer_norm"](x, params["ln_w"], params["ln_b"]).reshape(b * s, d)
@@ -85,6 +88,8 @@ def block(params: dict[str, jax.Array], x: jax.Array, heads: int, ops: dict[str,
     q, k, v = (qkv[:, :, i].transpose(0, 2, 1, 3) for i in range(3))  # [B, H, S, D/H]
     a = ops["attention"](q, k, v).transpose(0, 2, 1, 3).reshape(b * s, d)
     x = x + mm(a, params["w_o"]).reshape(b, s, d)
+    if "w_up" not in params:
+        return x
     h = ops["rms_norm"](x, params["rms_w"]).reshape(b * s, d)
     return x + mm(jax.nn.gelu(mm(h, params["w_up"])), params["w_down"]).reshape(b, s, d)
 
@@ -98,15 +103,18 @@ def step(heads: int, ops: dict[str, Any]):
     return jax.value_and_grad(functools.partial(loss, heads=heads, ops=ops))
 
 
-def program(batch: int, seq: int, d_model: int, heads: int, dtype: Any = jnp.float32):
+def program(
+    batch: int, seq: int, d_model: int, heads: int, dtype: Any = jnp.float32, mlp: bool = True
+):
     """(step, (params, x)) as jax.ShapeDtypeStructs: what autotune.calls_in reads."""
-    params = jax.eval_shape(functools.partial(init_params, d_model, dtype))
+    params = jax.eval_shape(functools.partial(init_params, d_model, dtype, mlp=mlp))
     return step(heads, pallas_ops()), (params, jax.ShapeDtypeStruct((batch, seq, d_model), dtype))
 
 
 def tiny():
-    """A factory for `autotune calls` and `autotune tune --program`: a block at odd sizes."""
-    return program(batch=1, seq=12, d_model=16, heads=2)
+    """A factory for `autotune calls` and `autotune tune --program`: the attention half of the
+    block at small, odd sizes."""
+    return program(batch=1, seq=12, d_model=16, heads=2, mlp=False)
 
 
 def median_ms(fns: dict[str, Any], args: tuple, rounds: int) -> dict[str, float]:
