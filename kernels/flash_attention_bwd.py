@@ -207,29 +207,32 @@ def _check_grads(q, k, v, do, lse, delta) -> None:
             )
 
 
-def _backward_call(
-    kernel,
-    which,
-    q,
-    k,
-    v,
-    do,
-    lse,
-    delta,
+def backward_on(
+    which: str,
+    q: jax.Array,
+    k: jax.Array,
+    v: jax.Array,
+    do: jax.Array,
+    lse: jax.Array,
+    delta: jax.Array,
     *,
-    causal,
-    sm_scale,
-    block_q,
-    block_k,
-    num_warps,
-    num_stages,
-    precision,
-    interpret,
-):
-    """Lay the inputs out as the forward does and run `kernel` over query ("dq") or key
-    ("dkv") blocks."""
+    causal: bool,
+    sm_scale: float | None,
+    block_q: int,
+    block_k: int,
+    num_warps: int,
+    num_stages: int,
+    precision: str,
+    platform: str,
+    interpret: bool,
+) -> list[jax.Array]:
+    """[dq] ("dq") or [dk, dv] ("dkv"), the inputs laid out for `platform` as the forward lays
+    them out (tests run the GPU layout in interpret mode)."""
+    _check_grads(q, k, v, do, lse, delta)
     check_precision(precision)
-    platform = kernel_platform(interpret)
+    if q.size == 0 or k.size == 0:
+        return [jnp.zeros_like(q)] if which == "dq" else [jnp.zeros_like(k), jnp.zeros_like(v)]
+    kernel = _dq_kernel if which == "dq" else _dkv_kernel
     (b, h, sq, d), sk = q.shape, k.shape[2]
     bq, bk, sqp, skp, dp = _layout(
         (q.shape, k.shape), {"block_q": block_q, "block_k": block_k}, platform
@@ -302,11 +305,7 @@ def flash_attention_dq(
 ) -> jax.Array:
     """dq of flash_attention for the output's cotangent do, from the forward's lse and
     delta = rowsum(do * out) (both [B, H, Sq] float32)."""
-    _check_grads(q, k, v, do, lse, delta)
-    if q.size == 0:
-        return jnp.zeros_like(q)
-    (dq,) = _backward_call(
-        _dq_kernel,
+    (dq,) = backward_on(
         "dq",
         q,
         k,
@@ -321,6 +320,7 @@ def flash_attention_dq(
         num_warps=num_warps,
         num_stages=num_stages,
         precision=precision,
+        platform=kernel_platform(interpret),
         interpret=interpret,
     )
     return dq
@@ -351,11 +351,7 @@ def flash_attention_dkv(
 ) -> tuple[jax.Array, jax.Array]:
     """(dk, dv) of flash_attention for the output's cotangent do, from the forward's lse and
     delta = rowsum(do * out) (both [B, H, Sq] float32)."""
-    _check_grads(q, k, v, do, lse, delta)
-    if q.size == 0 or k.size == 0:
-        return jnp.zeros_like(k), jnp.zeros_like(v)
-    dk, dv = _backward_call(
-        _dkv_kernel,
+    dk, dv = backward_on(
         "dkv",
         q,
         k,
@@ -370,6 +366,7 @@ def flash_attention_dkv(
         num_warps=num_warps,
         num_stages=num_stages,
         precision=precision,
+        platform=kernel_platform(interpret),
         interpret=interpret,
     )
     return dk, dv

@@ -38,6 +38,7 @@ from autotune.kernels import (
     vector_add,
     vector_add_reference,
 )
+from autotune.kernels.flash_attention_bwd import backward_on
 
 S = jax.ShapeDtypeStruct
 ROWS = (3, 5, 37)  # 15 rows, a row length no power of two
@@ -126,6 +127,20 @@ def test_flash_attention_backward_kernels_skip_causal_blocks_and_match_the_true_
     close(flash_attention_dq(q, k, v, do, lse, delta, **blocks),
           attention_dq_reference(q, k, v, do, lse, delta, causal=True), jnp.float32)  # fmt: skip
     dk, dv = flash_attention_dkv(q, k, v, do, lse, delta, **blocks)
+    ref_dk, ref_dv = attention_dkv_reference(q, k, v, do, lse, delta, causal=True)
+    close(dk, ref_dk, jnp.float32)
+    close(dv, ref_dv, jnp.float32)
+
+
+def test_flash_attention_backward_gpu_layout_pads_head_dim():
+    # the GPU layout pads D = 12 to 16 lanes and the blocks to powers of two; run it here
+    q, k, v = (rand(s, seed=i) for i, s in enumerate([(1, 1, 20, 12)] + [(1, 1, 33, 12)] * 2))
+    do, lse, delta = rand(q.shape, seed=4), rand(q.shape[:3], seed=5), rand(q.shape[:3], seed=6)
+    options = dict(causal=True, sm_scale=None, block_q=16, block_k=16, num_warps=4, num_stages=2,
+                   precision="highest", platform="gpu", interpret=True)  # fmt: skip
+    (dq,) = backward_on("dq", q, k, v, do, lse, delta, **options)
+    dk, dv = backward_on("dkv", q, k, v, do, lse, delta, **options)
+    close(dq, attention_dq_reference(q, k, v, do, lse, delta, causal=True), jnp.float32)
     ref_dk, ref_dv = attention_dkv_reference(q, k, v, do, lse, delta, causal=True)
     close(dk, ref_dk, jnp.float32)
     close(dv, ref_dv, jnp.float32)
