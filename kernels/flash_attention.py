@@ -37,6 +37,7 @@ from autotune.kernels.rowwise import F32, gpu_compiler_params
 # A finite "minus infinity" for masked scores: exp(MASK - m) is exactly 0 for any real max m,
 # and a block with every key masked cannot turn the running max into NaN.
 MASK_VALUE = -0.7 * float(jnp.finfo(F32).max)
+LOG2_E = math.log2(math.e)
 
 
 def _layout(shapes, config: dict, platform: str) -> tuple[int, int, int, int, int]:
@@ -93,45 +94,67 @@ def attention_reference(
 
 
 def _kernel(
-    q_ref, k_ref, v_ref, o_ref, lse_ref=None, *, sm_scale, causal, block_k, seq_k, n_k, precision
+    q_ref,
+    k_ref,
+    v_ref,
+    o_ref,
+    lse_ref=None,
+    *,
+    sm_scale,
+    causal,
+    block_k,
+    seq_k,
+    n_k,
+    precision,
+    q_block,
 ):
     block_q = q_ref.shape[0]
-    q_start = pl.program_id(2) * block_q
-    q = q_ref[...]
+    q_start = q_block(pl.program_id(2)) * block_q
+    # scores in base 2: the scale and log2(e) multiply q once, and exp2 replaces exp
+    q = (q_ref[...] * (sm_scale * LOG2_E)).astype(q_ref.dtype)
     rows = q_start + jax.lax.broadcasted_iota(jnp.int32, (block_q, block_k), 0)
     lanes = jax.lax.broadcasted_iota(jnp.int32, (block_q, block_k), 1)
 
-    def step(j, carry):
+    def step(j, carry, masked: bool):
         m, denom, acc = carry
         k = k_ref[pl.ds(j * block_k, block_k), :]
         v = v_ref[pl.ds(j * block_k, block_k), :]
         s = jax.lax.dot_general(
             q, k, (((1,), (1,)), ((), ())), precision=precision, preferred_element_type=F32
         )
-        s = s * sm_scale
-        cols = j * block_k + lanes
-        if seq_k % block_k:  # padded keys (zeros) would otherwise take a share of the softmax
-            s = jnp.where(cols < seq_k, s, MASK_VALUE)
-        if causal:
-            s = jnp.where(cols <= rows, s, MASK_VALUE)
+        if masked:
+            cols = j * block_k + lanes
+            if seq_k % block_k:  # padded keys (zeros) would otherwise take a share of the softmax
+                s = jnp.where(cols < seq_k, s, MASK_VALUE)
+            if causal:
+                s = jnp.where(cols <= rows, s, MASK_VALUE)
         m_new = jnp.maximum(m, s.max(axis=-1, keepdims=True))
-        alpha = jnp.exp(m - m_new)
-        p = jnp.exp(s - m_new)
+        alpha = jnp.exp2(m - m_new)
+        p = jnp.exp2(s - m_new)
         denom = alpha * denom + p.sum(axis=-1, keepdims=True)
         pv = jnp.dot(p.astype(v.dtype), v, precision=precision, preferred_element_type=F32)
         return m_new, denom, alpha * acc + pv
 
-    # Key 0 is in block 0 and visible to every row, so each row's denominator is positive.
-    n_steps = jnp.minimum(n_k, pl.cdiv(q_start + block_q, block_k)) if causal else n_k
+    # Only the blocks that cross the diagonal or hold padded keys are masked; the blocks before
+    # them are seen whole by every row of this block. (lax.div: a floor division's sign fix-up
+    # asks the device for its TPU generation.) Key 0 is in block 0 and visible to every row,
+    # so each row's denominator is positive.
+    n_whole = n_k - 1 if seq_k % block_k else n_k
+    if causal:
+        n_whole = jnp.minimum(n_whole, jax.lax.div(q_start + 1, block_k))
+        n_steps = jnp.minimum(n_k, pl.cdiv(q_start + block_q, block_k))
+    else:
+        n_steps = n_k
     init = (
         jnp.full((block_q, 1), -jnp.inf, F32),
         jnp.zeros((block_q, 1), F32),
         jnp.zeros(o_ref.shape, F32),
     )
-    m, denom, acc = jax.lax.fori_loop(0, n_steps, step, init)
+    carry = jax.lax.fori_loop(0, n_whole, functools.partial(step, masked=False), init)
+    m, denom, acc = jax.lax.fori_loop(n_whole, n_steps, functools.partial(step, masked=True), carry)
     o_ref[...] = (acc / denom).astype(o_ref.dtype)
-    if lse_ref is not None:  # kept for the backward (kernels/flash_attention_bwd.py)
-        lse_ref[...] = m + jnp.log(denom)
+    if lse_ref is not None:  # kept for the backward (kernels/flash_attention_bwd.py), base e
+        lse_ref[...] = m / LOG2_E + jnp.log(denom)
 
 
 def _check(q: jax.Array, k: jax.Array, v: jax.Array) -> None:
@@ -183,14 +206,19 @@ def attention_on(
     def pad(x, s, sp):
         return jnp.pad(x, ((0, 0), (0, 0), (0, sp - s), (0, dp - d))) if (sp, dp) != (s, d) else x
 
-    q_spec = pl.BlockSpec((None, None, bq, dp), lambda i, j, t: (i, j, t, 0))
+    n_q = sqp // bq
+
+    def q_block(t):  # causal: the last query blocks, which see the most keys, run first
+        return n_q - 1 - t if causal else t
+
+    q_spec = pl.BlockSpec((None, None, bq, dp), lambda i, j, t: (i, j, q_block(t), 0))
     kv_spec = pl.BlockSpec((None, None, skp, dp), lambda i, j, t: (i, j, 0, 0))
     out_shape = [jax.ShapeDtypeStruct((b, h, sqp, dp), q.dtype)]
     out_specs = [q_spec]
     if with_lse:
         # a trailing axis of 1: a [block_q, 1] block meets the TPU tiling rule, a [block_q] one not
         out_shape.append(jax.ShapeDtypeStruct((b, h, sqp, 1), F32))
-        out_specs.append(pl.BlockSpec((None, None, bq, 1), lambda i, j, t: (i, j, t, 0)))
+        out_specs.append(pl.BlockSpec((None, None, bq, 1), lambda i, j, t: (i, j, q_block(t), 0)))
     outs = pl.pallas_call(
         functools.partial(
             _kernel,
@@ -200,9 +228,10 @@ def attention_on(
             seq_k=sk,
             n_k=skp // bk,
             precision=precision,
+            q_block=q_block,
         ),
         out_shape=out_shape,
-        grid=(b, h, sqp // bq),
+        grid=(b, h, n_q),
         in_specs=[q_spec, kv_spec, kv_spec],
         out_specs=out_specs,
         compiler_params=gpu_compiler_params(num_warps, platform, num_stages),
