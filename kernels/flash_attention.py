@@ -5,8 +5,13 @@ keys `block_k` at a time, keeping the running max, sum and output in float32 (so
 matrix never exists in full). Sequences that are not multiples of the blocks are zero-padded:
 padded query rows are computed and dropped, padded keys are masked out of the softmax. Causal
 masking is top-left aligned (query i sees keys 0..i), and a causal step stops at the last key
-block its rows can see. On GPU head_dim is zero-padded to a power of two (zeros change no dot
-product).
+block its rows can see; only the key blocks that cross the diagonal or hold padded keys are
+masked, and the query blocks that see the most keys run first. The softmax runs in base 2: the
+scale and log2(e) multiply q once, and exp2 replaces exp. On GPU head_dim is zero-padded to a
+power of two (zeros change no dot product).
+
+Differentiable: under jax.grad the forward also keeps each row's log-sum-exp, and the backward
+is two kernels of their own (kernels/flash_attention_bwd.py).
 """
 
 from __future__ import annotations

@@ -81,9 +81,10 @@ def attention_dkv_reference(
 
 
 def _probs(q, k, lse, rows, cols, *, sm_scale, causal, seq_k, precision):
-    """exp(s - lse) of one (query block, key block) tile, masked keys at exactly 0."""
+    """exp(s - lse) of one (query block, key block) tile; keys at or past `seq_k` (None: no
+    padded keys here) and, if `causal`, keys after a row's own at exactly 0."""
     s = jax.lax.dot_general(q, k, _NT, precision=precision, preferred_element_type=F32) * sm_scale
-    if seq_k % k.shape[0]:  # padded keys
+    if seq_k is not None:
         s = jnp.where(cols < seq_k, s, MASK_VALUE)
     if causal:
         s = jnp.where(cols <= rows, s, MASK_VALUE)
@@ -112,7 +113,7 @@ def _dq_kernel(
     rows = q_start + jax.lax.broadcasted_iota(jnp.int32, (block_q, block_k), 0)
     lanes = jax.lax.broadcasted_iota(jnp.int32, (block_q, block_k), 1)
 
-    def step(j, dq):
+    def step(j, dq, masked: bool):
         k = k_ref[pl.ds(j * block_k, block_k), :]
         v = v_ref[pl.ds(j * block_k, block_k), :]
         p = _probs(
@@ -122,16 +123,25 @@ def _dq_kernel(
             rows,
             j * block_k + lanes,
             sm_scale=sm_scale,
-            causal=causal,
-            seq_k=seq_k,
+            causal=causal and masked,
+            seq_k=seq_k if masked and seq_k % block_k else None,
             precision=precision,
         )
         dp = jax.lax.dot_general(do, v, _NT, precision=precision, preferred_element_type=F32)
         ds = p * (dp - delta)
         return dq + jnp.dot(ds.astype(k.dtype), k, precision=precision, preferred_element_type=F32)
 
-    n_steps = jnp.minimum(n_k, pl.cdiv(q_start + block_q, block_k)) if causal else n_k
-    dq = jax.lax.fori_loop(0, n_steps, step, jnp.zeros(dq_ref.shape, F32))
+    # as the forward: only the key blocks on the diagonal or holding padded keys are masked
+    n_whole = n_k - 1 if seq_k % block_k else n_k
+    if causal:
+        n_whole = jnp.minimum(n_whole, jax.lax.div(q_start + 1, block_k))
+        n_steps = jnp.minimum(n_k, pl.cdiv(q_start + block_q, block_k))
+    else:
+        n_steps = n_k
+    dq = jax.lax.fori_loop(
+        0, n_whole, functools.partial(step, masked=False), jnp.zeros(dq_ref.shape, F32)
+    )
+    dq = jax.lax.fori_loop(n_whole, n_steps, functools.partial(step, masked=True), dq)
     dq_ref[...] = (dq * sm_scale).astype(dq_ref.dtype)
 
 
@@ -158,7 +168,7 @@ def _dkv_kernel(
     rows = jax.lax.broadcasted_iota(jnp.int32, (block_q, block_k), 0)
     cols = k_start + jax.lax.broadcasted_iota(jnp.int32, (block_q, block_k), 1)
 
-    def step(i, carry):
+    def step(i, carry, masked: bool):
         dk, dv = carry
         q = q_ref[pl.ds(i * block_q, block_q), :]
         do = do_ref[pl.ds(i * block_q, block_q), :]
@@ -171,8 +181,8 @@ def _dkv_kernel(
             i * block_q + rows,
             cols,
             sm_scale=sm_scale,
-            causal=causal,
-            seq_k=seq_k,
+            causal=causal and masked,
+            seq_k=seq_k if seq_k % block_k else None,
             precision=precision,
         )
         dv = dv + jax.lax.dot_general(
@@ -185,11 +195,16 @@ def _dkv_kernel(
         )
         return dk, dv
 
-    # causal: rows before k_start see none of these keys
-    # (lax.div: a floor division's sign fix-up asks the device for its TPU generation)
-    first = jax.lax.div(k_start, block_q) if causal else 0
+    # causal: rows before k_start see none of these keys, and from the query block whose first
+    # row is the block's last key on, every row sees them all (no mask). (lax.div: a floor
+    # division's sign fix-up asks the device for its TPU generation.)
+    first, whole = 0, 0
+    if causal:
+        first = jax.lax.div(k_start, block_q)
+        whole = jnp.minimum(n_q, jax.lax.div(k_start + block_k - 1 + block_q - 1, block_q))
     zeros = jnp.zeros(dk_ref.shape, F32)
-    dk, dv = jax.lax.fori_loop(first, n_q, step, (zeros, zeros))
+    carry = jax.lax.fori_loop(first, whole, functools.partial(step, masked=True), (zeros, zeros))
+    dk, dv = jax.lax.fori_loop(whole, n_q, functools.partial(step, masked=False), carry)
     dk_ref[...] = (dk * sm_scale).astype(dk_ref.dtype)
     dv_ref[...] = dv.astype(dv_ref.dtype)
 
