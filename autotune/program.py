@@ -49,7 +49,10 @@ def load_program(target: str) -> tuple[Callable, tuple, dict[str, Any]]:
         factory = getattr(factory, part, None)
     if not callable(factory):
         raise ProgramError(f"program {target!r}: {module_name} has no function {attr!r}")
-    made = factory()
+    try:
+        made = factory()
+    except Exception as e:  # the user's code: one line that names it, not a traceback
+        raise ProgramError(f"program {target!r}: {attr}() raised {type(e).__name__}: {e}") from e
     if not (isinstance(made, tuple) and len(made) in (2, 3) and callable(made[0])):
         raise ProgramError(
             f"program {target!r}: {attr}() must return (fn, args) or (fn, args, kwargs), "
