@@ -161,20 +161,10 @@ def _program_call(kernel: Any, args: tuple, kwargs: Mapping[str, Any]) -> Progra
 def program_tasks(calls: Sequence[ProgramCall], settings: Any) -> list[Any]:
     """One tuning task per call (calls whose caller passes the block sizes left out), each with
     the budget, strategy and seed of `settings` (a TuneSettings)."""
-    from autotune.jobs import Task
+    from autotune.task import task_of_call
 
     return [
-        Task(
-            kernel=c.kernel,
-            shapes=tuple(tuple(a.shape) for a in c.args),
-            dtypes=tuple(str(a.dtype) for a in c.args),
-            static=tuple(sorted(c.kwargs.items())),
-            trials=settings.n_trials,
-            strategy=settings.strategy,
-            seed=settings.seed,
-        )
-        for c in calls
-        if c.source != "caller"
+        task_of_call(c.kernel, c.args, c.kwargs, settings) for c in calls if c.source != "caller"
     ]
 
 
@@ -196,8 +186,9 @@ def tune_program(
     `db` defaults to the database model code is served from, so that afterwards every call of
     `fn` is served from it. `show(progress, outcome)` is called as a job's (autotune.jobs)."""
     from autotune import runtime
-    from autotune.jobs import run_tasks, tuning_device
+    from autotune.jobs import run_tasks
     from autotune.tune_settings import TuneSettings
+    from autotune.worker.parent import tuning_device
 
     run = TuneSettings().replace(**settings)
     tasks = program_tasks(calls_in(fn, args, kwargs), run)
