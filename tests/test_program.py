@@ -93,6 +93,25 @@ def test_the_cli_lists_and_tunes_a_programs_calls_by_shard(capsys, monkeypatch, 
     assert rc == 2 and "has no function 'nothing'" in err and len(err.splitlines()) == 1
 
 
+def test_a_job_file_task_may_name_a_program(tmp_path, monkeypatch):
+    from autotune.errors import JobError
+    from autotune.jobfile import load_job
+
+    monkeypatch.syspath_prepend(BENCHMARKS)
+    job = tmp_path / "job.toml"
+    job.write_text(
+        '[defaults]\ntrials = 3\n[[task]]\nprogram = "train_step:tiny"\n'
+        '[[task]]\nkernel = "softmax"\nshapes = ["8x8"]\n'
+    )
+    tasks = load_job(job)
+    calls = autotune.calls_in(*train_step.tiny())
+    assert [t.kernel for t in tasks] == [c.kernel for c in calls] + ["softmax"]
+    assert {t.trials for t in tasks} == {3}
+    job.write_text('[[task]]\nprogram = "train_step:tiny"\nshapes = ["8x8"]\n')
+    with pytest.raises(JobError, match="task 1: a program task names program = .* and no shapes"):
+        load_job(job)
+
+
 # A user's own differentiable kernel: x * x over row blocks, the block size a static argument of
 # its custom_vjp, the backward a Pallas kernel of the same block size.
 SEEN: list[tuple[str, int]] = []
