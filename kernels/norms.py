@@ -123,8 +123,9 @@ def _rms_bwd(arrays: tuple, g: jax.Array, *, eps: float, interpret: bool, **_) -
 def _layer_bwd(arrays: tuple, g: jax.Array, *, eps: float, interpret: bool, **_) -> tuple:
     from autotune.kernels.row_grads import layer_norm_bwd
 
-    x, weight, _bias = arrays
-    return layer_norm_bwd(x, weight, g, eps=eps, interpret=interpret)
+    x, weight, bias = arrays
+    dx, dweight, dbias = layer_norm_bwd(x, weight, g, eps=eps, interpret=interpret)
+    return dx, dweight, dbias.astype(bias.dtype)
 
 
 _rms_forward, _layer_forward = _norm_forward("rms_norm"), _norm_forward("layer_norm")
