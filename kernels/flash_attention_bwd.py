@@ -63,15 +63,33 @@ def _reference_parts(q, k, v, do, lse, delta, causal, sm_scale, precision):
 
 
 def attention_dq_reference(
-    q, k, v, do, lse, delta, *, causal=False, sm_scale=None, precision="highest"
-):
+    q: jax.Array,
+    k: jax.Array,
+    v: jax.Array,
+    do: jax.Array,
+    lse: jax.Array,
+    delta: jax.Array,
+    *,
+    causal: bool = False,
+    sm_scale: float | None = None,
+    precision: str = "highest",
+) -> jax.Array:
     scale, _, kf, _, _, ds = _reference_parts(q, k, v, do, lse, delta, causal, sm_scale, precision)
     return (jnp.einsum("bhqk,bhkd->bhqd", ds, kf, precision=precision) * scale).astype(q.dtype)
 
 
 def attention_dkv_reference(
-    q, k, v, do, lse, delta, *, causal=False, sm_scale=None, precision="highest"
-):
+    q: jax.Array,
+    k: jax.Array,
+    v: jax.Array,
+    do: jax.Array,
+    lse: jax.Array,
+    delta: jax.Array,
+    *,
+    causal: bool = False,
+    sm_scale: float | None = None,
+    precision: str = "highest",
+) -> tuple[jax.Array, jax.Array]:
     scale, qf, _, dof, p, ds = _reference_parts(
         q, k, v, do, lse, delta, causal, sm_scale, precision
     )
