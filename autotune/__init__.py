@@ -31,13 +31,17 @@ __all__ = [
     "TuneSettings",
     "TuningDB",
     "autotuned",
+    "calls_in",
     "configure",
     "register",
     "tune",
+    "tune_program",
 ]
 
 _LAZY = {
+    "calls_in": "autotune.program",
     "tune": "autotune.tuner",
+    "tune_program": "autotune.program",
     "TuneResult": "autotune.tuner",
     "TuneSettings": "autotune.tune_settings",
     "TuningDB": "autotune.db",

@@ -11,6 +11,8 @@ combination is one task), with an optional trial budget, strategy, seed and stat
     kernel = "matmul"
     shapes = ["256x256,256x256", "512x256,256x128"]
     dtypes = ["float32", "bfloat16"]
+    [[task]]
+    program = "mymodel:train_step"  # every @autotuned call of a program (autotune.calls_in)
 
 Tasks already tuned for this device kind and kernel version are skipped (unless forced), and a
 task's search is an Optuna study in a storage, so running an interrupted job again resumes it.
@@ -42,6 +44,7 @@ _TASK_FIELDS = {
     "trials",
     "strategy",
     "seed",
+    "program",
 }
 
 
@@ -78,6 +81,9 @@ def load_job(path: str | Path) -> list[Task]:
         bad = sorted(set(spec) - _TASK_FIELDS)
         if bad:
             raise JobError(f"{where}: unknown field(s) {', '.join(bad)}")
+        if "program" in entry:
+            tasks += _program_tasks(entry, spec, where)
+            continue
         if not isinstance(spec.get("kernel"), str):
             raise JobError(f'{where}: needs kernel = "name" (or "package.module:function")')
         shapes = _strings(spec.get("shapes", spec.get("shape")), f"{where}: shapes")
@@ -102,6 +108,30 @@ def load_job(path: str | Path) -> list[Task]:
                     raise JobError(f"{where}: {e}") from None
                 tasks.append(task)
     return tasks
+
+
+def _program_tasks(entry: dict[str, Any], spec: dict[str, Any], where: str) -> list[Task]:
+    """A task that names a program (`program = "module:factory"`): one task per @autotuned
+    call of it (autotune.calls_in), with the task's budget, strategy and seed."""
+    from autotune.program import calls_in, load_program, program_tasks
+    from autotune.tune_settings import checked
+
+    clash = sorted(set(entry) & (_TASK_FIELDS - {"program", "trials", "strategy", "seed"}))
+    if clash or not isinstance(entry["program"], str):
+        raise JobError(
+            f'{where}: a program task names program = "module:factory" and no '
+            f"{', '.join(clash) or 'kernel, shapes or static'}"
+        )
+    try:
+        settings = checked(
+            {"n_trials": "trials"},
+            n_trials=spec.get("trials", DEFAULTS.n_trials),
+            strategy=spec.get("strategy", DEFAULTS.strategy),
+            seed=spec.get("seed", DEFAULTS.seed),
+        )
+        return program_tasks(calls_in(*load_program(entry["program"])), settings)
+    except AutotuneError as e:
+        raise JobError(f"{where}: {e}") from None
 
 
 def _strings(value: Any, what: str) -> list[str]:

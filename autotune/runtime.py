@@ -13,6 +13,7 @@ call runs the fallback (or raises AutotuneError in strict mode).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import logging
@@ -82,6 +83,11 @@ def configure(
             fallback=base.fallback if fallback is None else fallback,
         )
     )
+
+
+def database_url() -> str | None:
+    """The database model code is served from (None: the per-user default file)."""
+    return _STATE.settings.db_url
 
 
 def clear_memo() -> None:
@@ -216,7 +222,8 @@ class AutotunedKernel:
         import jax
 
         def entry(*args: Any, **kwargs: Any) -> Any:  # runs while jit traces a new call
-            return self._run(args, kwargs, self._traced_kernel)
+            with traced_call_scope(self, args, kwargs):
+                return self._run(args, kwargs, self._traced_kernel)
 
         # named as the kernel, as a hand-jitted kernel is named in jaxprs and profiles
         entry.__name__ = entry.__qualname__ = self.spec.fn.__name__
@@ -374,6 +381,39 @@ class AutotunedKernel:
 def _broken(space: Any, config: dict, sig: Signature) -> str | None:
     broken = space.violations(config, sig)
     return f"breaks {', '.join(broken)} for {sig.text}" if broken else None
+
+
+@dataclass(frozen=True)
+class TracedCall:
+    """A call that a kernel's jitted entry traced: arrays as jax.ShapeDtypeStruct."""
+
+    kernel: AutotunedKernel
+    args: tuple
+    kwargs: dict[str, Any]
+
+
+# Every call an entry traced in this process, by the name of the scope it was traced in. The
+# scope's name stays on the operations of the entry's jaxpr, which jit caches and reuses: so
+# `autotune.calls_in` finds a call in a program's jaxpr whether or not this trace ran it.
+TRACED_CALLS: dict[str, TracedCall] = {}
+TRACED_SCOPE_PREFIX = "autotuned_call_"
+_SCOPES: dict[tuple, str] = {}
+
+
+def traced_call_scope(kernel: AutotunedKernel, args: Sequence[Any], kwargs: Mapping[str, Any]):
+    """The named scope a kernel's entry traces a call in (one name per distinct call)."""
+    import jax
+
+    try:
+        key = (kernel.spec.name, kernel.spec.version, _call_shape(args, kwargs))
+        name = _SCOPES.get(key)
+    except TypeError:  # an unhashable static argument: not listed by calls_in
+        return contextlib.nullcontext()
+    if name is None:
+        name = _SCOPES[key] = f"{TRACED_SCOPE_PREFIX}{len(_SCOPES)}"
+        abstract = tuple(jax.ShapeDtypeStruct(a.shape, a.dtype) if is_array(a) else a for a in args)
+        TRACED_CALLS[name] = TracedCall(kernel, abstract, dict(kwargs))
+    return jax.named_scope(name)
 
 
 # Types whose every value is an array (is_array), or None; learned as calls bring them.

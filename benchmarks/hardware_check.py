@@ -98,6 +98,11 @@ CASES = [  # the ones that matter most first: a check cut short keeps them
     Case("vector_add", ((1 << 26,),) * 2, ((5000,),) * 2, "float32", share=0.3),
 ]
 
+# The training step of a transformer block, forward and backward, after the kernel cases (on a GPU):
+# benchmarks/train_step.py lists its calls, tunes them and times the step tuned, at the defaults
+# and in plain JAX (cuDNN's attention where jax.nn picks it), in its own process.
+TRAIN_STEP_CASE = ["--batch", "2", "--seq", "1024", "--d-model", "1024", "--heads", "8", "--trials", "4"]  # fmt: skip
+
 # GPU interpret mode simulates every thread of a Mosaic GPU kernel: seconds per call at the
 # smallest shapes, too slow to tune and time in a smoke run (its correctness is still checked).
 SMOKE_SKIPS = "Mosaic GPU kernels are not tuned in smoke mode (GPU interpret mode is a simulator)"
@@ -509,6 +514,12 @@ def main(argv: list[str] | None = None) -> int:
         help="time for the README's JAX Hopper matmul example (on a GPU only; 0: skip it)",
     )
     p.add_argument(
+        "--train-step-s",
+        type=float,
+        default=600.0,
+        help="time for benchmarks/train_step.py after the cases (on a GPU only; 0: skip it)",
+    )
+    p.add_argument(
         "--out",
         help="folder for the report (default: benchmarks/results; --smoke: a temporary one)",
     )
@@ -578,6 +589,15 @@ def main(argv: list[str] | None = None) -> int:
             write()
         if run_example:
             example = readme_example(args.readme_example_s)
+        if info["platform"] == "gpu" and args.train_step_s > 0:
+            script = [sys.executable, str(ROOT / "benchmarks" / "train_step.py"), *TRAIN_STEP_CASE]
+            try:
+                train = subprocess.run(
+                    script, capture_output=True, text=True, timeout=args.train_step_s
+                )
+                print(f"training step, rc {train.returncode}:\n{train.stdout[-2500:]}")
+            except subprocess.TimeoutExpired:
+                print(f"training step: stopped after {args.train_step_s:.0f} s")
         print(write())
         print(f"wrote {out_dir / name}.md and .json")
     ok = all(c["ok"] for c in checks) and all(r.get("tuned_ok", False) for r in rows)

@@ -5,8 +5,13 @@ keys `block_k` at a time, keeping the running max, sum and output in float32 (so
 matrix never exists in full). Sequences that are not multiples of the blocks are zero-padded:
 padded query rows are computed and dropped, padded keys are masked out of the softmax. Causal
 masking is top-left aligned (query i sees keys 0..i), and a causal step stops at the last key
-block its rows can see. On GPU head_dim is zero-padded to a power of two (zeros change no dot
-product).
+block its rows can see; only the key blocks that cross the diagonal or hold padded keys are
+masked, and the query blocks that see the most keys run first. The softmax runs in base 2: the
+scale and log2(e) multiply q once, and exp2 replaces exp. On GPU head_dim is zero-padded to a
+power of two (zeros change no dot product).
+
+Differentiable: under jax.grad the forward also keeps each row's log-sum-exp, and the backward
+is two kernels of their own (kernels/flash_attention_bwd.py).
 """
 
 from __future__ import annotations
@@ -30,12 +35,14 @@ from autotune.hardware import (
     tpu_block_ok,
     tpu_vmem_budget,
 )
+from autotune.kernels.differentiable import differentiable
 from autotune.kernels.matmul import check_precision
 from autotune.kernels.rowwise import F32, gpu_compiler_params
 
 # A finite "minus infinity" for masked scores: exp(MASK - m) is exactly 0 for any real max m,
 # and a block with every key masked cannot turn the running max into NaN.
 MASK_VALUE = -0.7 * float(jnp.finfo(F32).max)
+LOG2_E = math.log2(math.e)
 
 
 def _layout(shapes, config: dict, platform: str) -> tuple[int, int, int, int, int]:
@@ -50,8 +57,10 @@ def _layout(shapes, config: dict, platform: str) -> tuple[int, int, int, int, in
 def tpu_vmem(bq: int, bk: int, d: int, itemsize: int) -> int:
     """VMEM bytes of the TPU body's step: q, k, v and out blocks double-buffered by the
     pipeline; the float32 scratch (running max and sum, 128 lanes each, and the output sum);
-    float32 temporaries: the score tile, its exponentials and a block of p @ v."""
-    blocks = 2 * (2 * bq * d + 2 * bk * d) * itemsize
+    float32 temporaries: the score tile, its exponentials and a block of p @ v. The lse output
+    that the backward keeps ([block_q, 1] float32, a row of 128 lanes per row, double-buffered)
+    is counted too: one tuned configuration serves calls under jax.grad and without."""
+    blocks = 2 * (2 * bq * d + 2 * bk * d) * itemsize + 2 * bq * TPU_LANES * 4
     scratch = (2 * bq * TPU_LANES + bq * d) * 4
     return blocks + scratch + (2 * bq * bk + bq * d) * 4
 
@@ -98,42 +107,68 @@ def attention_reference(
     return jnp.einsum("bhqk,bhkd->bhqd", p, v.astype(F32), precision=precision).astype(q.dtype)
 
 
-def _kernel(q_ref, k_ref, v_ref, o_ref, *, sm_scale, causal, block_k, seq_k, n_k, precision):
+def _kernel(
+    q_ref,
+    k_ref,
+    v_ref,
+    o_ref,
+    lse_ref=None,
+    *,
+    sm_scale,
+    causal,
+    block_k,
+    seq_k,
+    n_k,
+    precision,
+    q_block,
+):
     block_q = q_ref.shape[0]
-    q_start = pl.program_id(2) * block_q
-    q = q_ref[...]
+    q_start = q_block(pl.program_id(2)) * block_q
+    # scores in base 2: the scale and log2(e) multiply q once, and exp2 replaces exp
+    q = (q_ref[...] * (sm_scale * LOG2_E)).astype(q_ref.dtype)
     rows = q_start + jax.lax.broadcasted_iota(jnp.int32, (block_q, block_k), 0)
     lanes = jax.lax.broadcasted_iota(jnp.int32, (block_q, block_k), 1)
 
-    def step(j, carry):
+    def step(j, carry, masked: bool):
         m, denom, acc = carry
         k = k_ref[pl.ds(j * block_k, block_k), :]
         v = v_ref[pl.ds(j * block_k, block_k), :]
         s = jax.lax.dot_general(
             q, k, (((1,), (1,)), ((), ())), precision=precision, preferred_element_type=F32
         )
-        s = s * sm_scale
-        cols = j * block_k + lanes
-        if seq_k % block_k:  # padded keys (zeros) would otherwise take a share of the softmax
-            s = jnp.where(cols < seq_k, s, MASK_VALUE)
-        if causal:
-            s = jnp.where(cols <= rows, s, MASK_VALUE)
+        if masked:
+            cols = j * block_k + lanes
+            if seq_k % block_k:  # padded keys (zeros) would otherwise take a share of the softmax
+                s = jnp.where(cols < seq_k, s, MASK_VALUE)
+            if causal:
+                s = jnp.where(cols <= rows, s, MASK_VALUE)
         m_new = jnp.maximum(m, s.max(axis=-1, keepdims=True))
-        alpha = jnp.exp(m - m_new)
-        p = jnp.exp(s - m_new)
+        alpha = jnp.exp2(m - m_new)
+        p = jnp.exp2(s - m_new)
         denom = alpha * denom + p.sum(axis=-1, keepdims=True)
         pv = jnp.dot(p.astype(v.dtype), v, precision=precision, preferred_element_type=F32)
         return m_new, denom, alpha * acc + pv
 
-    # Key 0 is in block 0 and visible to every row, so each row's denominator is positive.
-    n_steps = jnp.minimum(n_k, pl.cdiv(q_start + block_q, block_k)) if causal else n_k
+    # Only the blocks that cross the diagonal or hold padded keys are masked; the blocks before
+    # them are seen whole by every row of this block. (lax.div: a floor division's sign fix-up
+    # asks the device for its TPU generation.) Key 0 is in block 0 and visible to every row,
+    # so each row's denominator is positive.
+    n_whole = n_k - 1 if seq_k % block_k else n_k
+    if causal:
+        n_whole = jnp.minimum(n_whole, jax.lax.div(q_start + 1, block_k))
+        n_steps = jnp.minimum(n_k, pl.cdiv(q_start + block_q, block_k))
+    else:
+        n_steps = n_k
     init = (
         jnp.full((block_q, 1), -jnp.inf, F32),
         jnp.zeros((block_q, 1), F32),
         jnp.zeros(o_ref.shape, F32),
     )
-    _, denom, acc = jax.lax.fori_loop(0, n_steps, step, init)
+    carry = jax.lax.fori_loop(0, n_whole, functools.partial(step, masked=False), init)
+    m, denom, acc = jax.lax.fori_loop(n_whole, n_steps, functools.partial(step, masked=True), carry)
     o_ref[...] = (acc / denom).astype(o_ref.dtype)
+    if lse_ref is not None:  # kept for the backward (kernels/flash_attention_bwd.py), base e
+        lse_ref[...] = m / LOG2_E + jnp.log(denom)
 
 
 def _last_visible_block(q_block, block_q: int, block_k: int):
@@ -149,9 +184,10 @@ def _kv_block_fetched(q_block, kv_block, block_q: int, block_k: int):
     return jnp.minimum(kv_block, _last_visible_block(q_block, block_q, block_k))
 
 
-def _tpu_kernel(
-    q_ref, k_ref, v_ref, o_ref, m_ref, l_ref, acc_ref, *, sm_scale, causal, seq_k, precision
-):
+def _tpu_kernel(q_ref, k_ref, v_ref, o_ref, *refs, sm_scale, causal, seq_k, precision):
+    # refs: the lse output when the backward needs it, then the m, l and acc scratch
+    lse_ref = refs[0] if len(refs) == 4 else None
+    m_ref, l_ref, acc_ref = refs[-3:]
     block_q, block_k = q_ref.shape[0], k_ref.shape[0]
     q_block, kv_block = pl.program_id(2), pl.program_id(3)
 
@@ -197,9 +233,13 @@ def _tpu_kernel(
     @pl.when(kv_block == pl.num_programs(3) - 1)
     def _store():
         o_ref[...] = (acc_ref[...] / l_ref[:, :1]).astype(o_ref.dtype)
+        if lse_ref is not None:  # kept for the backward, base e as the GPU layout's
+            lse_ref[...] = m_ref[:, :1] + jnp.log(l_ref[:, :1])
 
 
-def _attention_tpu(q, k, v, causal: bool, scale: float, bq: int, bk: int, precision: str):
+def _attention_tpu(
+    q, k, v, causal: bool, scale: float, bq: int, bk: int, precision: str, with_lse: bool
+):
     """The TPU body (on a TPU, and when lowered for one or run under TPU interpret mode): grid
     (batch, heads, q blocks, key blocks), the key axis last and "arbitrary", so a step holds one
     q block and one k and v block whatever the sequence length, and the running max, sum and
@@ -220,14 +260,19 @@ def _attention_tpu(q, k, v, causal: bool, scale: float, bq: int, bk: int, precis
 
     q_spec = pl.BlockSpec((None, None, bq, d), lambda i, j, t, u: (i, j, t, 0))
     kv_spec = pl.BlockSpec((None, None, bk, d), kv_index)
-    out = pl.pallas_call(
+    out_shape = [jax.ShapeDtypeStruct((b, h, sqp, d), q.dtype)]
+    out_specs = [q_spec]
+    if with_lse:  # [B, H, Sq, 1], as the GPU layout keeps it
+        out_shape.append(jax.ShapeDtypeStruct((b, h, sqp, 1), F32))
+        out_specs.append(pl.BlockSpec((None, None, bq, 1), lambda i, j, t, u: (i, j, t, 0)))
+    outs = pl.pallas_call(
         functools.partial(
             _tpu_kernel, sm_scale=scale, causal=causal, seq_k=sk, precision=precision
         ),
-        out_shape=jax.ShapeDtypeStruct((b, h, sqp, d), q.dtype),
+        out_shape=out_shape,
         grid=(b, h, sqp // bq, skp // bk),
         in_specs=[q_spec, kv_spec, kv_spec],
-        out_specs=q_spec,
+        out_specs=out_specs,
         scratch_shapes=[
             pltpu.VMEM((bq, TPU_LANES), F32),
             pltpu.VMEM((bq, TPU_LANES), F32),
@@ -238,7 +283,8 @@ def _attention_tpu(q, k, v, causal: bool, scale: float, bq: int, bk: int, precis
             tpu_vmem(bq, bk, d, q.dtype.itemsize),
         ),
     )(pad(q, sq, sqp), pad(k, sk, skp), pad(v, sk, skp))
-    return out[:, :, :sq] if sqp != sq else out
+    out = outs[0][:, :, :sq] if sqp != sq else outs[0]
+    return (out, outs[1][:, :, :sq, 0]) if with_lse else out
 
 
 def _check(q: jax.Array, k: jax.Array, v: jax.Array) -> None:
@@ -274,25 +320,38 @@ def attention_on(
     platform: str,
     interpret: bool,
     precision: str = "highest",
-) -> jax.Array:
-    """The kernel laid out for `platform` (tests run the GPU layout in interpret mode)."""
+    with_lse: bool = False,
+) -> jax.Array | tuple[jax.Array, jax.Array]:
+    """The kernel laid out for `platform` (tests run the GPU layout in interpret mode); with
+    `with_lse`, also each query row's log-sum-exp of its scaled scores, [B, H, Sq] float32."""
     _check(q, k, v)
     check_precision(precision)
     if q.size == 0:
-        return q
+        return (q, jnp.zeros(q.shape[:3], F32)) if with_lse else q
     (b, h, sq, d), sk = q.shape, k.shape[2]
     config = {"block_q": block_q, "block_k": block_k}
     bq, bk, sqp, skp, dp = _layout((q.shape, k.shape), config, platform)
     scale = 1.0 / math.sqrt(d) if sm_scale is None else float(sm_scale)
     if mosaic_tpu.targets_tpu(platform, interpret):
-        return _attention_tpu(q, k, v, bool(causal), scale, bq, bk, precision)
+        return _attention_tpu(q, k, v, bool(causal), scale, bq, bk, precision, with_lse)
 
     def pad(x, s, sp):
         return jnp.pad(x, ((0, 0), (0, 0), (0, sp - s), (0, dp - d))) if (sp, dp) != (s, d) else x
 
-    q_spec = pl.BlockSpec((None, None, bq, dp), lambda i, j, t: (i, j, t, 0))
+    n_q = sqp // bq
+
+    def q_block(t):  # causal: the last query blocks, which see the most keys, run first
+        return n_q - 1 - t if causal else t
+
+    q_spec = pl.BlockSpec((None, None, bq, dp), lambda i, j, t: (i, j, q_block(t), 0))
     kv_spec = pl.BlockSpec((None, None, skp, dp), lambda i, j, t: (i, j, 0, 0))
-    out = pl.pallas_call(
+    out_shape = [jax.ShapeDtypeStruct((b, h, sqp, dp), q.dtype)]
+    out_specs = [q_spec]
+    if with_lse:
+        # a trailing axis of 1: a [block_q, 1] block meets the TPU tiling rule, a [block_q] one not
+        out_shape.append(jax.ShapeDtypeStruct((b, h, sqp, 1), F32))
+        out_specs.append(pl.BlockSpec((None, None, bq, 1), lambda i, j, t: (i, j, q_block(t), 0)))
+    outs = pl.pallas_call(
         functools.partial(
             _kernel,
             sm_scale=scale,
@@ -301,15 +360,45 @@ def attention_on(
             seq_k=sk,
             n_k=skp // bk,
             precision=precision,
+            q_block=q_block,
         ),
-        out_shape=jax.ShapeDtypeStruct((b, h, sqp, dp), q.dtype),
-        grid=(b, h, sqp // bq),
+        out_shape=out_shape,
+        grid=(b, h, n_q),
         in_specs=[q_spec, kv_spec, kv_spec],
-        out_specs=q_spec,
+        out_specs=out_specs,
         compiler_params=gpu_compiler_params(num_warps, platform, num_stages),
         interpret=interpret,
     )(pad(q, sq, sqp), pad(k, sk, skp), pad(v, sk, skp))
-    return out[:, :, :sq, :d] if (sqp, dp) != (sq, d) else out
+    out = outs[0][:, :, :sq, :d] if (sqp, dp) != (sq, d) else outs[0]
+    return (out, outs[1][:, :, :sq, 0]) if with_lse else out
+
+
+def _forward(q: jax.Array, k: jax.Array, v: jax.Array, *, interpret: bool, **options) -> jax.Array:
+    return attention_on(
+        q, k, v, platform=kernel_platform(interpret), interpret=interpret, **options
+    )
+
+
+def _fwd(q: jax.Array, k: jax.Array, v: jax.Array, *, interpret: bool, **options) -> tuple:
+    out, lse = attention_on(
+        q, k, v, platform=kernel_platform(interpret), interpret=interpret, with_lse=True, **options
+    )
+    return out, (q, k, v, out, lse)
+
+
+def _bwd(residuals: tuple, do: jax.Array, *, causal, sm_scale, precision, interpret, **_) -> tuple:
+    # imported here: the backward's module imports this one for its layout and masking
+    from autotune.kernels.flash_attention_bwd import flash_attention_dkv, flash_attention_dq
+
+    q, k, v, out, lse = residuals
+    delta = jnp.sum(out.astype(F32) * do.astype(F32), axis=-1)  # rowsum(dO * O), [B, H, Sq]
+    options = dict(causal=causal, sm_scale=sm_scale, precision=precision, interpret=interpret)
+    dq = flash_attention_dq(q, k, v, do, lse, delta, **options)
+    dk, dv = flash_attention_dkv(q, k, v, do, lse, delta, **options)
+    return dq, dk, dv
+
+
+_differentiable = differentiable(_forward, _fwd, _bwd)
 
 
 @autotuned(
@@ -333,8 +422,9 @@ def flash_attention(
     interpret: bool = False,
 ) -> jax.Array:
     """Attention of q [B, H, Sq, D] over k, v [B, H, Sk, D]; sm_scale defaults to 1/sqrt(D);
-    float32 inputs multiplied at `precision` (see autotune.kernels.matmul.PRECISIONS)."""
-    return attention_on(
+    float32 inputs multiplied at `precision` (see autotune.kernels.matmul.PRECISIONS).
+    Differentiable: the backward is the tuned kernels flash_attention_dq and _dkv."""
+    return _differentiable(
         q,
         k,
         v,
@@ -344,7 +434,6 @@ def flash_attention(
         block_k=block_k,
         num_warps=num_warps,
         num_stages=num_stages,
-        platform=kernel_platform(interpret),
         interpret=interpret,
         precision=precision,
     )

@@ -22,6 +22,7 @@ from jax.experimental import pallas as pl
 
 from autotune import autotuned
 from autotune.backends import mosaic_gpu as backend
+from autotune.kernels.differentiable import differentiable
 
 ACC_DTYPE = jnp.float32
 DTYPES = ("bfloat16", "float16")  # what wgmma multiplies from shared memory at full speed
@@ -80,14 +81,7 @@ def matmul_mgpu_reference(x: jax.Array, y: jax.Array) -> jax.Array:
     return jnp.dot(x, y, preferred_element_type=ACC_DTYPE).astype(x.dtype)
 
 
-@autotuned(
-    name="matmul_mgpu",
-    space="matmul_mgpu",
-    constraints=[fits_hopper],
-    reference=matmul_mgpu_reference,
-    backend="mosaic_gpu",
-)
-def matmul_mgpu(
+def _forward(
     x: jax.Array,
     y: jax.Array,
     *,
@@ -100,8 +94,6 @@ def matmul_mgpu(
     wg_dimension: str = "n",
     interpret: bool = False,
 ) -> jax.Array:
-    """x @ y for 2-D x [M, K] and y [K, N] of one 16-bit float dtype on a Hopper GPU (Mosaic
-    GPU); float32 accumulation. `interpret=True` runs it in Pallas's GPU interpret mode."""
     if x.ndim != 2 or y.ndim != 2 or x.shape[1] != y.shape[0]:
         raise ValueError(f"matmul_mgpu needs x [M, K] and y [K, N], got {x.shape=} and {y.shape=}")
     if x.dtype != y.dtype or jnp.dtype(x.dtype).name not in DTYPES:
@@ -232,3 +224,53 @@ def _kernel(a_gmem, b_gmem, out_gmem, *, config, tiles, grid_minor_dim, grid_til
             )
 
     plgpu.wait_smem_to_gmem(0, wait_read_only=True)
+
+
+def _fwd(x: jax.Array, y: jax.Array, **options) -> tuple[jax.Array, tuple]:
+    return _forward(x, y, **options), (x, y)
+
+
+def _bwd(residuals: tuple, g: jax.Array, *, interpret: bool, **_) -> tuple:
+    """dx = g y^T and dy = x^T g, each a tuned matmul_mgpu call of its own shapes."""
+    x, y = residuals
+    return matmul_mgpu(g, y.T, interpret=interpret), matmul_mgpu(x.T, g, interpret=interpret)
+
+
+_differentiable = differentiable(_forward, _fwd, _bwd)
+
+
+@autotuned(
+    name="matmul_mgpu",
+    space="matmul_mgpu",
+    constraints=[fits_hopper],
+    reference=matmul_mgpu_reference,
+    backend="mosaic_gpu",
+)
+def matmul_mgpu(
+    x: jax.Array,
+    y: jax.Array,
+    *,
+    tile_m: int = 128,
+    tile_n: int = 128,
+    tile_k: int = 64,
+    max_concurrent_steps: int = 4,
+    grid_minor_dim: str = "n",
+    grid_tile_width: int = 1,
+    wg_dimension: str = "n",
+    interpret: bool = False,
+) -> jax.Array:
+    """x @ y for 2-D x [M, K] and y [K, N] of one 16-bit float dtype on a Hopper GPU (Mosaic
+    GPU); float32 accumulation. `interpret=True` runs it in Pallas's GPU interpret mode.
+    Differentiable: the backward's products are matmul_mgpu calls of their own."""
+    return _differentiable(
+        x,
+        y,
+        tile_m=tile_m,
+        tile_n=tile_n,
+        tile_k=tile_k,
+        max_concurrent_steps=max_concurrent_steps,
+        grid_minor_dim=grid_minor_dim,
+        grid_tile_width=grid_tile_width,
+        wg_dimension=wg_dimension,
+        interpret=interpret,
+    )

@@ -14,6 +14,7 @@ from jax.experimental import pallas as pl
 
 from autotune import autotuned
 from autotune.hardware import TPU_LANES, is_pow2, tpu_block_ok, tpu_vmem_bytes
+from autotune.kernels.differentiable import differentiable
 
 
 def _block(block: int, n: int) -> int:
@@ -48,16 +49,9 @@ def _kernel(x_ref, y_ref, o_ref):
     o_ref[...] = x_ref[...] + y_ref[...]
 
 
-@autotuned(
-    name="vector_add",
-    space="vector_add",
-    constraints=[fits_platform],
-    reference=vector_add_reference,
-)
-def vector_add(
+def _forward(
     x: jax.Array, y: jax.Array, *, block: int = 1024, num_warps: int = 4, interpret: bool = False
 ) -> jax.Array:
-    """x + y for 1-D arrays of one shape and dtype; `block` is a multiple of 128."""
     if x.ndim != 1 or x.shape != y.shape or x.dtype != y.dtype:
         raise ValueError(
             f"vector_add needs two 1-D arrays of one shape and dtype, got {x.shape=} {y.shape=}"
@@ -93,3 +87,27 @@ def _compiler_params(num_warps: int, interpret: bool):
     from jax.experimental.pallas import triton as pltriton
 
     return pltriton.CompilerParams(num_warps=num_warps)
+
+
+def _fwd(x: jax.Array, y: jax.Array, **options) -> tuple[jax.Array, None]:
+    return _forward(x, y, **options), None
+
+
+def _bwd(_: None, g: jax.Array, **__) -> tuple:
+    return g, g  # d(x + y) = dx + dy: no kernel to run
+
+
+_differentiable = differentiable(_forward, _fwd, _bwd)
+
+
+@autotuned(
+    name="vector_add",
+    space="vector_add",
+    constraints=[fits_platform],
+    reference=vector_add_reference,
+)
+def vector_add(
+    x: jax.Array, y: jax.Array, *, block: int = 1024, num_warps: int = 4, interpret: bool = False
+) -> jax.Array:
+    """x + y for 1-D arrays of one shape and dtype; `block` is a multiple of 128."""
+    return _differentiable(x, y, block=block, num_warps=num_warps, interpret=interpret)

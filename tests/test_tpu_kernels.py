@@ -125,6 +125,23 @@ def test_the_tpu_flash_attention_body_matches_the_reference(sq, sk, block_q, blo
     close(out, attention_reference(q, k, v, causal=causal), jnp.float32)
 
 
+def test_the_tpu_flash_attention_body_keeps_each_rows_log_sum_exp_for_the_backward():
+    q = rand((1, 1, 200, 64))
+    k, v = rand((1, 1, 333, 64), seed=1), rand((1, 1, 333, 64), seed=2)
+    options = dict(sm_scale=None, block_q=128, block_k=128, num_warps=4, num_stages=2)
+    try:
+        with pltpu.force_tpu_interpret_mode():
+            out, lse = fa_module.attention_on(
+                q, k, v, causal=True, platform="tpu", interpret=False, with_lse=True, **options
+            )
+    finally:
+        mosaic_tpu.reset_interpret_state()
+    scores = jnp.einsum("bhqd,bhkd->bhqk", q, k, precision="highest") / math.sqrt(64)
+    visible = jnp.arange(333)[None, :] <= jnp.arange(200)[:, None]
+    close(lse, jax.nn.logsumexp(jnp.where(visible, scores, -jnp.inf), axis=-1), jnp.float32)
+    close(out, attention_reference(q, k, v, causal=True), jnp.float32)
+
+
 @pytest.mark.parametrize("block_q, block_k", [(256, 128), (128, 256), (128, 128)])
 def test_a_skipped_causal_key_block_repeats_the_last_fetched_one(block_q, block_k):
     n_q, n_k = 3, 3 * block_q // block_k
@@ -148,8 +165,9 @@ def test_the_matmul_vmem_model_counts_buffers_scratch_and_the_f32_product():
 def test_the_flash_attention_vmem_model_counts_buffers_scratch_and_f32_temporaries():
     # bf16, 1024 x 1024 blocks, head_dim 128: q, k, v, out blocks 256 KiB each, twice: 2 MiB;
     # scratch: max and sum on 128 lanes (512 KiB each) and the f32 output sum 512 KiB;
-    # temporaries: scores and exponentials 4 MiB each, p @ v 512 KiB
-    assert fa_module.tpu_vmem(1024, 1024, 128, 2) == 12 * MiB
+    # temporaries: scores and exponentials 4 MiB each, p @ v 512 KiB; the lse output block on
+    # 128 lanes, twice: 1 MiB
+    assert fa_module.tpu_vmem(1024, 1024, 128, 2) == 13 * MiB
 
 
 def test_a_softmax_row_fits_while_eight_rows_do_in_the_default_scoped_vmem():

@@ -11,7 +11,7 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from autotune.cli import check, db, kernels, report, tune
+from autotune.cli import calls, check, db, kernels, report, tune
 from autotune.cli.common import Parser
 from autotune.errors import AutotuneError
 
@@ -20,7 +20,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = Parser(prog="autotune", description="Autotune block sizes of JAX Pallas kernels.")
     p.add_argument("-v", "--verbose", action="store_true", help="log what happens")
     sub = p.add_subparsers(dest="command", required=True, parser_class=Parser)
-    for group in (tune, check, kernels, db, report):
+    for group in (tune, check, kernels, calls, db, report):
         group.add_parser(sub)
     return p
 

@@ -113,6 +113,11 @@ def add_job_arguments(t: argparse.ArgumentParser) -> None:
         action="store_true",
         help="tune every lookup miss recorded for this device kind (see `autotune db misses`)",
     )
+    g.add_argument(
+        "--program",
+        metavar="MODULE:FACTORY",
+        help="tune every @autotuned call of a program (see `autotune calls`)",
+    )
     g.add_argument("--kernel", dest="only_kernel", help="with --pending: only this kernel")
     g.add_argument("--shard", metavar="I/N", help="run share I of N (0 <= I < N) of the tasks")
     g.add_argument("--force", action="store_true", help="re-tune tasks already tuned")
@@ -147,7 +152,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
         settings = settings.replace(worker_platforms=os.environ.get("JAX_PLATFORMS", ""))
         os.environ["JAX_PLATFORMS"] = "cpu"
     import_user_modules(args)  # after JAX_PLATFORMS is set: the module may import JAX
-    if args.job or args.pending:
+    if args.job or args.pending or args.program:
         return cmd_tune_job(args, settings)
 
     from autotune.tuner import tune_task
@@ -216,15 +221,18 @@ def cmd_tune_job(args: argparse.Namespace, settings: TuneSettings) -> int:
     from autotune.progress import Display
     from autotune.worker.parent import tuning_device
 
-    if args.job and args.pending:
-        raise UsageError("give --job FILE or --pending, not both")
+    if sum(map(bool, (args.job, args.pending, args.program))) > 1:
+        raise UsageError("give one of --job FILE, --pending and --program, not more")
     if args.kernel or args.shape:
         raise UsageError(
-            "--job and --pending take their kernels and shapes from the file or the misses: "
+            "--job, --pending and --program take their kernels and shapes from the file, the misses "
+            "or the program: "
             "drop the kernel and --shape (with --pending, --kernel K picks one kernel)"
         )
     shard = jobs.parse_shard(args.shard) if args.shard else None
     tasks = jobfile.load_job(args.job) if args.job else []  # every task checked before the database
+    if args.program:
+        tasks = program_tasks_of(args.program, settings)
     with TuningDB(args.db) as db:
         device = tuning_device(settings)  # the worker's: this process keeps to the CPU
         if args.pending:
@@ -252,3 +260,11 @@ def cmd_tune_job(args: argparse.Namespace, settings: TuneSettings) -> int:
     counts = {s: sum(o.status == s for o in outcomes) for s in ("tuned", "skipped", "failed")}
     print(", ".join(f"{n} {s}" for s, n in counts.items()))
     return 1 if counts["failed"] else 0
+
+
+def program_tasks_of(target: str, settings: TuneSettings) -> list[Any]:
+    """--program MODULE:FACTORY: one task per call of the program, with the run's budget."""
+    from autotune.program import calls_in, load_program, program_tasks
+
+    fn, args, kwargs = load_program(target)
+    return program_tasks(calls_in(fn, args, kwargs), settings)

@@ -1,0 +1,214 @@
+"""What a program calls, and tuning all of it: `calls_in` and `tune_program`.
+
+`calls_in` traces a function to a jaxpr (arrays or jax.ShapeDtypeStructs in: nothing runs)
+and reads the `@autotuned` calls off it: each kernel's jitted entry traces its call inside a
+named scope that the runtime remembers (runtime.traced_call_scope), and the scope's name stays
+on the entry's operations in every jaxpr that holds them, also where jit served the entry
+from its cache. Calls that `fn` differentiates include the backward's: the shipped kernels'
+VJPs call backward kernels that are `@autotuned` themselves.
+
+`tune_program` turns the calls into tuning tasks (one per call, with the run's budget) and
+runs them as a job runs its tasks: already tuned ones skipped, a failure reported and the rest
+tuned, studies resumed.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from autotune.errors import AutotuneError
+from autotune.signature import is_array
+
+log = logging.getLogger(__name__)
+
+
+class ProgramError(AutotuneError):
+    """A program named on the command line or in a job file that cannot be loaded."""
+
+
+def load_program(target: str) -> tuple[Callable, tuple, dict[str, Any]]:
+    """'package.module:factory' to (fn, args, kwargs): `factory()` returns (fn, args) or
+    (fn, args, kwargs), the arguments arrays or jax.ShapeDtypeStructs."""
+    import importlib
+    import sys
+
+    module_name, sep, attr = target.partition(":")
+    if not sep or not module_name or not attr:
+        raise ProgramError(f"program {target!r}: write package.module:factory")
+    if "" not in sys.path:  # the user's modules are found from where they stand
+        sys.path.insert(0, "")
+    try:
+        factory: Any = importlib.import_module(module_name)
+    except ImportError as e:
+        raise ProgramError(f"program {target!r}: cannot import {module_name!r}: {e}") from e
+    for part in attr.split("."):
+        factory = getattr(factory, part, None)
+    if not callable(factory):
+        raise ProgramError(f"program {target!r}: {module_name} has no function {attr!r}")
+    try:
+        made = factory()
+    except Exception as e:  # the user's code: one line that names it, not a traceback
+        raise ProgramError(f"program {target!r}: {attr}() raised {type(e).__name__}: {e}") from e
+    if not (isinstance(made, tuple) and len(made) in (2, 3) and callable(made[0])):
+        raise ProgramError(
+            f"program {target!r}: {attr}() must return (fn, args) or (fn, args, kwargs), "
+            f"got {type(made).__name__}"
+        )
+    fn, args, kwargs = made if len(made) == 3 else (*made, {})
+    if not isinstance(args, (tuple, list)) or not isinstance(kwargs, Mapping):
+        raise ProgramError(
+            f"program {target!r}: {attr}() must return args as a tuple and kwargs as a dict"
+        )
+    return fn, tuple(args), dict(kwargs)
+
+
+@dataclass(frozen=True)
+class ProgramCall:
+    """One `@autotuned` call of a program, as `autotune db` names it, and where it is served from."""
+
+    kernel: str  # the registered name
+    signature: str  # shapes and dtypes, e.g. "f32[64,128],f32[128,64]"
+    static: str  # static arguments as JSON, e.g. '{"causal":true}'
+    source: str  # "db", "nearest", "default" or "caller" (the call passes its block sizes)
+    config: dict[str, Any]  # what the call runs with now
+    args: tuple  # jax.ShapeDtypeStruct per array argument
+    kwargs: dict[str, Any]  # static arguments, tunable ones and `interpret` left out
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "kernel": self.kernel,
+            "signature": self.signature,
+            "static": self.static,
+            "source": self.source,
+            "config": self.config,
+        }
+
+
+def calls_in(
+    fn: Callable, args: Sequence[Any], kwargs: Mapping[str, Any] | None = None
+) -> list[ProgramCall]:
+    """Every `@autotuned` call that `fn(*args, **kwargs)` makes, each once, in the order the
+    program makes them; arguments may be arrays or jax.ShapeDtypeStructs (nothing runs)."""
+    import jax
+
+    from autotune.runtime import TRACED_CALLS, TRACED_SCOPE_PREFIX
+
+    kwargs = dict(kwargs or {})
+    positions = [i for i, a in enumerate(args) if is_array(a)]
+    names = [k for k, v in kwargs.items() if is_array(v)]
+
+    def program(arrays: list[Any], named: dict[str, Any]) -> Any:
+        call_args = list(args)
+        for i, a in zip(positions, arrays):
+            call_args[i] = a
+        return fn(*call_args, **{**kwargs, **named})
+
+    try:
+        closed = jax.make_jaxpr(program)(
+            [_abstract(args[i]) for i in positions], {k: _abstract(kwargs[k]) for k in names}
+        )
+    except AutotuneError:
+        raise
+    except Exception as e:
+        raise AutotuneError(
+            f"calls_in: tracing {getattr(fn, '__name__', fn)!r} failed: {type(e).__name__}: {e}"
+        ) from e
+    pattern = re.compile(re.escape(TRACED_SCOPE_PREFIX) + r"\d+")
+    found: dict[tuple, ProgramCall] = {}
+    for stack in _name_stacks(closed.jaxpr):
+        for scope in pattern.findall(stack):
+            traced = TRACED_CALLS[scope]
+            call = _program_call(traced.kernel, traced.args, traced.kwargs)
+            found.setdefault((call.kernel, call.signature, call.static), call)
+    return list(found.values())
+
+
+def _abstract(a: Any) -> Any:
+    import jax
+
+    return jax.ShapeDtypeStruct(a.shape, a.dtype)
+
+
+def _name_stacks(jaxpr: Any) -> Iterator[str]:
+    """The name stack of every operation in a jaxpr and the jaxprs inside it, in order."""
+    for eqn in jaxpr.eqns:
+        yield str(eqn.source_info.name_stack)
+        for value in eqn.params.values():
+            for v in value if isinstance(value, (tuple, list)) else (value,):
+                inner = getattr(v, "jaxpr", v)  # a ClosedJaxpr holds its Jaxpr
+                if hasattr(inner, "eqns"):
+                    yield from _name_stacks(inner)
+
+
+def _program_call(kernel: Any, args: tuple, kwargs: Mapping[str, Any]) -> ProgramCall:
+    explained = kernel.explain(*args, **dict(kwargs))
+    static = {k: v for k, v in kwargs.items() if k not in kernel.spec.tunables and k != "interpret"}
+    return ProgramCall(
+        kernel=kernel.spec.name,
+        signature=explained["key"]["signature"],
+        static=explained["key"]["static"],
+        source=explained["source"],
+        config=explained["config"],
+        args=args,
+        kwargs=static,
+    )
+
+
+def program_tasks(calls: Sequence[ProgramCall], settings: Any) -> list[Any]:
+    """One tuning task per call (calls whose caller passes the block sizes left out), each with
+    the budget, strategy and seed of `settings` (a TuneSettings)."""
+    from autotune.task import task_of_call
+
+    return [
+        task_of_call(c.kernel, c.args, c.kwargs, settings) for c in calls if c.source != "caller"
+    ]
+
+
+def tune_program(
+    fn: Callable,
+    args: Sequence[Any],
+    kwargs: Mapping[str, Any] | None = None,
+    *,
+    db: Any = None,
+    force: bool = False,
+    show: Callable[[Any, Any], None] | None = None,
+    **settings: Any,
+) -> list[Any]:
+    """Tune every call of `calls_in(fn, args, kwargs)` that has no entry for this device and
+    kernel version (all of them with `force=True`), each with the settings `tune()` takes (its
+    budget per call); returns one Outcome per call: "tuned" (with the speedup), "skipped"
+    (already tuned) or "failed" (why). One call failing does not stop the rest.
+
+    `db` defaults to the database model code is served from, so that afterwards every call of
+    `fn` is served from it. `show(progress, outcome)` is called as a job's (autotune.jobs)."""
+    from autotune import runtime
+    from autotune.jobs import run_tasks
+    from autotune.tune_settings import TuneSettings
+    from autotune.worker.parent import tuning_device
+
+    run = TuneSettings().replace(**settings)
+    tasks = program_tasks(calls_in(fn, args, kwargs), run)
+    return run_tasks(
+        tasks,
+        tuning_device(run),
+        db=runtime.database_url() if db is None else db,
+        settings=run,
+        force=force,
+        show=show or _log_progress,
+    )
+
+
+def _log_progress(progress: Any, outcome: Any) -> None:
+    if outcome is not None:
+        log.info(
+            "call %d of %d: %s: %s %s",
+            progress.task_index,
+            progress.n_tasks,
+            outcome.task.label,
+            outcome.status,
+            outcome.detail,
+        )

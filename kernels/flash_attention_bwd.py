@@ -1,0 +1,426 @@
+"""Flash attention backward: dq, and dk with dv, as two Pallas kernels of their own.
+
+Both read what the forward kept: the log-sum-exp of each query row's scaled scores (`lse`),
+so probabilities are recomputed block by block as exp(s - lse) without a running softmax, and
+delta = rowsum(dO * O), computed once before them. With s = q k^T * sm_scale, p = exp(s - lse),
+dp = dO v^T and ds = p * (dp - delta): dq = ds k * sm_scale, dk = ds^T q * sm_scale, dv = p^T dO.
+
+- `flash_attention_dq`: a grid step holds `block_q` query rows and walks the keys `block_k` at
+  a time (causal: up to the last key block its rows see, as the forward stops).
+- `flash_attention_dkv`: a grid step holds `block_k` keys and walks the query rows `block_q`
+  at a time (causal: from the first query block that sees its keys).
+
+Their block sizes are tuned apart from the forward's and from each other's (the two loops run
+in opposite directions). Padding and masking are the forward's (kernels/flash_attention.py):
+padded keys are masked out, padded query rows carry a zero dO and add nothing. Each kernel's
+reference is the VJP of attention_reference written in the saved lse and delta, so that it is
+defined for any inputs (the oracle draws them at random).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+
+import jax
+import jax.numpy as jnp
+from jax.experimental import pallas as pl
+
+from autotune import autotuned
+from autotune.hardware import TPU_LANES, kernel_platform, tpu_vmem_bytes
+from autotune.kernels.flash_attention import MASK_VALUE, _check, _layout
+from autotune.kernels.flash_attention import fits_platform as fits_forward
+from autotune.kernels.matmul import check_precision
+from autotune.kernels.rowwise import F32, gpu_compiler_params
+
+
+def tpu_vmem(bq: int, bk: int, sqp: int, skp: int, d: int, itemsize: int) -> int:
+    """VMEM bytes of the larger of the two kernels' steps on a TPU, where (unlike the forward's
+    TPU body) a step holds the whole sequence of the other side: dq's step its q, dO and dq
+    blocks beside one head's whole K and V; dkv's its k, v, dk and dv blocks beside one head's
+    whole Q and dO and their lse and delta. Blocks are double-buffered; a [n, 1] float32 block
+    takes a row of 128 lanes per row; float32 temporaries: scores, probabilities, dp and the
+    accumulators."""
+    rows = TPU_LANES * 4  # lse and delta, per row
+    dq = 2 * ((3 * bq + 2 * skp) * d * itemsize + 2 * bq * rows) + (3 * bq * bk + bq * d) * 4
+    dkv = 2 * ((4 * bk + 2 * sqp) * d * itemsize + 2 * sqp * rows)
+    return max(dq, dkv + (3 * bq * bk + 2 * bk * d) * 4)
+
+
+def fits_platform(config: dict, sig) -> bool:
+    """The forward's rules for q, k and v (kernels/flash_attention.py): the same tiles, each
+    kernel holding one more block of its own side (dO, or dk beside dv) than the forward; on a
+    TPU also the backward's own VMEM (`tpu_vmem`: whole sequences per head) within the default
+    scoped limit, since the backward does not take the forward's TPU layout yet."""
+    if len(sig.shapes) != 6:
+        return True  # the kernel itself rejects such calls with a clear message
+    if not fits_forward(config, dataclasses.replace(sig, args=sig.args[:3])):
+        return False
+    if sig.platform != "tpu":
+        return True
+    bq, bk, sqp, skp, dp = _layout(sig.shapes[:2], config, sig.platform)
+    vmem = tpu_vmem(bq, bk, sqp, skp, dp, jnp.dtype(sig.dtypes[0]).itemsize)
+    return vmem <= tpu_vmem_bytes(sig.device_kind)
+
+
+_NT = (((1,), (1,)), ((), ()))  # a @ b^T
+_TN = (((0,), (0,)), ((), ()))  # a^T @ b
+
+
+def _scale(d: int, sm_scale: float | None) -> float:
+    return 1.0 / math.sqrt(d) if sm_scale is None else float(sm_scale)
+
+
+def _reference_parts(q, k, v, do, lse, delta, causal, sm_scale, precision):
+    scale = _scale(q.shape[-1], sm_scale)
+    q, k, v, do = (a.astype(F32) for a in (q, k, v, do))
+    s = jnp.einsum("bhqd,bhkd->bhqk", q, k, precision=precision) * scale
+    if causal:
+        s = jnp.where(jnp.tril(jnp.ones((q.shape[2], k.shape[2]), bool)), s, -jnp.inf)
+    p = jnp.exp(s - lse[..., None])
+    dp = jnp.einsum("bhqd,bhkd->bhqk", do, v, precision=precision)
+    return scale, q, k, do, p, p * (dp - delta[..., None])
+
+
+def attention_dq_reference(
+    q: jax.Array,
+    k: jax.Array,
+    v: jax.Array,
+    do: jax.Array,
+    lse: jax.Array,
+    delta: jax.Array,
+    *,
+    causal: bool = False,
+    sm_scale: float | None = None,
+    precision: str = "highest",
+) -> jax.Array:
+    scale, _, kf, _, _, ds = _reference_parts(q, k, v, do, lse, delta, causal, sm_scale, precision)
+    return (jnp.einsum("bhqk,bhkd->bhqd", ds, kf, precision=precision) * scale).astype(q.dtype)
+
+
+def attention_dkv_reference(
+    q: jax.Array,
+    k: jax.Array,
+    v: jax.Array,
+    do: jax.Array,
+    lse: jax.Array,
+    delta: jax.Array,
+    *,
+    causal: bool = False,
+    sm_scale: float | None = None,
+    precision: str = "highest",
+) -> tuple[jax.Array, jax.Array]:
+    scale, qf, _, dof, p, ds = _reference_parts(
+        q, k, v, do, lse, delta, causal, sm_scale, precision
+    )
+    dk = jnp.einsum("bhqk,bhqd->bhkd", ds, qf, precision=precision) * scale
+    dv = jnp.einsum("bhqk,bhqd->bhkd", p, dof, precision=precision)
+    return dk.astype(k.dtype), dv.astype(v.dtype)
+
+
+def _probs(q, k, lse, rows, cols, *, sm_scale, causal, seq_k, precision):
+    """exp(s - lse) of one (query block, key block) tile; keys at or past `seq_k` (None: no
+    padded keys here) and, if `causal`, keys after a row's own at exactly 0."""
+    s = jax.lax.dot_general(q, k, _NT, precision=precision, preferred_element_type=F32) * sm_scale
+    if seq_k is not None:
+        s = jnp.where(cols < seq_k, s, MASK_VALUE)
+    if causal:
+        s = jnp.where(cols <= rows, s, MASK_VALUE)
+    return jnp.exp(s - lse)
+
+
+def _dq_kernel(
+    q_ref,
+    k_ref,
+    v_ref,
+    do_ref,
+    lse_ref,
+    delta_ref,
+    dq_ref,
+    *,
+    sm_scale,
+    causal,
+    block_k,
+    seq_k,
+    n_k,
+    precision,
+):
+    block_q = q_ref.shape[0]
+    q_start = pl.program_id(2) * block_q
+    q, do, lse, delta = q_ref[...], do_ref[...], lse_ref[...], delta_ref[...]
+    rows = q_start + jax.lax.broadcasted_iota(jnp.int32, (block_q, block_k), 0)
+    lanes = jax.lax.broadcasted_iota(jnp.int32, (block_q, block_k), 1)
+
+    def step(j, dq, masked: bool):
+        k = k_ref[pl.ds(j * block_k, block_k), :]
+        v = v_ref[pl.ds(j * block_k, block_k), :]
+        p = _probs(
+            q,
+            k,
+            lse,
+            rows,
+            j * block_k + lanes,
+            sm_scale=sm_scale,
+            causal=causal and masked,
+            seq_k=seq_k if masked and seq_k % block_k else None,
+            precision=precision,
+        )
+        dp = jax.lax.dot_general(do, v, _NT, precision=precision, preferred_element_type=F32)
+        ds = p * (dp - delta)
+        return dq + jnp.dot(ds.astype(k.dtype), k, precision=precision, preferred_element_type=F32)
+
+    # as the forward: only the key blocks on the diagonal or holding padded keys are masked
+    n_whole = n_k - 1 if seq_k % block_k else n_k
+    if causal:
+        n_whole = jnp.minimum(n_whole, jax.lax.div(q_start + 1, block_k))
+        n_steps = jnp.minimum(n_k, pl.cdiv(q_start + block_q, block_k))
+    else:
+        n_steps = n_k
+    dq = jax.lax.fori_loop(
+        0, n_whole, functools.partial(step, masked=False), jnp.zeros(dq_ref.shape, F32)
+    )
+    dq = jax.lax.fori_loop(n_whole, n_steps, functools.partial(step, masked=True), dq)
+    dq_ref[...] = (dq * sm_scale).astype(dq_ref.dtype)
+
+
+def _dkv_kernel(
+    q_ref,
+    k_ref,
+    v_ref,
+    do_ref,
+    lse_ref,
+    delta_ref,
+    dk_ref,
+    dv_ref,
+    *,
+    sm_scale,
+    causal,
+    block_q,
+    seq_k,
+    n_q,
+    precision,
+):
+    block_k = k_ref.shape[0]
+    k_start = pl.program_id(2) * block_k
+    k, v = k_ref[...], v_ref[...]
+    rows = jax.lax.broadcasted_iota(jnp.int32, (block_q, block_k), 0)
+    cols = k_start + jax.lax.broadcasted_iota(jnp.int32, (block_q, block_k), 1)
+
+    def step(i, carry, masked: bool):
+        dk, dv = carry
+        q = q_ref[pl.ds(i * block_q, block_q), :]
+        do = do_ref[pl.ds(i * block_q, block_q), :]
+        lse = lse_ref[pl.ds(i * block_q, block_q), :]
+        delta = delta_ref[pl.ds(i * block_q, block_q), :]
+        p = _probs(
+            q,
+            k,
+            lse,
+            i * block_q + rows,
+            cols,
+            sm_scale=sm_scale,
+            causal=causal and masked,
+            seq_k=seq_k if seq_k % block_k else None,
+            precision=precision,
+        )
+        dv = dv + jax.lax.dot_general(
+            p.astype(do.dtype), do, _TN, precision=precision, preferred_element_type=F32
+        )
+        dp = jax.lax.dot_general(do, v, _NT, precision=precision, preferred_element_type=F32)
+        ds = p * (dp - delta)
+        dk = dk + jax.lax.dot_general(
+            ds.astype(q.dtype), q, _TN, precision=precision, preferred_element_type=F32
+        )
+        return dk, dv
+
+    # causal: rows before k_start see none of these keys, and from the query block whose first
+    # row is the block's last key on, every row sees them all (no mask). (lax.div: a floor
+    # division's sign fix-up asks the device for its TPU generation.)
+    first, whole = 0, 0
+    if causal:
+        first = jax.lax.div(k_start, block_q)
+        whole = jnp.minimum(n_q, jax.lax.div(k_start + block_k - 1 + block_q - 1, block_q))
+    zeros = jnp.zeros(dk_ref.shape, F32)
+    carry = jax.lax.fori_loop(first, whole, functools.partial(step, masked=True), (zeros, zeros))
+    dk, dv = jax.lax.fori_loop(whole, n_q, functools.partial(step, masked=False), carry)
+    dk_ref[...] = (dk * sm_scale).astype(dk_ref.dtype)
+    dv_ref[...] = dv.astype(dv_ref.dtype)
+
+
+def _check_grads(q, k, v, do, lse, delta) -> None:
+    _check(q, k, v)
+    if do.shape != q.shape or do.dtype != q.dtype:
+        raise ValueError(
+            f"flash attention backward needs do of q's shape and dtype, got {do.shape=}"
+        )
+    for name, a in (("lse", lse), ("delta", delta)):
+        if a.shape != q.shape[:3]:
+            raise ValueError(
+                f"flash attention backward needs {name} of shape {q.shape[:3]}, got {a.shape}"
+            )
+
+
+def backward_on(
+    which: str,
+    q: jax.Array,
+    k: jax.Array,
+    v: jax.Array,
+    do: jax.Array,
+    lse: jax.Array,
+    delta: jax.Array,
+    *,
+    causal: bool,
+    sm_scale: float | None,
+    block_q: int,
+    block_k: int,
+    num_warps: int,
+    num_stages: int,
+    precision: str,
+    platform: str,
+    interpret: bool,
+) -> list[jax.Array]:
+    """[dq] ("dq") or [dk, dv] ("dkv"), the inputs laid out for `platform` as the forward lays
+    them out (tests run the GPU layout in interpret mode)."""
+    _check_grads(q, k, v, do, lse, delta)
+    check_precision(precision)
+    if q.size == 0 or k.size == 0:
+        return [jnp.zeros_like(q)] if which == "dq" else [jnp.zeros_like(k), jnp.zeros_like(v)]
+    kernel = _dq_kernel if which == "dq" else _dkv_kernel
+    (b, h, sq, d), sk = q.shape, k.shape[2]
+    bq, bk, sqp, skp, dp = _layout(
+        (q.shape, k.shape), {"block_q": block_q, "block_k": block_k}, platform
+    )
+
+    def pad(x, s, sp):
+        return jnp.pad(x, ((0, 0), (0, 0), (0, sp - s), (0, dp - d))) if (sp, dp) != (s, d) else x
+
+    def pad_rows(x):  # [B, H, Sq] -> [B, H, Sq padded, 1]: a TPU-tileable block, as the forward's
+        x = x.astype(F32)[..., None]
+        return jnp.pad(x, ((0, 0), (0, 0), (0, sqp - sq), (0, 0))) if sqp != sq else x
+
+    scale = _scale(d, sm_scale)
+    q_all = pl.BlockSpec((None, None, sqp, dp), lambda i, j, t: (i, j, 0, 0))
+    kv_all = pl.BlockSpec((None, None, skp, dp), lambda i, j, t: (i, j, 0, 0))
+    rows_all = pl.BlockSpec((None, None, sqp, 1), lambda i, j, t: (i, j, 0, 0))
+    if which == "dq":
+        q_blk = pl.BlockSpec((None, None, bq, dp), lambda i, j, t: (i, j, t, 0))
+        rows_blk = pl.BlockSpec((None, None, bq, 1), lambda i, j, t: (i, j, t, 0))
+        body = functools.partial(kernel, block_k=bk, n_k=skp // bk)
+        grid, in_specs = (b, h, sqp // bq), [q_blk, kv_all, kv_all, q_blk, rows_blk, rows_blk]
+        out_shape, out_specs = [jax.ShapeDtypeStruct((b, h, sqp, dp), q.dtype)], [q_blk]
+    else:
+        kv_blk = pl.BlockSpec((None, None, bk, dp), lambda i, j, t: (i, j, t, 0))
+        body = functools.partial(kernel, block_q=bq, n_q=sqp // bq)
+        grid, in_specs = (b, h, skp // bk), [q_all, kv_blk, kv_blk, q_all, rows_all, rows_all]
+        out_shape = [jax.ShapeDtypeStruct((b, h, skp, dp), k.dtype)] * 2
+        out_specs = [kv_blk, kv_blk]
+    outs = pl.pallas_call(
+        functools.partial(body, sm_scale=scale, causal=bool(causal), seq_k=sk, precision=precision),
+        out_shape=out_shape,
+        grid=grid,
+        in_specs=in_specs,
+        out_specs=out_specs,
+        compiler_params=gpu_compiler_params(num_warps, platform, num_stages),
+        interpret=interpret,
+    )(
+        pad(q, sq, sqp),
+        pad(k, sk, skp),
+        pad(v, sk, skp),
+        pad(do, sq, sqp),
+        pad_rows(lse),
+        pad_rows(delta),
+    )
+    return [o[:, :, : (sq if which == "dq" else sk), :d] for o in outs]
+
+
+@autotuned(
+    name="flash_attention_dq",
+    space="flash_attention_dq",
+    constraints=[fits_platform],
+    reference=attention_dq_reference,
+)
+def flash_attention_dq(
+    q: jax.Array,
+    k: jax.Array,
+    v: jax.Array,
+    do: jax.Array,
+    lse: jax.Array,
+    delta: jax.Array,
+    *,
+    causal: bool = False,
+    sm_scale: float | None = None,
+    block_q: int = 128,
+    block_k: int = 128,
+    num_warps: int = 4,
+    num_stages: int = 2,
+    precision: str = "highest",
+    interpret: bool = False,
+) -> jax.Array:
+    """dq of flash_attention for the output's cotangent do, from the forward's lse and
+    delta = rowsum(do * out) (both [B, H, Sq] float32)."""
+    (dq,) = backward_on(
+        "dq",
+        q,
+        k,
+        v,
+        do,
+        lse,
+        delta,
+        causal=causal,
+        sm_scale=sm_scale,
+        block_q=block_q,
+        block_k=block_k,
+        num_warps=num_warps,
+        num_stages=num_stages,
+        precision=precision,
+        platform=kernel_platform(interpret),
+        interpret=interpret,
+    )
+    return dq
+
+
+@autotuned(
+    name="flash_attention_dkv",
+    space="flash_attention_dkv",
+    constraints=[fits_platform],
+    reference=attention_dkv_reference,
+)
+def flash_attention_dkv(
+    q: jax.Array,
+    k: jax.Array,
+    v: jax.Array,
+    do: jax.Array,
+    lse: jax.Array,
+    delta: jax.Array,
+    *,
+    causal: bool = False,
+    sm_scale: float | None = None,
+    block_q: int = 128,
+    block_k: int = 128,
+    num_warps: int = 4,
+    num_stages: int = 2,
+    precision: str = "highest",
+    interpret: bool = False,
+) -> tuple[jax.Array, jax.Array]:
+    """(dk, dv) of flash_attention for the output's cotangent do, from the forward's lse and
+    delta = rowsum(do * out) (both [B, H, Sq] float32)."""
+    dk, dv = backward_on(
+        "dkv",
+        q,
+        k,
+        v,
+        do,
+        lse,
+        delta,
+        causal=causal,
+        sm_scale=sm_scale,
+        block_q=block_q,
+        block_k=block_k,
+        num_warps=num_warps,
+        num_stages=num_stages,
+        precision=precision,
+        platform=kernel_platform(interpret),
+        interpret=interpret,
+    )
+    return dk, dv
