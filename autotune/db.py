@@ -290,6 +290,9 @@ class TuningDB:
         self.url = normalize_url(url)
         file = _sqlite_file(self.url)
         self.read_only = False  # a SQLite file that this process cannot write: served as is
+        self._file: Path | None = None  # the SQLite file written to, and its identity
+        self._identity: tuple[int, int] | None = None
+        self._sidecars: dict[Path, tuple[int, int] | None] = {}  # its -wal and -shm files
         try:
             if file is not None:
                 if not file.parent.is_dir():
@@ -315,6 +318,8 @@ class TuningDB:
                 )
                 self._writer = self.engine
             self._prepare()
+            if file is not None and not self.read_only:
+                self._file, self._identity = file, _identity(file)
         except BaseException as e:
             if hasattr(self, "engine"):
                 self.engine.dispose()
@@ -355,6 +360,25 @@ class TuningDB:
 
     def close(self) -> None:
         self.engine.dispose()
+
+    def check_identity(self) -> None:
+        """Refuse to write once the file under the database's path is no longer the one opened
+        (deleted, or another database moved there). SQLite would go on writing into the old
+        file, and leave its -wal file beside the path, where the next process to open the new
+        file would replay it over that database's pages: the -wal and -shm files this process
+        wrote are removed (those of another process have another identity and stay)."""
+        if self._file is None:
+            return
+        if _identity(self._file) == self._identity:
+            self._sidecars = {p: _identity(p) for p in _sidecar_files(self._file)}
+            return
+        for path, identity in self._sidecars.items():
+            if identity is not None and _identity(path) == identity:
+                path.unlink(missing_ok=True)
+        raise DatabaseError(
+            f"tuning database {self._file} was deleted or replaced while this process used "
+            "it: nothing more is written to it; run again"
+        )
 
     def __enter__(self) -> TuningDB:
         return self
@@ -669,6 +693,12 @@ class _GuardedSession:
             except BaseException as e:
                 self.__exit__(type(e), e, None)
                 raise
+            try:
+                self.db.check_identity()
+            except DatabaseError:
+                self.session.rollback()
+                self.session.close()
+                raise
             if version is not None and version > SCHEMA_VERSION:
                 self.session.rollback()
                 self.session.close()
@@ -696,6 +726,19 @@ class _GuardedSession:
 def _reason(e: BaseException) -> str:
     orig = getattr(e, "orig", None)
     return str(orig or e).splitlines()[0]
+
+
+def _sidecar_files(file: Path) -> tuple[Path, Path]:
+    return file.with_name(file.name + "-wal"), file.with_name(file.name + "-shm")
+
+
+def _identity(file: Path) -> tuple[int, int] | None:
+    """The file's device and inode (None: no file there)."""
+    try:
+        st = os.stat(file)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
 
 
 def _create_private_file(file: Path) -> None:

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from autotune import registry
-from autotune.errors import KernelError, SignatureError, SpaceError
+from autotune.errors import DatabaseError, KernelError, SignatureError, SpaceError
 from autotune.finalists import Finalist, remeasure
 from autotune.oracle import make_oracle
 from autotune.search import LISTED_UP_TO, Evaluation, run_search
@@ -227,7 +227,12 @@ def _tune(
         record.is_default = is_default or config == default
         record.oracle = oracle.name
         if handle is not None:  # stored at once: an interrupted run loses no measurement
-            (record.db_id,) = handle.add_trials(key, run_id, [record])
+            try:
+                (record.db_id,) = handle.add_trials(key, run_id, [record])
+            except DatabaseError as e:
+                raise DatabaseError(
+                    f"{e} ({spec.name} {sig.text}: this run's trials and best entry are not saved)"
+                ) from e
         return record
 
     study = (settings.study_name or study_name_of(key)) if storage else None
