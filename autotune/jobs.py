@@ -496,11 +496,14 @@ def resumed_text(result: Any) -> str:
     return f"{result.resumed} of {len(result.trials)} trials already measured"
 
 
-def delete_study(storage: str, name: str) -> None:
-    """Delete a study (a fresh start for its key); nothing happens if there is none."""
+def delete_study(storage: str, name: str, unless_in_use: bool = False) -> None:
+    """Delete a study (a fresh start for its key); nothing happens if there is none, nor,
+    `unless_in_use`, while another worker searches it (the last one out deletes it)."""
     import optuna
 
-    from autotune.studies import optuna_url
+    from autotune.studies import SharedStudy, optuna_url
 
-    with contextlib.suppress(KeyError):  # no such study yet
+    if unless_in_use and SharedStudy(storage, name, None).in_use():
+        return
+    with contextlib.suppress(KeyError):  # no such study yet, or another worker deleted it
         optuna.delete_study(study_name=name, storage=optuna_url(storage))

@@ -196,6 +196,8 @@ def run_search(
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     shared = SharedStudy(storage, study_name, sampler) if storage else None
+    if shared:
+        shared.join()
     study = shared.study if shared else optuna.create_study(direction="minimize", sampler=sampler)
     first = [dict(c) for c in initial if vset.contains(c)]
     if valid is not None and (strategy == "grid" or len(valid) <= n_trials):
@@ -281,6 +283,7 @@ def run_search(
             measured, claimed = _refresh(shared, enc)
         if len(measured) >= budget:  # spent for every worker (a time limit is this one's own)
             shared.close_queue()
+        shared.leave()
         return list(measured.values())
     return results
 

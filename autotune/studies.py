@@ -32,6 +32,18 @@ for _message in ("Argument ``heartbeat_interval``", ".*fail_stale_trials is expe
 warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed to be used")
 
 
+# On SQLite, Optuna's claim of a WAITING trial (read its state, then set it RUNNING) is two
+# statements that its row lock does not make atomic there: two workers could both claim one
+# trial, measure it twice, and the second `tell` fails. Every transaction of a SQLite studies
+# file begins IMMEDIATE instead (the driver's own BEGIN is turned off), holding the write lock
+# from the read on: claims are serialised, and concurrent workers wait on the busy timeout.
+_SQLITE_ENGINE = {"connect_args": {"isolation_level": None, "timeout": 30.0}}
+
+
+def _begin_immediate(conn: Any) -> None:
+    conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+
 class SharedStudy:
     """A study in an Optuna RDB storage that several workers (and a resumed run) share.
 
@@ -56,6 +68,7 @@ class SharedStudy:
             try:
                 self.storage = optuna.storages.RDBStorage(
                     optuna_url(storage),
+                    engine_kwargs=_SQLITE_ENGINE if file is not None else None,
                     heartbeat_interval=HEARTBEAT_S,
                     grace_period=3 * HEARTBEAT_S,
                 )
@@ -65,6 +78,8 @@ class SharedStudy:
                 if attempt == 4:
                     raise
                 time.sleep(0.2 * (attempt + 1))
+        if file is not None:
+            sqlalchemy.event.listen(self.storage.engine, "begin", _begin_immediate)
         self.study = optuna.create_study(
             storage=self.storage,
             study_name=study_name,
@@ -72,6 +87,27 @@ class SharedStudy:
             sampler=sampler,
             load_if_exists=True,
         )
+
+    def join(self) -> None:
+        """Say that this worker searches the study now (see `in_use`)."""
+        self.study.set_user_attr(f"worker {self.worker}", True)
+
+    def leave(self) -> None:
+        self.study.set_user_attr(f"worker {self.worker}", False)
+
+    def in_use(self) -> bool:
+        """Whether another worker has joined the study and not left it (a dead process on this
+        host has left it). Set-then-check: a worker leaves before it asks, so of two that
+        finish together, at least the later one finds the study unused."""
+        host = socket.gethostname()
+        for name, joined in self.study.user_attrs.items():
+            owner = name.removeprefix("worker ")
+            worker_host, _, pid = owner.partition(":")
+            if not joined or owner == name or owner == self.worker:
+                continue
+            if worker_host != host or not pid.isdigit() or _alive(int(pid)):
+                return True
+        return False
 
     def n_measured(self) -> int:
         """How many configurations the study's workers (this one's earlier runs included) have

@@ -6,6 +6,10 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
 
 import pytest
 from toy_kernels import make_input, scale
@@ -13,6 +17,8 @@ from toy_kernels import make_input, scale
 import autotune
 from autotune import TuningDB
 from autotune.errors import DatabaseError
+
+TESTS = Path(__file__).parent
 
 
 def tune_then(db, n_trials, after_trial, action):
@@ -44,3 +50,58 @@ def test_a_database_moved_over_the_path_is_left_intact(tmp_path):
         tune_then(str(db), 4, 2, lambda: shutil.move(other, db))
     with TuningDB(db) as replaced:
         assert (replaced.query(), replaced.trials()) == before
+
+
+def tune_command(db, rows, *extra):
+    return [
+        sys.executable,
+        "-m",
+        "autotune.cli",
+        "tune",
+        "toy_kernels:scale",
+        "--shape",
+        f"{rows}x128",
+        "--trials",
+        "5",
+        "--strategy",
+        "grid",
+        "--finalists",
+        "0",
+        "--no-isolate",
+        "--db",
+        str(db),
+        *extra,
+    ]
+
+
+def start(cmd, env):
+    return subprocess.Popen(
+        cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=TESTS
+    )
+
+
+@pytest.mark.slow
+def test_concurrent_tunes_on_one_sqlite_file_never_crash_nor_measure_twice(
+    tmp_path, subprocess_env
+):
+    # 4 processes tune one key (one shared study), 2 others two more keys, in one SQLite file.
+    # The studies file is named: a plain run deletes its study when the last worker leaves it,
+    # and a run that started after that would tune afresh (measuring again, as it should)
+    for attempt in range(2):
+        db = tmp_path / f"t{attempt}.db"
+        studies = f"sqlite:///{tmp_path}/studies{attempt}.db"
+        procs = [
+            start(tune_command(db, rows, "--storage", studies), subprocess_env)
+            for rows in (96,) * 4 + (48, 24)
+        ]
+        for proc in procs:
+            out, err = proc.communicate(timeout=600)
+            assert proc.returncode == 0 and "Traceback" not in err, err[-3000:]
+        with TuningDB(db) as handle:
+            trials = handle.trials()
+            assert {e["signature"] for e in handle.query()} == {
+                f"f32[{rows},128]" for rows in (96, 48, 24)
+            }
+        measured = Counter((t["signature"], t["config"]["block_rows"]) for t in trials)
+        assert [k for k, n in measured.items() if n > 1] == []
+        assert sum(k[0] == "f32[96,128]" for k in measured) == 5
