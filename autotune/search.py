@@ -220,12 +220,19 @@ def run_search(
     while True:
         if shared:
             measured, claimed = _refresh(shared, enc)
+            # rebuilt each time: a dead worker's released claim is unmeasured again
+            seen = set()
             for cid in (*measured, *claimed):
                 pos = vset.position(dict((k, v) for k, _, v in cid))
                 if pos is not None and vset.is_valid(pos):
                     seen.add(pos)
         if len(measured) + len(claimed) >= budget or len(seen) == vset.count:
-            break
+            if not claimed:
+                break
+            # the budget is spent once the claims are measured; a claim released instead (its
+            # worker died) leaves budget that this worker spends
+            time.sleep(0.5)
+            continue
         if deadline is not None and time.monotonic() >= deadline:
             log.info("search: wall-time limit of %.0f s reached", time_limit_s)
             break
@@ -259,33 +266,55 @@ def run_search(
             continue
         if upcoming is not None:
             upcoming(_queued(study, enc, vset, {cid}, measured, claimed))
-        with shared.heartbeat(trial) if shared else contextlib.nullcontext():
-            ev = evaluate(config)
+        ev = None
+        try:
+            with shared.heartbeat(trial) if shared else contextlib.nullcontext():
+                ev = evaluate(config)
+            _tell(study, trial, ev, shared is not None)
+        except BaseException as e:
+            # interrupted (KeyboardInterrupt, SystemExit): a measurement that was stored is
+            # told to the study, so that it counts against the budget; otherwise the claim is
+            # released at once (this process lives on, so no one else would release it)
+            ev = ev or getattr(e, "evaluation", None)
+            if trial.number not in told(study):
+                _tell(study, trial, ev, shared is not None)
+            raise
         seen.add(pos)
         measured[cid] = ev
         results.append(ev)
-        if shared:
-            trial.set_user_attr("status", ev.status)
-            trial.set_user_attr("detail", ev.detail)
         if ev.value is None:
-            # failures teach "not here" without a fake timing: TPE puts pruned trials among
-            # the bad ones, and no sampler fits a value to them
-            study.tell(trial, state=TrialState.PRUNED)
             since_best += 1
         else:
-            study.tell(trial, ev.value)
             since_best = 0 if ev.value < best * (1 - noise) or best == np.inf else since_best + 1
             best = min(best, ev.value)
-    if shared:  # every worker's trials, once those still being measured are in
+    if shared:  # every worker's trials (the loop ends once those being measured are in)
         measured, claimed = _refresh(shared, enc)
-        while claimed:
-            time.sleep(0.5)
-            measured, claimed = _refresh(shared, enc)
         if len(measured) >= budget:  # spent for every worker (a time limit is this one's own)
             shared.close_queue()
         shared.leave()
         return list(measured.values())
     return results
+
+
+def _tell(study: optuna.Study, trial: optuna.Trial, ev: Evaluation | None, shared: bool) -> None:
+    """Finish a trial with its evaluation (None: it was not measured)."""
+    if ev is None:
+        study.tell(trial, state=TrialState.FAIL)
+        return
+    if shared:
+        trial.set_user_attr("status", ev.status)
+        trial.set_user_attr("detail", ev.detail)
+    if ev.value is None:
+        # failures teach "not here" without a fake timing: TPE puts pruned trials among the
+        # bad ones, and no sampler fits a value to them
+        study.tell(trial, state=TrialState.PRUNED)
+    else:
+        study.tell(trial, ev.value)
+
+
+def told(study: optuna.Study) -> set[int]:
+    states = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
+    return {t.number for t in study.get_trials(deepcopy=False, states=states)}
 
 
 def _queued(

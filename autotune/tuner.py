@@ -244,12 +244,17 @@ def _tune(
         nonlocal measured
         record = measure(config)
         measured += 1
-        if progress:
-            progress(record, measured, n_trials if valid is None else min(n_trials, len(valid)))
         value = record.time_s if record.status == "ok" else None
         # a shared study keeps each record as JSON among its trial's attributes
         detail = record.as_dict() if storage else record
-        return Evaluation(config, value, record.status, detail=detail)
+        evaluation = Evaluation(config, value, record.status, detail=detail)
+        if progress:
+            try:
+                progress(record, measured, n_trials if valid is None else min(n_trials, len(valid)))
+            except BaseException as e:  # an interrupt: the search still counts what was stored
+                e.evaluation = evaluation  # type: ignore[attr-defined]
+                raise
+        return evaluation
 
     warm = warm_starts(handle or db, key, sig, space) if settings.warm_start else []
     try:

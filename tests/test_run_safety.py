@@ -105,3 +105,21 @@ def test_concurrent_tunes_on_one_sqlite_file_never_crash_nor_measure_twice(
         measured = Counter((t["signature"], t["config"]["block_rows"]) for t in trials)
         assert [k for k, n in measured.items() if n > 1] == []
         assert sum(k[0] == "f32[96,128]" for k in measured) == 5
+
+
+def test_an_interrupted_shared_run_counts_what_it_stored_and_the_rerun_keeps_the_budget(tmp_path):
+    db, studies = str(tmp_path / "t.db"), f"sqlite:///{tmp_path}/studies.db"
+    x = make_input(rows=96)
+
+    def interrupt(record, i, n):
+        if i == 2:
+            raise KeyboardInterrupt  # as a Ctrl-C while the progress line is printed
+
+    settings = dict(n_trials=4, db=db, strategy="grid", finalists=0, storage=studies)
+    with pytest.raises(KeyboardInterrupt):
+        autotune.tune(scale, [x], progress=interrupt, **settings)
+    result = autotune.tune(scale, [x], **settings)  # this process's claim was released
+    assert result.resumed == 2 and len(result.trials) == 4
+    with TuningDB(db) as handle:
+        stored = [t["config"]["block_rows"] for t in handle.trials()]
+    assert len(stored) == len(set(stored)) == 4  # exactly the budget, none measured twice
