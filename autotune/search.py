@@ -205,12 +205,13 @@ def run_search(
         if strategy != "grid":  # exhaustive anyway; a seeded order finds good ones early on average
             random.Random(seed).shuffle(order)
         first += order
-    queued = set()
+    # workers joining a shared study do not queue again what is queued, claimed or measured;
+    # a config whose trial failed unmeasured (its worker was killed) is queued again
+    queued = _in_study(study, enc) if shared else set()
     for c in first:
         if config_id(c) not in queued:
             queued.add(config_id(c))
-            # skip_if_exists: workers joining a shared study do not queue the same list again
-            study.enqueue_trial(enc.encode(c), skip_if_exists=shared is not None)
+            study.enqueue_trial(enc.encode(c))
 
     results: list[Evaluation] = []
     measured: dict[tuple, Evaluation] = {}
@@ -310,6 +311,20 @@ def _tell(study: optuna.Study, trial: optuna.Trial, ev: Evaluation | None, share
         study.tell(trial, state=TrialState.PRUNED)
     else:
         study.tell(trial, ev.value)
+
+
+def _in_study(study: optuna.Study, enc: _Encoding) -> set[tuple]:
+    """The configs of a study's trials that are queued, being measured, or measured."""
+    states = (TrialState.WAITING, TrialState.RUNNING, TrialState.COMPLETE, TrialState.PRUNED)
+    out = set()
+    for t in study.get_trials(deepcopy=False, states=states):
+        params = t.system_attrs.get("fixed_params", t.params)
+        finished = t.state in (TrialState.COMPLETE, TrialState.PRUNED)
+        if params.keys() == enc.distributions.keys() and not (
+            finished and "status" not in t.user_attrs
+        ):
+            out.add(config_id(enc.decode(params)))
+    return out
 
 
 def told(study: optuna.Study) -> set[int]:

@@ -76,6 +76,12 @@ class TuneResult:
         )
 
     @property
+    def first_pass(self) -> bool:
+        """Whether the finalists' side-by-side re-measurement failed (a worker crashed or was
+        killed), so that the winner was chosen on first-pass figures."""
+        return len(self.finalists) > 1 and all(f.timing is None for f in self.finalists)
+
+    @property
     def n_rejected(self) -> int:
         return sum(t.status == "rejected" for t in self.trials)
 
@@ -342,15 +348,18 @@ def _result(
 ) -> TuneResult:
     """The winner among `trials`, after the finalists' interleaved re-measurement (`rival`,
     another worker's stored entry, among them)."""
-    default_trial = next((t for t in trials if t.is_default), None)
-    if default_trial is None:  # the default lies outside the space: measure it as the baseline
-        default_trial = measure(default, is_default=True)
-    ok = [t for t in trials if t.status == "ok"]
     if not trials:  # the budget has at least one trial and one valid config: time ran out
         raise KernelError(
             f"the time limit ran out before any candidate of {spec.name} for {sig.text} was "
             "measured: give more time (--time-limit / time_limit_s)"
         )
+    default_trial = next((t for t in trials if t.is_default), None)
+    if default_trial is None:
+        # the default lies outside the space, or a worker measuring it was killed: measure it
+        # as the baseline; it takes part in the finalists like any measured candidate
+        default_trial = measure(default, is_default=True)
+        trials = [*trials, default_trial]
+    ok = [t for t in trials if t.status == "ok"]
     if not ok:
         raise KernelError(
             f"no candidate of {spec.name} for {sig.text} ran and matched the oracle "

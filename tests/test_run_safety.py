@@ -12,10 +12,11 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+import toy_kernels
 from toy_kernels import make_input, scale
 
 import autotune
-from autotune import TuningDB
+from autotune import TuningDB, jobs
 from autotune.errors import DatabaseError
 
 TESTS = Path(__file__).parent
@@ -123,3 +124,40 @@ def test_an_interrupted_shared_run_counts_what_it_stored_and_the_rerun_keeps_the
     with TuningDB(db) as handle:
         stored = [t["config"]["block_rows"] for t in handle.trials()]
     assert len(stored) == len(set(stored)) == 4  # exactly the budget, none measured twice
+
+
+def test_a_run_interrupted_while_the_default_is_measured_measures_it_on_resume(tmp_path):
+    db, studies = str(tmp_path / "t.db"), f"sqlite:///{tmp_path}/studies.db"
+    x = make_input(rows=96)
+    settings = dict(n_trials=3, db=db, strategy="grid", finalists=2, storage=studies, seed=0)
+    toy_kernels.INTERRUPT_TRACES.add(2)  # the oracle's trace is the first, the measurement's next
+    with pytest.raises(KeyboardInterrupt):
+        autotune.tune(toy_kernels.interrupt_scale, [x], **settings)
+    result = autotune.tune(toy_kernels.interrupt_scale, [x], **settings)
+    default = [t for t in result.trials if t.config == {"block_rows": 8}]
+    assert len(default) == 1 and default[0].status == "ok" and result.default_time_s
+    assert {"block_rows": 8} in [f.config for f in result.finalists]
+    assert not result.first_pass
+
+
+def test_a_worker_killed_during_the_finalists_leaves_first_pass_figures_said_so(
+    tmp_path, db_url, monkeypatch
+):
+    marker = tmp_path / "doomed"
+    monkeypatch.setenv("TOY_DOOMED_MARKER", str(marker))  # the worker child inherits it
+
+    def doom_after_the_search(record, i, n):
+        if i == n:
+            marker.touch()  # from now on the worker aborts when it runs the kernel
+
+    result = autotune.tune(
+        "toy_kernels:doomed_scale",
+        [make_input(rows=32)],
+        n_trials=3,
+        db=db_url,
+        strategy="grid",
+        isolate=True,
+        progress=doom_after_the_search,
+    )
+    assert result.first_pass and len(result.finalists) == 3
+    assert "first-pass figures" in jobs._summary(result)
