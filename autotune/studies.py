@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import logging
 import os
 import socket
+import sqlite3
 import threading
 import time
 import warnings
+from pathlib import Path
 from typing import Any
 
 import optuna
@@ -21,6 +24,8 @@ from optuna.trial import TrialState
 
 from autotune.errors import SpaceError
 from autotune.trial import config_id
+
+log = logging.getLogger(__name__)
 
 HEARTBEAT_S = 30  # a shared study's running trial whose worker is silent 3x this long is failed
 # Heartbeats are how a shared study releases the claims of dead workers; Optuna marks them
@@ -66,6 +71,8 @@ class SharedStudy:
             _create_private_file(file)  # as private as the tuning database beside it
         for attempt in range(5):
             try:
+                if file is not None and attempt == 0:
+                    _set_aside_if_corrupt(file)
                 self.storage = optuna.storages.RDBStorage(
                     optuna_url(storage),
                     engine_kwargs=_SQLITE_ENGINE if file is not None else None,
@@ -212,6 +219,35 @@ class _Heartbeat:
     def __exit__(self, *exc: object) -> None:
         self.stop.set()
         self.thread.join()
+
+
+def _set_aside_if_corrupt(file: Path) -> None:
+    """A studies file is a cache of progress: one that SQLite cannot read as a database is
+    renamed (with its -wal and -shm files) for inspection, with a warning, and the run
+    starts afresh instead of failing every later run on it."""
+    try:
+        conn = sqlite3.connect(file, timeout=30.0)
+        try:
+            problem = conn.execute("PRAGMA quick_check").fetchone()[0]
+        finally:
+            conn.close()
+    except sqlite3.OperationalError:  # locked, or unreadable: the caller's open says why
+        return
+    except sqlite3.DatabaseError as e:  # not a database, malformed
+        problem = str(e)
+    if problem == "ok":
+        return
+    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    aside = file.with_name(f"{file.name}.corrupt-{stamp}")
+    for suffix in ("", "-wal", "-shm"):
+        with contextlib.suppress(FileNotFoundError):
+            os.replace(f"{file}{suffix}", f"{aside}{suffix}")
+    log.warning(
+        "studies file %s cannot be read (%s): set aside as %s; tuning starts afresh",
+        file,
+        problem,
+        aside,
+    )
 
 
 def _age(trial: Any) -> datetime.timedelta:

@@ -4,6 +4,7 @@ that are corrupt, workers killed mid-study. Real files, real processes, real sig
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import subprocess
@@ -161,3 +162,22 @@ def test_a_worker_killed_during_the_finalists_leaves_first_pass_figures_said_so(
     )
     assert result.first_pass and len(result.finalists) == 3
     assert "first-pass figures" in jobs._summary(result)
+
+
+def test_a_corrupt_studies_file_is_set_aside_with_a_warning(tmp_path, caplog):
+    studies = tmp_path / "t-studies.db"
+    garbage = os.urandom(8192)
+    studies.write_bytes(garbage)
+    with caplog.at_level(logging.WARNING, logger="autotune.studies"):
+        result = autotune.tune(
+            scale,
+            [make_input(rows=32)],
+            n_trials=2,
+            db=str(tmp_path / "t.db"),
+            finalists=0,
+            storage=f"sqlite:///{studies}",
+        )
+    assert len(result.trials) == 2
+    (aside,) = tmp_path.glob("t-studies.db.corrupt-*")
+    assert aside.read_bytes() == garbage  # kept for inspection
+    assert any("set aside" in r.getMessage() for r in caplog.records)
