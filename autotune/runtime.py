@@ -17,6 +17,7 @@ import functools
 import inspect
 import logging
 import operator
+import threading
 import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -37,6 +38,11 @@ log = logging.getLogger(__name__)
 # write transaction before giving up with a warning. Reads never wait in SQLite's WAL mode; tools
 # (tuner, CLI) keep the database's long default.
 RUNTIME_BUSY_TIMEOUT_S = 0.5
+# A database that failed to open is tried again in the background after this many seconds,
+# doubling up to REOPEN_MAX_S: a lock held at a process's first lookup must not make every
+# call of its life use the fallback, and no call ever waits for the retry.
+REOPEN_FIRST_S = 1.0
+REOPEN_MAX_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -59,6 +65,9 @@ class _Runtime:
     # (kernel, call shape) -> the Resolution of calls of that shape; see AutotunedKernel._resolution
     memo: dict[tuple, Resolution] = field(default_factory=dict)
     warned: set[str] = field(default_factory=set)
+    # memo keys of calls resolved while the database could not be opened: dropped (with
+    # their kernels' jitted entries) once a retry opens it
+    unopened: set[tuple] = field(default_factory=set)
 
 
 _STATE = _Runtime()
@@ -125,6 +134,7 @@ def _database() -> Any:
                 raise _as_autotune_error(e) from e
             _warn_once(f"open:{e}", f"pallas-autotune: {e}; using default configurations")
             _STATE.db = False
+            _schedule_reopen(_STATE, REOPEN_FIRST_S)
         else:
             if missing:
                 _warn_once(
@@ -133,6 +143,35 @@ def _database() -> Any:
                     "calls use the fallback until kernels are tuned (`autotune tune ...`)",
                 )
     return _STATE.db or None
+
+
+def _schedule_reopen(state: _Runtime, delay_s: float) -> None:
+    timer = threading.Timer(delay_s, _reopen, (state, delay_s))
+    timer.daemon = True
+    timer.start()
+
+
+def _reopen(state: _Runtime, delay_s: float) -> None:
+    """Try the database again (in a timer thread); once it opens, the calls that fell back
+    for want of it are looked up again at their next call."""
+    from autotune.db import TuningDB
+
+    if state is not _STATE or state.db is not False:  # configure() replaced the state
+        return
+    try:
+        db = TuningDB(state.settings.db_url, busy_timeout_s=RUNTIME_BUSY_TIMEOUT_S)
+    except Exception:
+        _schedule_reopen(state, min(2 * delay_s, REOPEN_MAX_S))
+        return
+    if state is not _STATE:
+        db.close()
+        return
+    state.db = db
+    log.info("pallas-autotune: tuning database %s opened on a retry", db.url)
+    for memo_key in list(state.unopened):
+        state.unopened.discard(memo_key)
+        state.memo.pop(memo_key, None)
+        memo_key[0]._drop_entry()
 
 
 def _db_call(what: str, fn: Callable[[], Any]) -> Any:
@@ -250,6 +289,10 @@ class AutotunedKernel:
             return self.resolve(args, kwargs)
         if hit is None:
             hit = _STATE.memo[memo_key] = self.resolve(args, kwargs)
+            if _STATE.db is False:
+                _STATE.unopened.add(memo_key)
+                if _STATE.db:  # a retry opened it meanwhile
+                    _STATE.memo.pop(memo_key, None)
         return hit
 
     def explain(self, *args: Any, **kwargs: Any) -> dict[str, Any]:

@@ -1,0 +1,35 @@
+"""Model code at call time: a database that could not be opened is tried again, and a call
+that no candidate fits never runs a configuration its kernel's constraints refuse."""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+
+import numpy as np
+import toy_kernels
+from test_reliability import store
+from toy_kernels import make_input, scale
+
+import autotune
+import autotune.runtime
+
+
+def test_a_database_locked_at_the_first_lookup_is_opened_again_later(tmp_path):
+    path = tmp_path / "t.db"
+    x = make_input(rows=48)
+    store(path, x, block_rows=16)
+    # a rollback-journal database held EXCLUSIVE by another connection cannot be opened
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("PRAGMA journal_mode=DELETE")
+    holder.execute("BEGIN EXCLUSIVE")
+    autotune.configure(db=path)
+    toy_kernels.TRACED["scale"].clear()
+    np.testing.assert_allclose(scale(x), x * 2)  # the fallback, at once
+    holder.execute("COMMIT")
+    holder.close()
+    deadline = time.monotonic() + 10 * autotune.runtime.REOPEN_FIRST_S
+    while toy_kernels.TRACED["scale"][-1] != {"block_rows": 16} and time.monotonic() < deadline:
+        time.sleep(0.2)
+        np.testing.assert_allclose(scale(x), x * 2)
+    assert toy_kernels.TRACED["scale"] == [{"block_rows": 8}, {"block_rows": 16}]
