@@ -54,6 +54,7 @@ class Resolution:
     key: TuningKey
     signature: Signature
     detail: str = ""  # e.g. the signature a nearest entry was tuned for
+    refused: bool = False  # no candidate fits and the default breaks a constraint: detail says
 
 
 @dataclass
@@ -277,7 +278,10 @@ class AutotunedKernel:
 
     def _run(self, args: Sequence[Any], kwargs: dict[str, Any], kernel_for: Callable) -> Any:
         overrides = {k: kwargs.pop(k) for k in self.spec.tunables & kwargs.keys()}
-        config = {**self._resolution(args, kwargs).config, **overrides}
+        resolution = self._resolution(args, kwargs)
+        if resolution.refused and not overrides:  # block sizes passed: the caller's choice
+            raise AutotuneError(resolution.detail)
+        config = {**resolution.config, **overrides}
         return kernel_for(config, args, kwargs)(*args, **kwargs)
 
     def _resolution(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Resolution:
@@ -360,7 +364,7 @@ class AutotunedKernel:
             near = self._nearest(db, key, sig, space)
             if near is not None:
                 return near
-        return Resolution(self.spec.default_config(sig), "default", key, sig)
+        return _default_resolution(self.spec, space, key, sig)
 
     def _nearest(self, db: Any, key: TuningKey, sig: Signature, space: Any) -> Resolution | None:
         """The entry of the nearest tuned shape on this device whose config fits this call.
@@ -400,6 +404,21 @@ class AutotunedKernel:
                     dict(config), "nearest", key, sig, detail=f"tuned for {signature}"
                 )
         return None
+
+
+def _default_resolution(spec: KernelSpec, space: Any, key: TuningKey, sig: Signature) -> Resolution:
+    """The default configuration of a call, refused (never run) where it breaks a constraint:
+    then no candidate of the space fits the call, and the kernel would compute garbage."""
+    config = spec.default_config(sig)
+    broken = _broken(space, config, sig)
+    if broken is None:
+        return Resolution(config, "default", key, sig)
+    given = ", ".join(f"{n}=..." for n in space.names)
+    detail = (
+        f"{spec.name} {sig.text}: no configuration of its space fits this call, and the default "
+        f"{config} {broken}: pass the block sizes explicitly ({given}), or widen its space"
+    )
+    return Resolution(config, "default", key, sig, detail=detail, refused=True)
 
 
 def _broken(space: Any, config: dict, sig: Signature) -> str | None:

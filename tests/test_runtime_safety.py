@@ -7,12 +7,14 @@ import sqlite3
 import time
 
 import numpy as np
+import pytest
 import toy_kernels
 from test_reliability import store
 from toy_kernels import make_input, scale
 
 import autotune
 import autotune.runtime
+from autotune.errors import AutotuneError
 
 
 def test_a_database_locked_at_the_first_lookup_is_opened_again_later(tmp_path):
@@ -33,3 +35,12 @@ def test_a_database_locked_at_the_first_lookup_is_opened_again_later(tmp_path):
         time.sleep(0.2)
         np.testing.assert_allclose(scale(x), x * 2)
     assert toy_kernels.TRACED["scale"] == [{"block_rows": 8}, {"block_rows": 16}]
+
+
+def test_a_call_no_candidate_fits_is_refused_unless_block_sizes_are_passed():
+    x = make_input(rows=100)  # none of 8, 12, 16, 24, 32 divides 100
+    with pytest.raises(AutotuneError, match=r"scale f32\[100,128\].*rows_divide.*block_rows="):
+        scale(x)
+    explained = scale.explain(x)
+    assert "rows_divide" in explained["detail"] and "no configuration" in explained["detail"]
+    assert scale(x, block_rows=4).shape == x.shape  # the caller's choice is run as given
