@@ -13,6 +13,7 @@ call runs the fallback (or raises AutotuneError in strict mode).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import inspect
 import logging
@@ -55,6 +56,7 @@ class Resolution:
     signature: Signature
     detail: str = ""  # e.g. the signature a nearest entry was tuned for
     refused: bool = False  # no candidate fits and the default breaks a constraint: detail says
+    miss: bool = False  # the database had no entry: recorded once a call of it has run
 
 
 @dataclass
@@ -69,6 +71,7 @@ class _Runtime:
     # memo keys of calls resolved while the database could not be opened: dropped (with
     # their kernels' jitted entries) once a retry opens it
     unopened: set[tuple] = field(default_factory=set)
+    recorded: set[TuningKey] = field(default_factory=set)  # misses counted by this process
 
 
 _STATE = _Runtime()
@@ -98,6 +101,7 @@ def clear_memo() -> None:
     """Forget every resolved call, e.g. after new results were stored: the next call of each
     shape looks its configuration up again."""
     _STATE.memo.clear()
+    _STATE.recorded.clear()
     _drop_entries()
 
 
@@ -282,7 +286,10 @@ class AutotunedKernel:
         if resolution.refused and not overrides:  # block sizes passed: the caller's choice
             raise AutotuneError(resolution.detail)
         config = {**resolution.config, **overrides}
-        return kernel_for(config, args, kwargs)(*args, **kwargs)
+        out = kernel_for(config, args, kwargs)(*args, **kwargs)
+        if resolution.miss:
+            _record_miss(resolution.key)
+        return out
 
     def _resolution(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Resolution:
         """resolve(), memoised per call shape: the database is read once per key per process."""
@@ -353,9 +360,11 @@ class AutotunedKernel:
                     f"{message} (strict mode): re-tune it, or check it with `autotune db check`"
                 )
             _warn_once(f"invalid:{key}", f"pallas-autotune: {message}; using the fallback")
-        if db and record_miss:
-            _db_call("recording a miss", lambda: db.record_miss(key))
+        miss = bool(db) and record_miss
+        default = _default_resolution(self.spec, space, key, sig)
         if settings.strict:
+            if miss and not default.refused:  # the call will not run: counted now
+                _record_miss(key)
             raise AutotuneError(
                 f"no tuned configuration for {key.kernel} {key.signature} on {key.device_kind} "
                 f"(strict mode): run `autotune tune {key.kernel} ...` or `autotune tune --pending`"
@@ -363,8 +372,8 @@ class AutotunedKernel:
         if settings.fallback == "nearest" and db:
             near = self._nearest(db, key, sig, space)
             if near is not None:
-                return near
-        return _default_resolution(self.spec, space, key, sig)
+                return dataclasses.replace(near, miss=miss)
+        return dataclasses.replace(default, miss=miss and not default.refused)
 
     def _nearest(self, db: Any, key: TuningKey, sig: Signature, space: Any) -> Resolution | None:
         """The entry of the nearest tuned shape on this device whose config fits this call.
@@ -404,6 +413,18 @@ class AutotunedKernel:
                     dict(config), "nearest", key, sig, detail=f"tuned for {signature}"
                 )
         return None
+
+
+def _record_miss(key: TuningKey) -> None:
+    """Count a miss for `autotune tune --pending`, once per key per process, and only for a
+    call that ran: one that the kernel refused (a TypeError, a shape no candidate fits) could
+    never be tuned and would stay pending forever."""
+    if key in _STATE.recorded:
+        return
+    _STATE.recorded.add(key)
+    db = _database()
+    if db:
+        _db_call("recording a miss", lambda: db.record_miss(key))
 
 
 def _default_resolution(spec: KernelSpec, space: Any, key: TuningKey, sig: Signature) -> Resolution:

@@ -14,6 +14,7 @@ from toy_kernels import make_input, scale
 
 import autotune
 import autotune.runtime
+from autotune import TuningDB
 from autotune.errors import AutotuneError
 
 
@@ -44,3 +45,14 @@ def test_a_call_no_candidate_fits_is_refused_unless_block_sizes_are_passed():
     explained = scale.explain(x)
     assert "rows_divide" in explained["detail"] and "no configuration" in explained["detail"]
     assert scale(x, block_rows=4).shape == x.shape  # the caller's choice is run as given
+
+
+def test_only_calls_that_ran_leave_a_miss(db_url):
+    with pytest.raises(AutotuneError):
+        scale(make_input(rows=100))  # no candidate fits: it could never be tuned
+    with pytest.raises(ValueError):
+        scale(make_input(rows=64)[:, 0])  # the kernel fails on the user's call (1-D)
+    scale(make_input(rows=64))
+    scale(make_input(rows=64))
+    with TuningDB(db_url) as db:
+        assert [(m["signature"], m["count"]) for m in db.misses()] == [("f32[64,128]", 1)]
