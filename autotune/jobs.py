@@ -353,14 +353,27 @@ def pending_tasks(
         if m["kernel"] not in known:
             unknown[m["kernel"]] = unknown.get(m["kernel"], 0) + m["count"]
             continue
-        args = parse_args(m["signature"])
-        task = Task(
-            kernel=m["kernel"],
-            shapes=tuple(a.shape for a in args),
-            dtypes=tuple(a.dtype for a in args),
-            static=tuple(sorted(parse_static(m["static"]).items())),
-            trials=trials,
-        )
+        try:  # a miss is data anyone who can write the database wrote: one bad one is skipped
+            args = parse_args(m["signature"])
+            check_inputs_fit([a.shape for a in args], [a.dtype for a in args])
+            task = Task(
+                kernel=m["kernel"],
+                shapes=tuple(a.shape for a in args),
+                dtypes=tuple(a.dtype for a in args),
+                static=tuple(sorted(parse_static(m["static"]).items())),
+                trials=trials,
+            )
+        except AutotuneError as e:
+            log.warning(
+                "skipped the miss of %s %s: %s (drop it with `autotune db misses --delete "
+                "--kernel %s --signature '%s'`)",
+                m["kernel"],
+                m["signature"],
+                e,
+                m["kernel"],
+                m["signature"],
+            )
+            continue
         tasks[task] = tasks.get(task, 0) + m["count"]  # misses of older kernel versions add up
     return sorted(tasks, key=lambda t: -tasks[t]), unknown
 

@@ -88,6 +88,10 @@ def add_parser(sub: Any) -> None:
         q = _subcommand(dsub, name, help_, _opened(cmd_query))
         _filters(q)
         q.add_argument("--format", choices=FORMATS, default="table")
+    q.add_argument("--signature", help="only the misses of this call signature, e.g. f32[64,128]")
+    q.add_argument(
+        "--delete", action="store_true", help="delete the misses listed (those of the filters)"
+    )
 
     q = _subcommand(
         dsub, "check", "report, in words, every problem the runtime would meet", cmd_check
@@ -178,6 +182,13 @@ def _opened(
 def cmd_query(args: argparse.Namespace, db: TuningDB) -> int:
     """`db list`, `db trials`, `db misses`."""
     select = {"list": db.query, "trials": db.trials, "misses": db.misses}[args.db_command]
+    if args.db_command == "misses":
+        rows = db.misses(**_filter_values(args), signature=args.signature)
+        if args.delete:
+            print(f"deleted {db.delete_misses(r['id'] for r in rows)} miss(es)")
+            return 0
+        print(render(rows, args.format))
+        return 0
     print(render(select(**_filter_values(args)), args.format))
     return 0
 

@@ -1,0 +1,45 @@
+"""The tools agree with each other and with the runtime: misses that can be tuned, tools that
+read never creating a database, entries without trials, tampered rows. Real SQLite files."""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+
+from test_db_tools import key
+
+from autotune import TuningDB, jobs
+from autotune.cli import main
+from autotune.device import current_device
+
+
+def add_misses(path, *signatures):
+    with TuningDB(path) as db:
+        for signature in signatures:
+            db.record_miss(key(signature, device_kind="cpu", platform="cpu"))
+
+
+def test_a_bad_miss_is_reported_and_skipped_by_pending(tmp_path, caplog):
+    path = tmp_path / "t.db"
+    add_misses(path, "f32[64,128]", "f32[100000000,100000000]", "f32[32,128]")
+    conn = sqlite3.connect(path)
+    with conn:
+        conn.execute(
+            "UPDATE autotune_misses SET signature = 'f32[[' WHERE signature = ?", ("f32[32,128]",)
+        )
+    conn.close()
+    with TuningDB(path) as db, caplog.at_level(logging.WARNING, logger="autotune.jobs"):
+        tasks, unknown = jobs.pending_tasks(db, current_device())
+    assert [t.shapes for t in tasks] == [((64, 128),)] and not unknown
+    skipped = [r.getMessage() for r in caplog.records]
+    assert len(skipped) == 2 and all("db misses --delete" in m for m in skipped)
+
+
+def test_misses_are_deleted_by_kernel_and_signature(tmp_path, capsys):
+    path = tmp_path / "t.db"
+    add_misses(path, "f32[64,128]", "f32[32,128]")
+    args = ["db", "misses", "--db", str(path), "--kernel", "scale"]
+    assert main([*args, "--signature", "f32[32,128]", "--delete"]) == 0
+    assert "deleted 1 miss(es)" in capsys.readouterr().out
+    with TuningDB(path) as db:
+        assert [m["signature"] for m in db.misses()] == ["f32[64,128]"]
