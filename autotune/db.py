@@ -286,8 +286,12 @@ class TuningDB:
         url: str | os.PathLike | None = None,
         *,
         busy_timeout_s: float = DEFAULT_BUSY_TIMEOUT_S,
+        create: bool = True,
     ) -> None:
+        """`create`: create the database (file and tables) if there is none; tools that only
+        read pass False, and are refused one that does not exist."""
         self.url = normalize_url(url)
+        self.create = create
         file = _sqlite_file(self.url)
         self.read_only = False  # a SQLite file that this process cannot write: served as is
         self._file: Path | None = None  # the SQLite file written to, and its identity
@@ -298,6 +302,11 @@ class TuningDB:
                 if not file.parent.is_dir():
                     raise DatabaseError(
                         f"database directory {file.parent} does not exist: create it or pick another --db"
+                    )
+                if not create and not file.is_file():
+                    raise DatabaseError(
+                        f"tuning database {file} does not exist: check the path (a tool that "
+                        "only reads never creates one)"
                     )
                 self.read_only = file.exists() and not _writable(file)
                 if self.read_only:
@@ -333,6 +342,11 @@ class TuningDB:
             version = self._version(conn)
         if version == SCHEMA_VERSION:
             return  # the common case: no write, so a locked database still serves reads
+        if version is None and not self.create:
+            raise DatabaseError(
+                f"{self.url} holds no tuning database (no pallas-autotune tables): check the "
+                "URL (a tool that only reads never creates one)"
+            )
         with self._writer.begin() as conn:
             if conn.dialect.name == "postgresql":  # serialise concurrent first opens
                 conn.exec_driver_sql("SELECT pg_advisory_xact_lock(7007)")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import sqlite3
 
+import pytest
 from test_db_tools import key
 
 from autotune import TuningDB, jobs
@@ -43,3 +44,23 @@ def test_misses_are_deleted_by_kernel_and_signature(tmp_path, capsys):
     assert "deleted 1 miss(es)" in capsys.readouterr().out
     with TuningDB(path) as db:
         assert [m["signature"] for m in db.misses()] == ["f32[64,128]"]
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["db", "list"],
+        ["db", "stats"],
+        ["db", "export"],
+        ["db", "landscape", "--kernel", "scale", "--signature", "f32[64,128]"],
+        ["report", "--out", "{tmp}/report"],
+        ["db", "merge", "{tmp}/typo.db", "--db", "{tmp}/main.db"],
+    ],
+)
+def test_tools_that_read_never_create_a_database(tmp_path, capsys, command):
+    argv = [a.format(tmp=tmp_path) for a in command]
+    if "--db" not in argv:
+        argv += ["--db", str(tmp_path / "typo.db")]
+    assert main(argv) == 2
+    assert "does not exist" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name != "report") == []

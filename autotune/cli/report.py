@@ -23,7 +23,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
     report.check_out(args.out)
     check_arguments(args)
-    with TuningDB(args.db) as db:
+    with TuningDB(args.db, create=False) as db:
         index, pngs = report.write(db, args.out, kernel=args.kernel)
     print(f"wrote {index}" + (f" and {len(pngs)} PNG files" if pngs else ""))
     return 0
