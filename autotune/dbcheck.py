@@ -75,6 +75,9 @@ def check_database(url: Any) -> tuple[list[str], dict[str, int]]:
         return problems + [f"cannot read the database: {reason}"], counts
     finally:
         engine.dispose()
+    # entries without trials came from another database (db import, db merge): valid, and
+    # counted so that the report says where they came from
+    counts["entries imported without trials"] = sum(r["trial_id"] is None for r in results)
     for r in results:
         where = f"best entry {r['id']} ({_text(r['kernel'])} {_text(r['signature'])} on {_text(r['device_kind'])})"
         problems += [f"{where}: {p}" for p in _entry_problems(r, trials)]
@@ -144,10 +147,10 @@ def _entry_problems(r: dict[str, Any], trials: dict[int, dict[str, Any]]) -> lis
             problem = f"breaks {', '.join(broken)} for its own shape" if broken else None
         if problem:
             problems.append(f"config not served: {problem}")
-    trial = trials.get(r["trial_id"]) if r["trial_id"] is not None else None
-    if r["trial_id"] is None:
-        problems.append("no trial recorded for it")
-    elif trial is None:
+    if r["trial_id"] is None:  # imported or merged: its trials stayed in the other database
+        return problems
+    trial = trials.get(r["trial_id"])
+    if trial is None:
         problems.append(f"points at trial {r['trial_id']}, which does not exist")
     elif trial["status"] != "ok":
         problems.append(f"points at trial {r['trial_id']} of status {trial['status']!r}")

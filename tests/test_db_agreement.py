@@ -7,7 +7,7 @@ import logging
 import sqlite3
 
 import pytest
-from test_db_tools import key
+from test_db_tools import key, put
 
 from autotune import TuningDB, jobs
 from autotune.cli import main
@@ -64,3 +64,17 @@ def test_tools_that_read_never_create_a_database(tmp_path, capsys, command):
     assert main(argv) == 2
     assert "does not exist" in capsys.readouterr().err
     assert sorted(p.name for p in tmp_path.iterdir() if p.name != "report") == []
+
+
+def test_an_imported_entry_without_trials_passes_check_and_says_where_it_came_from(
+    tmp_path, capsys
+):
+    a, b, doc = tmp_path / "a.db", tmp_path / "b.db", tmp_path / "a.json"
+    with TuningDB(a) as db:
+        put(db, key(device_kind="cpu", platform="cpu"), 16, 1e-3)
+    assert main(["db", "export", "--db", str(a), "--out", str(doc)]) == 0
+    assert main(["db", "import", str(doc), "--db", str(b)]) == 0
+    capsys.readouterr()
+    assert main(["db", "check", "--db", str(b)]) == 0
+    out = capsys.readouterr().out
+    assert "1 entries imported without trials" in out and "no problems found" in out
