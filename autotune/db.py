@@ -31,6 +31,7 @@ from sqlalchemy import (
     Integer,
     String,
     Text,
+    TypeDecorator,
     UniqueConstraint,
     create_engine,
     delete,
@@ -90,6 +91,27 @@ def table_names(version: int) -> dict[str, str]:
 TABLES = table_names(SCHEMA_VERSION)
 
 
+class ReadableDateTime(TypeDecorator):
+    """A timestamp column that reads a value SQLite holds but cannot parse (a tampering hand
+    wrote it) as None, so that one bad row never fails a whole query (`db check` names it)."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def result_processor(self, dialect: Any, coltype: Any) -> Callable[[Any], Any] | None:
+        inner = self.impl_instance.result_processor(dialect, coltype)
+        if inner is None:
+            return None
+
+        def process(value: Any) -> Any:
+            try:
+                return inner(value)
+            except (ValueError, TypeError):
+                return None
+
+        return process
+
+
 class Base(DeclarativeBase):
     pass
 
@@ -130,7 +152,7 @@ class Trial(_KeyColumns, Base):
     error: Mapped[str | None] = mapped_column(Text, nullable=True)
     # which oracle judged it: "interpret" or "reference" (autotune.oracle); v2
     oracle: Mapped[str | None] = mapped_column(String(32), nullable=True)
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    created_at: Mapped[datetime] = mapped_column(ReadableDateTime, default=utcnow)
 
 
 class Result(_KeyColumns, Base):
@@ -153,7 +175,7 @@ class Result(_KeyColumns, Base):
     jaxlib_version: Mapped[str] = mapped_column(String(32))
     runtime_version: Mapped[str] = mapped_column(String(200), default="")
     host: Mapped[str] = mapped_column(String(200), default="")
-    tuned_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    tuned_at: Mapped[datetime] = mapped_column(ReadableDateTime, default=utcnow)
 
 
 class Miss(_KeyColumns, Base):
@@ -163,8 +185,8 @@ class Miss(_KeyColumns, Base):
     __table_args__ = (UniqueConstraint(*KEY_COLUMNS, name="uq_misses_key"),)
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     count: Mapped[int] = mapped_column(Integer, default=1)
-    first_seen: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
-    last_seen: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    first_seen: Mapped[datetime] = mapped_column(ReadableDateTime, default=utcnow)
+    last_seen: Mapped[datetime] = mapped_column(ReadableDateTime, default=utcnow)
 
 
 def normalize_url(url: str | os.PathLike | None) -> str:
@@ -270,7 +292,7 @@ def decode_config(text: Any) -> Any:
     """JSON text to a value; anything undecodable comes back as None (never executed)."""
     try:
         return json.loads(text)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, RecursionError):  # RecursionError: nested too deep
         return None
 
 
@@ -365,6 +387,11 @@ class TuningDB:
         if not inspect(conn).has_table(SchemaInfo.__tablename__):
             return None
         version = conn.execute(select(SchemaInfo.version).where(SchemaInfo.id == 1)).scalar()
+        if version is not None and not isinstance(version, int):
+            raise DatabaseError(
+                f"tuning database {self.url}: its schema version {str(version)[:40]!r} is not a "
+                "number: see `autotune db check`"
+            )
         if version is not None and version > SCHEMA_VERSION:
             raise DatabaseError(
                 f"tuning database {self.url} has schema v{version}, newer than this "
@@ -664,6 +691,8 @@ def _parse_time(text: Any) -> datetime:
 
 def _better(new: dict[str, Any], row: Result, prefer: str) -> bool:
     if prefer == "newer":
+        if row.tuned_at is None:  # unreadable (tampered): any real date is newer
+            return True
         old = row.tuned_at if row.tuned_at.tzinfo else row.tuned_at.replace(tzinfo=timezone.utc)
         return new["tuned_at"] > old
     return new["time_s"] < row.time_s
@@ -713,7 +742,7 @@ class _GuardedSession:
                 self.session.rollback()
                 self.session.close()
                 raise
-            if version is not None and version > SCHEMA_VERSION:
+            if version is not None and (not isinstance(version, int) or version > SCHEMA_VERSION):
                 self.session.rollback()
                 self.session.close()
                 raise DatabaseError(

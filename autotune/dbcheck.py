@@ -3,6 +3,7 @@ the runtime would refuse or warn about."""
 
 from __future__ import annotations
 
+import datetime
 from typing import Any
 
 from autotune.backends import PLATFORM_BACKENDS
@@ -20,8 +21,8 @@ from autotune.platforms import PLATFORMS
 
 TIMES = ("time_s", "default_time_s", "speedup")  # positive numbers; only time_s is required
 # the columns read, by name: what the first released schema (v1) already had
-RESULT_COLUMNS = ("id", *KEY_COLUMNS, "config", "trial_id", *TIMES)
-TRIAL_COLUMNS = ("id", *KEY_COLUMNS, "config", "status", "time_s")
+RESULT_COLUMNS = ("id", *KEY_COLUMNS, "config", "trial_id", *TIMES, "tuned_at")
+TRIAL_COLUMNS = ("id", *KEY_COLUMNS, "config", "status", "time_s", "created_at")
 
 
 def check_database(url: Any) -> tuple[list[str], dict[str, int]]:
@@ -48,6 +49,11 @@ def check_database(url: Any) -> tuple[list[str], dict[str, int]]:
             if "schema_info" not in tables:
                 return problems + ["not a tuning database: no table schema_info"], {}
             version = conn.execute(text("SELECT version FROM schema_info WHERE id = 1")).scalar()
+            if version is not None and not isinstance(version, int):
+                return problems + [
+                    f"schema_info's version {_text(version)!r} is not a number: the tools and "
+                    "the runtime refuse the database; restore it from a copy"
+                ], {}
             if version is not None and version > SCHEMA_VERSION:
                 return problems + [
                     f"schema v{version} is newer than this pallas-autotune (v{SCHEMA_VERSION}): "
@@ -82,11 +88,39 @@ def check_database(url: Any) -> tuple[list[str], dict[str, int]]:
         where = f"best entry {r['id']} ({_text(r['kernel'])} {_text(r['signature'])} on {_text(r['device_kind'])})"
         problems += [f"{where}: {p}" for p in _entry_problems(r, trials)]
     for t in trials.values():
-        if not (t["time_s"] is None or _positive(t["time_s"])):
-            problems.append(
-                f"trial {t['id']}: time_s {_text(t['time_s'])!r} is not a positive number"
-            )
+        problems += [f"trial {t['id']}: {p}" for p in _trial_problems(t)]
     return problems, counts
+
+
+def _trial_problems(t: dict[str, Any]) -> list[str]:
+    """What the tools that read trials would skip (reports, landscapes, finalists)."""
+    from autotune import registry
+
+    problems = []
+    if not (t["time_s"] is None or _positive(t["time_s"])):
+        problems.append(f"time_s {_text(t['time_s'])!r} is not a positive number")
+    if not _is_time(t["created_at"]):
+        problems.append(f"created_at {_text(t['created_at'])!r} is not a date")
+    config = decode_config(t["config"])
+    kernel = registry.registered().get(t["kernel"])
+    if not isinstance(config, dict):
+        problems.append(f"config {_text(t['config'])!r} is not an object of parameters")
+    elif kernel is not None and t["platform"] in kernel.spec.spaces:
+        missing = sorted(set(kernel.spec.space(t["platform"]).names) - set(config))
+        if missing:
+            problems.append(f"config lacks {', '.join(missing)}")
+    return problems
+
+
+def _is_time(value: Any) -> bool:
+    """Whether SQLAlchemy reads `value` as a timestamp (text in SQLite, a datetime elsewhere)."""
+    if isinstance(value, datetime.datetime):
+        return True
+    try:
+        datetime.datetime.fromisoformat(str(value))
+    except ValueError:
+        return False
+    return True
 
 
 def _positive(value: Any) -> bool:
@@ -112,6 +146,8 @@ def _entry_problems(r: dict[str, Any], trials: dict[int, dict[str, Any]]) -> lis
     from autotune.signature import Signature, parse_args, parse_static
 
     problems = []
+    if not _is_time(r["tuned_at"]):
+        problems.append(f"tuned_at {_text(r['tuned_at'])!r} is not a date")
     for name in TIMES:
         value = r[name]
         if not (_positive(value) or (value is None and name != "time_s")):

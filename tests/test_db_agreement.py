@@ -8,7 +8,10 @@ import sqlite3
 
 import pytest
 from test_db_tools import key, put
+from test_reliability import store
+from toy_kernels import make_input, scale
 
+import autotune
 from autotune import TuningDB, jobs
 from autotune.cli import main
 from autotune.device import current_device
@@ -78,3 +81,57 @@ def test_an_imported_entry_without_trials_passes_check_and_says_where_it_came_fr
     assert main(["db", "check", "--db", str(b)]) == 0
     out = capsys.readouterr().out
     assert "1 entries imported without trials" in out and "no problems found" in out
+
+
+TAMPERED = {
+    "a tuned_at that is not a date": "UPDATE autotune_results SET tuned_at = 'not a date'",
+    "a trial created_at that is not a date": "UPDATE autotune_trials SET created_at = 'x'",
+    "a deeply nested config": "UPDATE autotune_results SET config = '"
+    + "[" * 200_000
+    + "]" * 200_000
+    + "'",
+    "a schema version that is not a number": "UPDATE schema_info SET version = 'two'",
+    "a trial config that is a list": "UPDATE autotune_trials SET config = '[1]'",
+    "a trial config that is null": "UPDATE autotune_trials SET config = 'null'",
+    "a trial config missing a key": "UPDATE autotune_trials SET config = '{}'",
+}
+READERS = [
+    ["db", "list"],
+    ["db", "stats"],
+    ["db", "export"],
+    ["db", "stale"],
+    ["db", "prune", "--dry-run"],
+    ["db", "trials"],
+    ["db", "show", "1"],
+    ["db", "landscape", "--kernel", "scale", "--signature", "f32[64,128]"],
+]
+
+
+@pytest.mark.parametrize("case", TAMPERED)
+def test_a_tampered_column_is_found_by_check_and_never_a_traceback(tmp_path, capsys, case):
+    path = tmp_path / "t.db"
+    with TuningDB(path) as db:
+        put(db, key(device_kind="cpu", platform="cpu"), 16, 1e-3)
+        put(db, key("f32[32,128]", device_kind="cpu", platform="cpu"), 8, 1e-3)
+    conn = sqlite3.connect(path)
+    with conn:
+        conn.execute(TAMPERED[case])
+    conn.close()
+    assert main(["db", "check", "--db", str(path)]) == 1
+    for argv in [*READERS, ["report", "--out", str(tmp_path / "r")]]:
+        rc = main([*argv, "--db", str(path)])  # a traceback fails the test
+        assert rc in (0, 2), argv
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+
+
+def test_a_tampered_date_does_not_stop_the_runtime_serving_the_kernel(tmp_path):
+    path = tmp_path / "t.db"
+    store(path, make_input(rows=64))  # tuned for this device; 32 rows: the nearest shape
+    conn = sqlite3.connect(path)
+    with conn:
+        conn.execute("UPDATE autotune_results SET tuned_at = 'yesterday'")
+    conn.close()
+    autotune.configure(db=path, fallback="nearest")
+    assert scale.explain(make_input(rows=64))["source"] == "db"
+    assert scale.explain(make_input(rows=32))["source"] == "nearest"
