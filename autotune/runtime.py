@@ -432,7 +432,7 @@ def _default_resolution(spec: KernelSpec, space: Any, key: TuningKey, sig: Signa
     then no candidate of the space fits the call, and the kernel would compute garbage."""
     config = spec.default_config(sig)
     broken = _broken(space, config, sig)
-    if broken is None:
+    if broken is None or any(0 in shape for shape in sig.shapes):  # empty: nothing to get wrong
         return Resolution(config, "default", key, sig)
     given = ", ".join(f"{n}=..." for n in space.names)
     detail = (
