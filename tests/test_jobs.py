@@ -171,6 +171,10 @@ def test_pending_never_imports_a_module_that_a_miss_names(tmp_path, subprocess_e
     assert proc.stdout.strip().endswith("0 tuned, 0 skipped, 0 failed")
 
 
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "sig, returncode",
@@ -192,7 +196,10 @@ def test_interrupt_mid_task_then_rerun_resumes_without_remeasuring(
     )
     env = dict(subprocess_env, PYTHONUNBUFFERED="1")
     cmd = [sys.executable, "-m", "autotune.cli", "tune", "--job", job]
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, text=True)
+    # a suite run in the background inherits SIGINT ignored; the child must take Ctrl-C
+    proc = subprocess.Popen(
+        cmd, env=env, stdout=subprocess.PIPE, text=True, preexec_fn=_default_sigint
+    )
     seen = []
     for line in proc.stdout:
         seen.append(line)
