@@ -216,6 +216,8 @@ def sqlite_url(path: Path) -> str:
 def check_url(url: str, what: str = "--db") -> None:
     """Refuse a database URL whose kind is unknown or whose driver is not installed, without
     connecting or creating anything."""
+    if not str(url).strip():
+        raise DatabaseError(f"{what} is empty: give a file path or a database URL")
     try:
         create_engine(normalize_url(url)).dispose()  # loads the driver; connects to nothing
     except ImportError as e:
@@ -323,7 +325,7 @@ class TuningDB:
             if file is not None:
                 if not file.parent.is_dir():
                     raise DatabaseError(
-                        f"database directory {file.parent} does not exist: create it or pick another --db"
+                        f"database directory {file.parent} does not exist: create it, or pick another database (--db, PALLAS_AUTOTUNE_DB)"
                     )
                 if not create and not file.is_file():
                     raise DatabaseError(
@@ -609,7 +611,7 @@ class TuningDB:
         if write and self.read_only:
             raise DatabaseError(
                 f"tuning database {self.url} is read-only here (its file or folder cannot be "
-                "written): write to a copy, or pick another --db"
+                "written): write to a copy, or pick another database (--db, PALLAS_AUTOTUNE_DB)"
             )
         return _GuardedSession(self, self._writer if write else self.engine, write)
 

@@ -145,6 +145,11 @@ def tune(
     one start-up; it implies isolation.
     """
     settings = (settings or TuneSettings()).replace(**overrides)
+    if is_array(args):
+        raise SignatureError(
+            "tune() takes the kernel's arguments as a list: write tune(kernel, [x, ...]), "
+            "not tune(kernel, x)"
+        )
     start = time.perf_counter()
     kernel = registry.resolve(fn) if isinstance(fn, str) else fn
     if not isinstance(getattr(kernel, "spec", None), registry.KernelSpec):
@@ -218,7 +223,8 @@ def _tune(
     if valid == []:
         raise SpaceError(
             f"no configuration of {spec.name}'s {device.platform} space ({space.size} candidates) "
-            f"fits {sig.text}: widen search_spaces/{spec.name}.toml or check its constraints"
+            f"fits {sig.text}: widen the space (space= of @autotuned, or its search_spaces file) "
+            "or check its constraints"
         )
     default = spec.default_config(sig)
     oracle_start = time.perf_counter()
