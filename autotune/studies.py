@@ -22,7 +22,7 @@ import optuna
 import sqlalchemy
 from optuna.trial import TrialState
 
-from autotune.errors import SpaceError
+from autotune.errors import DatabaseError, SpaceError
 from autotune.trial import config_id
 
 log = logging.getLogger(__name__)
@@ -63,11 +63,23 @@ class SharedStudy:
     def __init__(self, storage: str, study_name: str | None, sampler: Any) -> None:
         if not study_name:
             raise SpaceError("a study in a storage needs a study_name")
-        from autotune.db import _create_private_file, _sqlite_file
+        from autotune.db import _sqlite_file
 
         self.worker = f"{socket.gethostname()}:{os.getpid()}"
         file = _sqlite_file(optuna_url(storage))
+        try:
+            self._open(storage, study_name, sampler, file)
+        except (OSError, sqlalchemy.exc.SQLAlchemyError) as e:
+            reason = str(getattr(e, "orig", None) or e).splitlines()[0]
+            raise DatabaseError(
+                f"cannot open the studies storage {storage}: {reason}: give --storage a "
+                "database that can be written (or free space beside the tuning database)"
+            ) from e
+
+    def _open(self, storage: str, study_name: str, sampler: Any, file: Path | None) -> None:
         if file is not None and file.parent.is_dir():
+            from autotune.db import _create_private_file
+
             _create_private_file(file)  # as private as the tuning database beside it
         for attempt in range(5):
             try:

@@ -5,12 +5,13 @@ from __future__ import annotations
 import logging
 
 import pytest
-from toy_kernels import make_input, scale
+from toy_kernels import asserting_scale, make_input, scale
 
 import autotune
+from autotune import TuningDB
 from autotune.cli import main
 from autotune.cli.common import parse_static
-from autotune.errors import SignatureError
+from autotune.errors import DatabaseError, KernelError, SignatureError
 from autotune.settings import Settings
 
 
@@ -61,3 +62,37 @@ def test_tune_says_what_to_write_for_an_array_or_a_misspelt_setting():
         autotune.tune(scale, x)
     with pytest.raises(TypeError, match="did you mean n_trials"):
         autotune.tune(scale, [x], n_trails=5)
+
+
+@pytest.mark.parametrize(
+    "argv, words",
+    [
+        (["db", "export", "--out", "{tmp}/no/such/folder.json"], "cannot write it"),
+        (["db", "export", "--out", "{tmp}"], "cannot write it"),
+        (["report", "--out", "/proc/x"], "cannot write the report there"),
+    ],
+)
+def test_an_output_that_cannot_be_written_is_one_line(tmp_path, capsys, argv, words):
+    path = tmp_path / "t.db"
+    with TuningDB(path):
+        pass
+    argv = [a.format(tmp=tmp_path) for a in argv]
+    assert main([*argv, "--db", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert words in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_studies_storage_that_cannot_be_written_is_one_line(tmp_path):
+    with pytest.raises(DatabaseError, match="cannot open the studies storage"):
+        autotune.tune(
+            scale,
+            [make_input(rows=32)],
+            n_trials=1,
+            db=str(tmp_path / "t.db"),
+            storage="sqlite:////proc/studies.db",
+        )
+
+
+def test_a_default_that_fails_a_bare_assert_says_where(tmp_path):
+    with pytest.raises(KernelError, match=r"AssertionError at .*toy_kernels.py:\d+: assert"):
+        autotune.tune(asserting_scale, [make_input(rows=32)], n_trials=1, store=False)

@@ -145,5 +145,12 @@ def interrupt_scale(x, *, block_rows=8, interpret=False):
     return _scale_call(x, block_rows, interpret)
 
 
+@autotuned(name="asserting_scale", space={"block_rows": [8, 16]}, constraints=[rows_divide])
+def asserting_scale(x, *, block_rows=8, interpret=False):
+    """Fails a bare assert, as a Triton kernel called without interpret=True on a CPU does."""
+    assert not interpret
+    return _scale_call(x, block_rows, interpret)
+
+
 def make_input(rows=64, cols=128, dtype=jnp.float32):
     return jax.random.normal(jax.random.key(0), (rows, cols), dtype)

@@ -233,7 +233,13 @@ def cmd_export(args: argparse.Namespace, db: TuningDB) -> int:
     if args.out == "-":
         print(text)
     else:
-        Path(args.out).write_text(text + "\n")
+        try:
+            Path(args.out).write_text(text + "\n")
+        except OSError as e:
+            raise AutotuneError(
+                f"--out {args.out}: cannot write it ({e.strerror or e}): give a file in a "
+                "folder that exists and can be written"
+            ) from None
         print(f"exported {len(doc['entries'])} entries to {args.out}")
     return 0
 
