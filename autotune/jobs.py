@@ -315,15 +315,23 @@ def _strings(value: Any, what: str) -> list[str]:
 
 def import_modules(names: Iterable[str]) -> None:
     """Import modules that register kernels (found from the current directory too)."""
-    import sys
-
-    if "" not in sys.path:
-        sys.path.insert(0, "")
+    find_in_working_directory()
     for name in names:
         try:
             importlib.import_module(name)
         except ImportError as e:
             raise JobError(f"cannot import {name!r} (to register its kernels): {e}") from e
+
+
+def find_in_working_directory() -> None:
+    """Let 'module:function' kernels and --import modules be found in the working directory,
+    after the installed packages: a jax.py or rich.py there is never imported in their place."""
+    import os
+    import sys
+
+    cwd = os.getcwd()
+    if cwd not in sys.path and "" not in sys.path:
+        sys.path.append(cwd)
 
 
 def parse_shard(text: str) -> tuple[int, int]:

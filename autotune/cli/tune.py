@@ -161,8 +161,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
         )
     if args.shard or args.force:
         raise UsageError("--shard and --force apply to --job and --pending")
-    if "" not in sys.path:  # import paths name the user's modules, found from where they stand
-        sys.path.insert(0, "")
+    jobs.find_in_working_directory()  # import paths name the user's modules, where they stand
     kernel = args.kernel
     shapes = jobs.parse_shapes(args.shape)
     dtypes = jobs.parse_dtypes(args.dtype, len(shapes))
