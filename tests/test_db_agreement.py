@@ -12,9 +12,10 @@ from test_reliability import store
 from toy_kernels import make_input, scale
 
 import autotune
-from autotune import TuningDB, jobs
+from autotune import TuningDB
 from autotune.cli import main
 from autotune.device import current_device
+from autotune.pending import pending_tasks
 
 
 def add_misses(path, *signatures):
@@ -32,8 +33,8 @@ def test_a_bad_miss_is_reported_and_skipped_by_pending(tmp_path, caplog):
             "UPDATE autotune_misses SET signature = 'f32[[' WHERE signature = ?", ("f32[32,128]",)
         )
     conn.close()
-    with TuningDB(path) as db, caplog.at_level(logging.WARNING, logger="autotune.jobs"):
-        tasks, unknown = jobs.pending_tasks(db, current_device())
+    with TuningDB(path) as db, caplog.at_level(logging.WARNING, logger="autotune.pending"):
+        tasks, unknown = pending_tasks(db, current_device())
     assert [t.shapes for t in tasks] == [((64, 128),)] and not unknown
     skipped = [r.getMessage() for r in caplog.records]
     assert len(skipped) == 2 and all("db misses --delete" in m for m in skipped)
