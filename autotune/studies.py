@@ -69,6 +69,9 @@ class SharedStudy:
         if not study_name:
             raise SpaceError("a study in a storage needs a study_name")
         self.worker = f"{socket.gethostname()}:{os.getpid()}"
+        # Optuna's INFO lines ("A new study created ...") only where ours are shown (-v)
+        verbose = logging.getLogger("autotune").isEnabledFor(logging.INFO)
+        optuna.logging.set_verbosity(optuna.logging.INFO if verbose else optuna.logging.WARNING)
         file = sqlite_file(optuna_url(storage))
         try:
             self._open(storage, study_name, sampler, file)

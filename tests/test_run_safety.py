@@ -18,6 +18,7 @@ from toy_kernels import make_input, scale
 
 import autotune
 from autotune import TuningDB, jobs
+from autotune.cli import main
 from autotune.errors import DatabaseError
 
 TESTS = Path(__file__).parent
@@ -181,3 +182,30 @@ def test_a_corrupt_studies_file_is_set_aside_with_a_warning(tmp_path, caplog):
     (aside,) = tmp_path.glob("t-studies.db.corrupt-*")
     assert aside.read_bytes() == garbage  # kept for inspection
     assert any("set aside" in r.getMessage() for r in caplog.records)
+
+
+def test_a_resumed_cli_run_says_so_before_its_trials_and_optuna_stays_quiet(
+    tmp_path, capsys, monkeypatch
+):
+    monkeypatch.chdir(TESTS)
+    db = tmp_path / "t.db"
+    studies = f"sqlite:///{tmp_path}/studies.db"
+    with pytest.raises(KeyboardInterrupt):  # an earlier run, interrupted after two trials
+        autotune.tune(
+            scale,
+            [make_input(rows=96)],
+            n_trials=3,
+            db=str(db),
+            strategy="grid",
+            finalists=0,
+            storage=studies,
+            progress=lambda r, i, n: (_ for _ in ()).throw(KeyboardInterrupt) if i == 2 else None,
+        )
+    capsys.readouterr()
+    argv = tune_command(db, 96, "--storage", studies, "--trials", "3")[3:]
+    assert main(argv) == 0
+    out, err = capsys.readouterr()
+    lines = out.splitlines()
+    assert lines[0] == "resuming: 2 of 3 trials already measured by an earlier run"
+    assert lines[1].startswith("trial   3/3")
+    assert "A new study created" not in err

@@ -175,7 +175,13 @@ def cmd_tune(args: argparse.Namespace) -> int:
     # and a finished run deletes it, so the next run tunes afresh
     storage = args.storage or studies.default_storage(args.db)
 
+    announced = False
+
     def progress(trial: Any, i: int, n: int) -> None:
+        nonlocal announced
+        if not announced and i > 1:  # the first trial of this run, after an interrupted one's
+            print(f"resuming: {i - 1} of {n} trials already measured by an earlier run")
+        announced = True
         time = f"{trial.time_s * 1e3:9.4f} ms" if trial.time_s is not None else " " * 12
         print(
             f"trial {i:3d}/{n}  {trial.status:13s} {time}  {config_text(trial.config)}", flush=True
