@@ -19,6 +19,7 @@ import socket
 import sqlite3
 from collections.abc import Callable, Iterable
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy import (
@@ -96,15 +97,28 @@ class TuningDB:
         url: str | os.PathLike | None = None,
         *,
         busy_timeout_s: float = DEFAULT_BUSY_TIMEOUT_S,
+        create: bool = True,
     ) -> None:
+        """`create`: create the database (file and tables) if there is none; tools that only
+        read pass False, and are refused one that does not exist."""
         self.url = normalize_url(url)
+        self.create = create
         file = sqlite_file(self.url)
         self.read_only = False  # a SQLite file that this process cannot write: served as is
+        self._file: Path | None = None  # the SQLite file written to, and its identity
+        self._identity: tuple[int, int] | None = None
+        self._sidecars: dict[Path, tuple[int, int] | None] = {}  # its -wal and -shm files
         try:
             if file is not None:
                 if not file.parent.is_dir():
                     raise DatabaseError(
-                        f"database directory {file.parent} does not exist: create it or pick another --db"
+                        f"database directory {file.parent} does not exist: create it, or pick "
+                        "another database (--db, PALLAS_AUTOTUNE_DB)"
+                    )
+                if not create and not file.is_file():
+                    raise DatabaseError(
+                        f"tuning database {file} does not exist: check the path (a tool that "
+                        "only reads never creates one)"
                     )
                 self.read_only = file.exists() and not writable(file)
                 if self.read_only:
@@ -123,6 +137,8 @@ class TuningDB:
                 )
                 self._writer = self.engine
             self._prepare()
+            if file is not None and not self.read_only:
+                self._file, self._identity = file, _identity(file)
         except BaseException as e:
             if hasattr(self, "engine"):
                 self.engine.dispose()
@@ -136,6 +152,11 @@ class TuningDB:
             version = self._version(conn)
         if version == SCHEMA_VERSION:
             return  # the common case: no write, so a locked database still serves reads
+        if version is None and not self.create:
+            raise DatabaseError(
+                f"{self.url} holds no tuning database (no pallas-autotune tables): check the "
+                "URL (a tool that only reads never creates one)"
+            )
         with self._writer.begin() as conn:
             if conn.dialect.name == "postgresql":  # serialise concurrent first opens
                 conn.exec_driver_sql("SELECT pg_advisory_xact_lock(7007)")
@@ -154,6 +175,11 @@ class TuningDB:
         if not inspect(conn).has_table(SchemaInfo.__tablename__):
             return None
         version = conn.execute(select(SchemaInfo.version).where(SchemaInfo.id == 1)).scalar()
+        if version is not None and not isinstance(version, int):
+            raise DatabaseError(
+                f"tuning database {self.url}: its schema version {str(version)[:40]!r} is not a "
+                "number: see `autotune db check`"
+            )
         if version is not None and version > SCHEMA_VERSION:
             raise DatabaseError(
                 f"tuning database {self.url} has schema v{version}, newer than this "
@@ -163,6 +189,25 @@ class TuningDB:
 
     def close(self) -> None:
         self.engine.dispose()
+
+    def check_identity(self) -> None:
+        """Refuse to write once the file under the database's path is no longer the one opened
+        (deleted, or another database moved there). SQLite would go on writing into the old
+        file, and leave its -wal file beside the path, where the next process to open the new
+        file would replay it over that database's pages: the -wal and -shm files this process
+        wrote are removed (those of another process have another identity and stay)."""
+        if self._file is None:
+            return
+        if _identity(self._file) == self._identity:
+            self._sidecars = {p: _identity(p) for p in _sidecar_files(self._file)}
+            return
+        for path, identity in self._sidecars.items():
+            if identity is not None and _identity(path) == identity:
+                path.unlink(missing_ok=True)
+        raise DatabaseError(
+            f"tuning database {self._file} was deleted or replaced while this process used "
+            "it: nothing more is written to it; run again"
+        )
 
     def __enter__(self) -> TuningDB:
         return self
@@ -335,7 +380,7 @@ class TuningDB:
         if write and self.read_only:
             raise DatabaseError(
                 f"tuning database {self.url} is read-only here (its file or folder cannot be "
-                "written): write to a copy, or pick another --db"
+                "written): write to a copy, or pick another database (--db, PALLAS_AUTOTUNE_DB)"
             )
         return _GuardedSession(self, self._writer if write else self.engine, write)
 
@@ -407,7 +452,13 @@ class _GuardedSession:
             except BaseException as e:
                 self.__exit__(type(e), e, None)
                 raise
-            if version is not None and version > SCHEMA_VERSION:
+            try:
+                self.db.check_identity()
+            except DatabaseError:
+                self.session.rollback()
+                self.session.close()
+                raise
+            if version is not None and (not isinstance(version, int) or version > SCHEMA_VERSION):
                 self.session.rollback()
                 self.session.close()
                 raise DatabaseError(
@@ -429,6 +480,19 @@ class _GuardedSession:
         if isinstance(exc, (SQLAlchemyError, sqlite3.Error)):
             raise DatabaseError(f"tuning database {self.db.url}: {_reason(exc)}") from exc
         return False
+
+
+def _sidecar_files(file: Path) -> tuple[Path, Path]:
+    return file.with_name(file.name + "-wal"), file.with_name(file.name + "-shm")
+
+
+def _identity(file: Path) -> tuple[int, int] | None:
+    """The file's device and inode (None: no file there)."""
+    try:
+        st = os.stat(file)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
 
 
 def _reason(e: BaseException) -> str:

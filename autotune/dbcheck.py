@@ -3,6 +3,7 @@ the runtime would refuse or warn about."""
 
 from __future__ import annotations
 
+import datetime
 from typing import Any
 
 from autotune import backends
@@ -14,8 +15,8 @@ from autotune.schema import KEY_COLUMNS, SCHEMA_VERSION, decode_config, table_na
 
 TIMES = ("time_s", "default_time_s", "speedup")  # positive numbers; only time_s is required
 # the columns read, by name: what the first released schema (v1) already had
-RESULT_COLUMNS = ("id", *KEY_COLUMNS, "config", "trial_id", *TIMES)
-TRIAL_COLUMNS = ("id", *KEY_COLUMNS, "config", "status", "time_s")
+RESULT_COLUMNS = ("id", *KEY_COLUMNS, "config", "trial_id", *TIMES, "tuned_at")
+TRIAL_COLUMNS = ("id", *KEY_COLUMNS, "config", "status", "time_s", "created_at")
 
 
 def check_database(url: Any) -> tuple[list[str], dict[str, int]]:
@@ -42,6 +43,11 @@ def check_database(url: Any) -> tuple[list[str], dict[str, int]]:
             if "schema_info" not in tables:
                 return problems + ["not a tuning database: no table schema_info"], {}
             version = conn.execute(text("SELECT version FROM schema_info WHERE id = 1")).scalar()
+            if version is not None and not isinstance(version, int):
+                return problems + [
+                    f"schema_info's version {_text(version)!r} is not a number: the tools and "
+                    "the runtime refuse the database; restore it from a copy"
+                ], {}
             if version is not None and version > SCHEMA_VERSION:
                 return problems + [
                     f"schema v{version} is newer than this pallas-autotune (v{SCHEMA_VERSION}): "
@@ -69,15 +75,46 @@ def check_database(url: Any) -> tuple[list[str], dict[str, int]]:
         return problems + [f"cannot read the database: {reason}"], counts
     finally:
         engine.dispose()
+    # entries without trials came from another database (db import, db merge): valid, and
+    # counted so that the report says where they came from
+    counts["entries imported without trials"] = sum(r["trial_id"] is None for r in results)
     for r in results:
         where = f"best entry {r['id']} ({_text(r['kernel'])} {_text(r['signature'])} on {_text(r['device_kind'])})"
         problems += [f"{where}: {p}" for p in _entry_problems(r, trials)]
     for t in trials.values():
-        if not (t["time_s"] is None or _positive(t["time_s"])):
-            problems.append(
-                f"trial {t['id']}: time_s {_text(t['time_s'])!r} is not a positive number"
-            )
+        problems += [f"trial {t['id']}: {p}" for p in _trial_problems(t)]
     return problems, counts
+
+
+def _trial_problems(t: dict[str, Any]) -> list[str]:
+    """What the tools that read trials would skip (reports, landscapes, finalists)."""
+    from autotune import registry
+
+    problems = []
+    if not (t["time_s"] is None or _positive(t["time_s"])):
+        problems.append(f"time_s {_text(t['time_s'])!r} is not a positive number")
+    if not _is_time(t["created_at"]):
+        problems.append(f"created_at {_text(t['created_at'])!r} is not a date")
+    config = decode_config(t["config"])
+    kernel = registry.registered().get(t["kernel"])
+    if not isinstance(config, dict):
+        problems.append(f"config {_text(t['config'])!r} is not an object of parameters")
+    elif kernel is not None and t["platform"] in kernel.spec.spaces:
+        missing = sorted(set(kernel.spec.space(t["platform"]).names) - set(config))
+        if missing:
+            problems.append(f"config lacks {', '.join(missing)}")
+    return problems
+
+
+def _is_time(value: Any) -> bool:
+    """Whether SQLAlchemy reads `value` as a timestamp (text in SQLite, a datetime elsewhere)."""
+    if isinstance(value, datetime.datetime):
+        return True
+    try:
+        datetime.datetime.fromisoformat(str(value))
+    except ValueError:
+        return False
+    return True
 
 
 def _positive(value: Any) -> bool:
@@ -103,6 +140,8 @@ def _entry_problems(r: dict[str, Any], trials: dict[int, dict[str, Any]]) -> lis
     from autotune.signature import Signature, parse_args, parse_static
 
     problems = []
+    if not _is_time(r["tuned_at"]):
+        problems.append(f"tuned_at {_text(r['tuned_at'])!r} is not a date")
     for name in TIMES:
         value = r[name]
         if not (_positive(value) or (value is None and name != "time_s")):
@@ -136,10 +175,10 @@ def _entry_problems(r: dict[str, Any], trials: dict[int, dict[str, Any]]) -> lis
             problem = f"breaks {', '.join(broken)} for its own shape" if broken else None
         if problem:
             problems.append(f"config not served: {problem}")
-    trial = trials.get(r["trial_id"]) if r["trial_id"] is not None else None
-    if r["trial_id"] is None:
-        problems.append("no trial recorded for it")
-    elif trial is None:
+    if r["trial_id"] is None:  # imported or merged: its trials stayed in the other database
+        return problems
+    trial = trials.get(r["trial_id"])
+    if trial is None:
         problems.append(f"points at trial {r['trial_id']}, which does not exist")
     elif trial["status"] != "ok":
         problems.append(f"points at trial {r['trial_id']} of status {trial['status']!r}")

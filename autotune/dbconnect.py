@@ -49,6 +49,8 @@ def sqlite_url(path: Path) -> str:
 def check_url(url: str, what: str = "--db") -> None:
     """Refuse a database URL whose kind is unknown or whose driver is not installed, without
     connecting or creating anything."""
+    if not str(url).strip():
+        raise DatabaseError(f"{what} is empty: give a file path or a database URL")
     try:
         create_engine(normalize_url(url)).dispose()  # loads the driver; connects to nothing
     except ImportError as e:

@@ -66,6 +66,8 @@ def _parse_time(text: Any) -> datetime:
 
 def _better(new: dict[str, Any], row: Result, prefer: str) -> bool:
     if prefer == "newer":
+        if row.tuned_at is None:  # unreadable (tampered): any real date is newer
+            return True
         old = row.tuned_at if row.tuned_at.tzinfo else row.tuned_at.replace(tzinfo=timezone.utc)
         return new["tuned_at"] > old
     return new["time_s"] < row.time_s

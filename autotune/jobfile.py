@@ -144,12 +144,20 @@ def _strings(value: Any, what: str) -> list[str]:
     return value
 
 
-def import_modules(names: Iterable[str]) -> None:
-    """Import modules that register kernels (found from the current directory too)."""
+def find_in_working_directory() -> None:
+    """Let 'module:function' kernels and --import modules be found in the working directory,
+    after the installed packages: a jax.py or rich.py there is never imported in their place."""
+    import os
     import sys
 
-    if "" not in sys.path:
-        sys.path.insert(0, "")
+    cwd = os.getcwd()
+    if cwd not in sys.path and "" not in sys.path:
+        sys.path.append(cwd)
+
+
+def import_modules(names: Iterable[str]) -> None:
+    """Import modules that register kernels (found from the current directory too)."""
+    find_in_working_directory()
     for name in names:
         try:
             importlib.import_module(name)

@@ -112,7 +112,8 @@ def _summary(result: Any) -> str:
     config = config_text(result.best_config)
     speedup = f"{result.speedup:.2f}x" if result.speedup else "n/a"
     resumed = f" ({resumed_text(result)})" if result.resumed else ""
-    return f"{config} {result.best_time_s * 1e3:.4f} ms, speedup {speedup}, {len(result.trials)} trials{resumed}"
+    first = ", first-pass figures" if result.first_pass else ""
+    return f"{config} {result.best_time_s * 1e3:.4f} ms, speedup {speedup}, {len(result.trials)} trials{resumed}{first}"
 
 
 def resumed_text(result: Any) -> str:

@@ -31,6 +31,11 @@ def landscape_rows(
     for t in trials:
         if isinstance(t["config"], dict):  # undecodable configs are not part of any landscape
             runs.setdefault(t["run_id"], {})[_text(t["config"])] = t  # a config's last trial
+    if not runs:
+        raise DatabaseError(
+            f"no trial of {kernel} for signature {signature} in {db.url} has a readable config: "
+            "see `autotune db check`"
+        )
     order = list(runs)
     best_run = max(order, key=lambda r: (len(runs[r]), order.index(r)))
     rows = list(runs[best_run].values())

@@ -21,6 +21,7 @@ mode at the real shape anyway (the signature names no backend for it).
 from __future__ import annotations
 
 import functools
+import traceback
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -88,6 +89,18 @@ def make_oracle(
     return Oracle(output, "reference")
 
 
+def _describe(e: Exception) -> str:
+    """The exception's message; for one without (a bare assert), its type and where it was
+    raised."""
+    if str(e):
+        return str(e)
+    frames = traceback.extract_tb(e.__traceback__)
+    if not frames:
+        return type(e).__name__
+    f = frames[-1]
+    return f"{type(e).__name__} at {f.filename}:{f.lineno}: {f.line}"
+
+
 def _checked_default(
     spec: Any, default: Mapping[str, Any], args: Sequence[Any], kwargs: Mapping[str, Any]
 ) -> Any:
@@ -100,7 +113,8 @@ def _checked_default(
         output = jax.block_until_ready(jax.jit(fn)(*args))
     except Exception as e:
         raise KernelError(
-            f"{spec.name} fails in interpret mode at its default configuration {dict(default)}: {e}"
+            f"{spec.name} fails in interpret mode at its default configuration {dict(default)}: "
+            f"{_describe(e)}"
         ) from e
     if spec.reference is not None:
         expected = jax.tree_util.tree_map(

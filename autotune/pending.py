@@ -3,11 +3,15 @@ that the database had no entry for."""
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from autotune.device import DeviceInfo
-from autotune.task import Task, task_of_miss
+from autotune.errors import AutotuneError
+from autotune.task import Task, check_inputs_fit, task_of_miss
 from autotune.tune_settings import DEFAULTS
+
+log = logging.getLogger(__name__)
 
 
 def pending_tasks(
@@ -34,6 +38,19 @@ def pending_tasks(
         if m["kernel"] not in known:
             unknown[m["kernel"]] = unknown.get(m["kernel"], 0) + m["count"]
             continue
-        task = task_of_miss(m, trials)
+        try:  # a miss is data anyone who can write the database wrote: one bad one is skipped
+            task = task_of_miss(m, trials)
+            check_inputs_fit(task.shapes, task.dtypes)
+        except AutotuneError as e:
+            log.warning(
+                "skipped the miss of %s %s: %s (drop it with `autotune db misses --delete "
+                "--kernel %s --signature '%s'`)",
+                m["kernel"],
+                m["signature"],
+                e,
+                m["kernel"],
+                m["signature"],
+            )
+            continue
         tasks[task] = tasks.get(task, 0) + m["count"]  # misses of older kernel versions add up
     return sorted(tasks, key=lambda t: -tasks[t]), unknown

@@ -23,6 +23,7 @@ from autotune.trial import config_text
 
 log = logging.getLogger(__name__)
 W, H, PAD = 480, 260, 44  # chart size and margin, in px
+LABEL_CHAR_PX = 6.5  # the width of a character of an 11 px sans-serif label, near enough
 
 
 @dataclass
@@ -42,16 +43,19 @@ def build(db: Any, kernel: str | None = None) -> list[tuple[dict[str, Any], list
 
     sections: list[tuple[dict[str, Any], list[Chart]]] = []
     entries = db.query(kernel=kernel)
-    for n, entry in enumerate(entries, 1):
+    names: set[str] = set()
+    for entry in entries:
         trials = db.trials(**{k: entry[k] for k in KEY_COLUMNS})
         ok = [t for t in trials if t["status"] == "ok" and t["time_s"] is not None]
-        charts = [history_chart(f"key{n}_history", ok)]
+        name, what = _entry_name(entry, names), f"{entry['kernel']} {entry['signature']}"
+        # an entry merged or imported without its trials has no history to chart
+        charts = [history_chart(f"{name}_history", ok, what)] if ok else []
         importances = param_importances(ok)
         if importances:
-            charts.append(importance_chart(f"key{n}_importance", importances))
+            charts.append(importance_chart(f"{name}_importance", importances, what))
         if len(importances) >= 2:
             a, b = list(importances)[:2]
-            charts.append(heatmap_chart(f"key{n}_heatmap", ok, a, b))
+            charts.append(heatmap_chart(f"{name}_heatmap", ok, a, b, what))
         sections.append((entry, charts))
     for name in sorted({e["kernel"] for e in entries}):
         rows = [e for e in entries if e["kernel"] == name and e["speedup"]]
@@ -112,10 +116,14 @@ def _axes(xlabel: str, ylabel: str) -> list[str]:
     ]
 
 
-def history_chart(name: str, trials: Sequence[dict[str, Any]]) -> Chart:
+def _titled(what: str, title: str) -> str:
+    return f"{what}: {title}" if what else title
+
+
+def history_chart(name: str, trials: Sequence[dict[str, Any]], what: str = "") -> Chart:
     times = [t["time_s"] * 1e3 for t in trials]
     best = [min(times[: i + 1]) for i in range(len(times))]
-    title = "optimisation history: time per trial (dots) and best so far (line), ms"
+    title = _titled(what, "optimisation history: time per trial (dots) and best so far (line), ms")
     body = _axes("trial", "ms")
     if times:
         lo, hi = min(times), max(times)
@@ -135,8 +143,8 @@ def history_chart(name: str, trials: Sequence[dict[str, Any]]) -> Chart:
     return Chart(name, title, _svg(body, title), "history", {"times": times, "best": best})
 
 
-def importance_chart(name: str, importances: dict[str, float]) -> Chart:
-    title = "parameter importances (share of log-time variance explained)"
+def importance_chart(name: str, importances: dict[str, float], what: str = "") -> Chart:
+    title = _titled(what, "parameter importances (share of log-time variance explained)")
     body = []
     row = (H - PAD) / max(len(importances), 1)
     for i, (param, value) in enumerate(importances.items()):
@@ -150,14 +158,16 @@ def importance_chart(name: str, importances: dict[str, float]) -> Chart:
     return Chart(name, title, _svg(body, title), "importance", {"importances": importances})
 
 
-def heatmap_chart(name: str, trials: Sequence[dict[str, Any]], a: str, b: str) -> Chart:
+def heatmap_chart(
+    name: str, trials: Sequence[dict[str, Any]], a: str, b: str, what: str = ""
+) -> Chart:
     xs = sorted({t["config"][a] for t in trials}, key=_order)
     ys = sorted({t["config"][b] for t in trials}, key=_order)
     cells: dict[tuple, float] = {}
     for t in trials:
         k = (t["config"][a], t["config"][b])
         cells[k] = min(cells.get(k, float("inf")), t["time_s"] * 1e3)
-    title = f"best time (ms) over {a} x {b}; blank: not measured"
+    title = _titled(what, f"best time (ms) over {a} x {b}; blank: not measured")
     lo, hi = min(cells.values()), max(cells.values())
     cw, ch = (W - 1.5 * PAD) / len(xs), (H - 1.5 * PAD) / len(ys)
     body = _axes(a, b)
@@ -187,15 +197,20 @@ def speedup_chart(name: str, entries: Sequence[dict[str, Any]]) -> Chart:
     body = []
     row = (H - PAD) / len(values)
     top = max(max(values), 1.0)
+    # the bars start where the longest label ends (up to half the width; longer ones are cut
+    # short with an ellipsis), so that no label runs off the left edge
+    left = min(max(len(s) for s in labels) * LABEL_CHAR_PX + 12, W / 2)
+    fit = int((left - 12) / LABEL_CHAR_PX)
     for i, (label, value) in enumerate(zip(labels, values)):
         y = PAD / 2 + i * row
-        width = (W - 200 - PAD) * value / top
+        width = (W - left - 10 - PAD) * value / top
         body.append(
-            f'<rect x="190" y="{y:.1f}" width="{width:.1f}" height="{row * 0.7:.1f}" fill="#b47cc7"/>'
+            f'<rect x="{left:.1f}" y="{y:.1f}" width="{width:.1f}" height="{row * 0.7:.1f}" fill="#b47cc7"/>'
         )
-        body.append(_text(186, y + row * 0.45, label, "end"))
-        body.append(_text(194 + width, y + row * 0.45, f"{value:.2f}x", "start"))
-    one = 190 + (W - 200 - PAD) / top
+        shown = label if len(label) <= fit else label[: fit - 1] + "\u2026"
+        body.append(_text(left - 4, y + row * 0.45, shown, "end"))
+        body.append(_text(left + 4 + width, y + row * 0.45, f"{value:.2f}x", "start"))
+    one = left + (W - left - 10 - PAD) / top
     body.append(
         f'<line x1="{one:.1f}" y1="{PAD / 4}" x2="{one:.1f}" y2="{H - PAD / 2}" stroke="gray" stroke-dasharray="4"/>'
     )
@@ -206,8 +221,22 @@ def _order(v: Any) -> tuple:
     return (0, v, "") if isinstance(v, (int, float)) else (1, 0, str(v))
 
 
+def _entry_name(entry: dict[str, Any], taken: set[str]) -> str:
+    """A file name for an entry's charts, by kernel, signature and device kind (and static
+    arguments where there are some), unique in the report."""
+    parts = [entry["kernel"], entry["signature"], entry["device_kind"]]
+    if entry.get("static") not in (None, "", "{}"):
+        parts.append(entry["static"])
+    base = _slug("_".join(str(p) for p in parts))[:150]
+    name, n = base, 2
+    while name in taken:
+        name, n = f"{base}_{n}", n + 1
+    taken.add(name)
+    return name
+
+
 def _slug(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]+", "_", text)
+    return re.sub(r"[^A-Za-z0-9.-]+", "_", text)
 
 
 # ------------------------------------------------------------------ output
@@ -229,6 +258,7 @@ def write(db: Any, out: str | Path, kernel: str | None = None) -> tuple[Path, li
     out.mkdir(parents=True, exist_ok=True)
     sections = build(db, kernel)
     pngs = _write_pngs(sections, out)
+    written = {p.name for p in pngs or []}
     parts = [
         "<!doctype html><meta charset='utf-8'><title>pallas-autotune report</title>",
         "<style>body{font-family:sans-serif;max-width:1100px;margin:auto}"
@@ -256,7 +286,11 @@ def write(db: Any, out: str | Path, kernel: str | None = None) -> tuple[Path, li
         else:
             parts.append(f"<h2>{html.escape(entry['kernel'])}: speedup per shape</h2>")
         for c in charts:
-            parts.append(f"<figure>{c.svg}<figcaption>{html.escape(c.title)}</figcaption></figure>")
+            png = f"{c.name}.png"
+            link = f' (<a href="{html.escape(png)}">PNG</a>)' if png in written else ""
+            parts.append(
+                f"<figure>{c.svg}<figcaption>{html.escape(c.title)}{link}</figcaption></figure>"
+            )
     index = out / "index.html"
     index.write_text("\n".join(parts) + "\n")
     return index, pngs or []

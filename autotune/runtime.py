@@ -14,10 +14,12 @@ call runs the fallback (or raises AutotuneError in strict mode).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import inspect
 import logging
 import operator
+import threading
 import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -38,6 +40,11 @@ log = logging.getLogger(__name__)
 # write transaction before giving up with a warning. Reads never wait in SQLite's WAL mode; tools
 # (tuner, CLI) keep the database's long default.
 RUNTIME_BUSY_TIMEOUT_S = 0.5
+# A database that failed to open is tried again in the background after this many seconds,
+# doubling up to REOPEN_MAX_S: a lock held at a process's first lookup must not make every
+# call of its life use the fallback, and no call ever waits for the retry.
+REOPEN_FIRST_S = 1.0
+REOPEN_MAX_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -49,6 +56,8 @@ class Resolution:
     key: TuningKey
     signature: Signature
     detail: str = ""  # e.g. the signature a nearest entry was tuned for
+    refused: bool = False  # no candidate fits and the default breaks a constraint: detail says
+    miss: bool = False  # the database had no entry: recorded once a call of it has run
 
 
 @dataclass
@@ -60,6 +69,10 @@ class _Runtime:
     # (kernel, call shape) -> the Resolution of calls of that shape; see AutotunedKernel._resolution
     memo: dict[tuple, Resolution] = field(default_factory=dict)
     warned: set[str] = field(default_factory=set)
+    # memo keys of calls resolved while the database could not be opened: dropped (with
+    # their kernels' jitted entries) once a retry opens it
+    unopened: set[tuple] = field(default_factory=set)
+    recorded: set[TuningKey] = field(default_factory=set)  # misses counted by this process
 
 
 _STATE = _Runtime()
@@ -94,6 +107,7 @@ def clear_memo() -> None:
     """Forget every resolved call, e.g. after new results were stored: the next call of each
     shape looks its configuration up again."""
     _STATE.memo.clear()
+    _STATE.recorded.clear()
     _drop_entries()
 
 
@@ -132,6 +146,7 @@ def _database() -> Any:
                 raise _as_autotune_error(e) from e
             _warn_once(f"open:{e}", f"pallas-autotune: {e}; using default configurations")
             _STATE.db = False
+            _schedule_reopen(_STATE, REOPEN_FIRST_S)
         else:
             if missing:
                 _warn_once(
@@ -140,6 +155,35 @@ def _database() -> Any:
                     "calls use the fallback until kernels are tuned (`autotune tune ...`)",
                 )
     return _STATE.db or None
+
+
+def _schedule_reopen(state: _Runtime, delay_s: float) -> None:
+    timer = threading.Timer(delay_s, _reopen, (state, delay_s))
+    timer.daemon = True
+    timer.start()
+
+
+def _reopen(state: _Runtime, delay_s: float) -> None:
+    """Try the database again (in a timer thread); once it opens, the calls that fell back
+    for want of it are looked up again at their next call."""
+    from autotune.db import TuningDB
+
+    if state is not _STATE or state.db is not False:  # configure() replaced the state
+        return
+    try:
+        db = TuningDB(state.settings.db_url, busy_timeout_s=RUNTIME_BUSY_TIMEOUT_S)
+    except Exception:
+        _schedule_reopen(state, min(2 * delay_s, REOPEN_MAX_S))
+        return
+    if state is not _STATE:
+        db.close()
+        return
+    state.db = db
+    log.info("pallas-autotune: tuning database %s opened on a retry", db.url)
+    for memo_key in list(state.unopened):
+        state.unopened.discard(memo_key)
+        state.memo.pop(memo_key, None)
+        memo_key[0]._drop_entry()
 
 
 def _db_call(what: str, fn: Callable[[], Any]) -> Any:
@@ -257,8 +301,14 @@ class AutotunedKernel:
 
     def _run(self, args: Sequence[Any], kwargs: dict[str, Any], kernel_for: Callable) -> Any:
         overrides = {k: kwargs.pop(k) for k in self.spec.tunables & kwargs.keys()}
-        config = {**self._resolution(args, kwargs).config, **overrides}
-        return kernel_for(config, args, kwargs)(*args, **kwargs)
+        resolution = self._resolution(args, kwargs)
+        if resolution.refused and not overrides:  # block sizes passed: the caller's choice
+            raise AutotuneError(resolution.detail)
+        config = {**resolution.config, **overrides}
+        out = kernel_for(config, args, kwargs)(*args, **kwargs)
+        if resolution.miss:
+            _record_miss(resolution.key)
+        return out
 
     def _resolution(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Resolution:
         """resolve(), memoised per call shape: the database is read once per key per process."""
@@ -269,6 +319,10 @@ class AutotunedKernel:
             return self.resolve(args, kwargs)
         if hit is None:
             hit = _STATE.memo[memo_key] = self.resolve(args, kwargs)
+            if _STATE.db is False:
+                _STATE.unopened.add(memo_key)
+                if _STATE.db:  # a retry opened it meanwhile
+                    _STATE.memo.pop(memo_key, None)
         return hit
 
     def explain(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
@@ -325,9 +379,11 @@ class AutotunedKernel:
                     f"{message} (strict mode): re-tune it, or check it with `autotune db check`"
                 )
             _warn_once(f"invalid:{key}", f"pallas-autotune: {message}; using the fallback")
-        if db and record_miss:
-            _db_call("recording a miss", lambda: db.record_miss(key))
+        miss = bool(db) and record_miss
+        default = _default_resolution(self.spec, space, key, sig)
         if settings.strict:
+            if miss and not default.refused:  # the call will not run: counted now
+                _record_miss(key)
             raise AutotuneError(
                 f"no tuned configuration for {key.kernel} {key.signature} on {key.device_kind} "
                 f"(strict mode): run `autotune tune {key.kernel} ...` or `autotune tune --pending`"
@@ -335,8 +391,8 @@ class AutotunedKernel:
         if settings.fallback == "nearest" and db:
             near = self._nearest(db, key, sig, space)
             if near is not None:
-                return near
-        return Resolution(self.spec.default_config(sig), "default", key, sig)
+                return dataclasses.replace(near, miss=miss)
+        return dataclasses.replace(default, miss=miss and not default.refused)
 
     def _nearest(self, db: Any, key: TuningKey, sig: Signature, space: Any) -> Resolution | None:
         """The entry of the nearest tuned shape on this device whose config fits this call.
@@ -376,6 +432,33 @@ class AutotunedKernel:
                     dict(config), "nearest", key, sig, detail=f"tuned for {signature}"
                 )
         return None
+
+
+def _record_miss(key: TuningKey) -> None:
+    """Count a miss for `autotune tune --pending`, once per key per process, and only for a
+    call that ran: one that the kernel refused (a TypeError, a shape no candidate fits) could
+    never be tuned and would stay pending forever."""
+    if key in _STATE.recorded:
+        return
+    _STATE.recorded.add(key)
+    db = _database()
+    if db:
+        _db_call("recording a miss", lambda: db.record_miss(key))
+
+
+def _default_resolution(spec: KernelSpec, space: Any, key: TuningKey, sig: Signature) -> Resolution:
+    """The default configuration of a call, refused (never run) where it breaks a constraint:
+    then no candidate of the space fits the call, and the kernel would compute garbage."""
+    config = spec.default_config(sig)
+    broken = _broken(space, config, sig)
+    if broken is None or any(0 in shape for shape in sig.shapes):  # empty: nothing to get wrong
+        return Resolution(config, "default", key, sig)
+    given = ", ".join(f"{n}=..." for n in space.names)
+    detail = (
+        f"{spec.name} {sig.text}: no configuration of its space fits this call, and the default "
+        f"{config} {broken}: pass the block sizes explicitly ({given}), or widen its space"
+    )
+    return Resolution(config, "default", key, sig, detail=detail, refused=True)
 
 
 def _broken(space: Any, config: dict, sig: Signature) -> str | None:

@@ -5,10 +5,20 @@ against the current space before use)."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from datetime import datetime, timezone
 from typing import Any
 
-from sqlalchemy import Boolean, DateTime, Float, Integer, String, Text, UniqueConstraint
+from sqlalchemy import (
+    Boolean,
+    DateTime,
+    Float,
+    Integer,
+    String,
+    Text,
+    TypeDecorator,
+    UniqueConstraint,
+)
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 # The newest revision of autotune/migrations/versions (a test holds the two equal), known here
@@ -51,6 +61,27 @@ def table_names(version: int) -> dict[str, str]:
 TABLES = table_names(SCHEMA_VERSION)
 
 
+class ReadableDateTime(TypeDecorator):
+    """A timestamp column that reads a value SQLite holds but cannot parse (a tampering hand
+    wrote it) as None, so that one bad row never fails a whole query (`db check` names it)."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def result_processor(self, dialect: Any, coltype: Any) -> Callable[[Any], Any] | None:
+        inner = self.impl_instance.result_processor(dialect, coltype)
+        if inner is None:
+            return None
+
+        def process(value: Any) -> Any:
+            try:
+                return inner(value)
+            except (ValueError, TypeError):
+                return None
+
+        return process
+
+
 class Base(DeclarativeBase):
     pass
 
@@ -91,7 +122,7 @@ class Trial(_KeyColumns, Base):
     error: Mapped[str | None] = mapped_column(Text, nullable=True)
     # which oracle judged it: "interpret" or "reference" (autotune.oracle); v2
     oracle: Mapped[str | None] = mapped_column(String(32), nullable=True)
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    created_at: Mapped[datetime] = mapped_column(ReadableDateTime, default=utcnow)
 
 
 class Result(_KeyColumns, Base):
@@ -114,7 +145,7 @@ class Result(_KeyColumns, Base):
     jaxlib_version: Mapped[str] = mapped_column(String(32))
     runtime_version: Mapped[str] = mapped_column(String(200), default="")
     host: Mapped[str] = mapped_column(String(200), default="")
-    tuned_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    tuned_at: Mapped[datetime] = mapped_column(ReadableDateTime, default=utcnow)
 
 
 class Miss(_KeyColumns, Base):
@@ -124,15 +155,15 @@ class Miss(_KeyColumns, Base):
     __table_args__ = (UniqueConstraint(*KEY_COLUMNS, name="uq_misses_key"),)
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     count: Mapped[int] = mapped_column(Integer, default=1)
-    first_seen: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
-    last_seen: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    first_seen: Mapped[datetime] = mapped_column(ReadableDateTime, default=utcnow)
+    last_seen: Mapped[datetime] = mapped_column(ReadableDateTime, default=utcnow)
 
 
 def decode_config(text: Any) -> Any:
     """JSON text to a value; anything undecodable comes back as None (never executed)."""
     try:
         return json.loads(text)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, RecursionError):  # RecursionError: nested too deep
         return None
 
 

@@ -143,6 +143,8 @@ def run_search(
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     shared = SharedStudy(storage, study_name, sampler) if storage else None
+    if shared:
+        shared.join()
     study = shared.study if shared else optuna.create_study(direction="minimize", sampler=sampler)
     _queue_first(study, enc, vset, initial, strategy, n_trials, seed, shared is not None)
 
@@ -154,12 +156,19 @@ def run_search(
     while True:
         if shared:
             measured, claimed = shared.refresh(enc)
+            # rebuilt each time: a dead worker's released claim is unmeasured again
+            seen = set()
             for cid in (*measured, *claimed):
                 pos = vset.position(dict((k, v) for k, _, v in cid))
                 if pos is not None and vset.is_valid(pos):
                     seen.add(pos)
         if len(measured) + len(claimed) >= budget or len(seen) == vset.count:
-            break
+            if not claimed:
+                break
+            # the budget is spent once the claims are measured; a claim released instead (its
+            # worker died) leaves budget that this worker spends
+            time.sleep(0.5)
+            continue
         if deadline is not None and time.monotonic() >= deadline:
             log.info("search: wall-time limit of %.0f s reached", time_limit_s)
             break
@@ -193,20 +202,25 @@ def run_search(
             continue
         if upcoming is not None:
             upcoming(_queued(study, enc, vset, {cid}, measured, claimed))
-        with shared.heartbeat(trial) if shared else contextlib.nullcontext():
-            ev = evaluate(config)
+        ev = None
+        try:
+            with shared.heartbeat(trial) if shared else contextlib.nullcontext():
+                ev = evaluate(config)
+            _tell(study, trial, ev, shared)
+        except BaseException as e:
+            # interrupted (KeyboardInterrupt, SystemExit): a measurement that was stored is
+            # told to the study, so that it counts against the budget; otherwise the claim is
+            # released at once (this process lives on, so no one else would release it)
+            ev = ev or getattr(e, "evaluation", None)
+            if trial.number not in _told(study):
+                _tell(study, trial, ev, shared)
+            raise
         seen.add(pos)
         measured[cid] = ev
         results.append(ev)
-        if shared:
-            shared.keep(trial, ev)
         if ev.value is None:
-            # failures teach "not here" without a fake timing: TPE puts pruned trials among
-            # the bad ones, and no sampler fits a value to them
-            study.tell(trial, state=TrialState.PRUNED)
             since_best += 1
         else:
-            study.tell(trial, ev.value)
             since_best = 0 if ev.value < best * (1 - noise) or best == np.inf else since_best + 1
             best = min(best, ev.value)
     return _every_workers(shared, enc, budget) if shared else results
@@ -261,12 +275,49 @@ def _queue_first(
         if strategy != "grid":  # exhaustive anyway; a seeded order finds good ones early on average
             random.Random(seed).shuffle(order)
         first += order
-    queued = set()
+    # workers joining a shared study do not queue again what is queued, claimed or measured;
+    # a config whose trial failed unmeasured (its worker was killed) is queued again
+    queued = _in_study(study, enc) if shared else set()
     for c in first:
         if config_id(c) not in queued:
             queued.add(config_id(c))
-            # skip_if_exists: workers joining a shared study do not queue the same list again
-            study.enqueue_trial(enc.encode(c), skip_if_exists=shared)
+            study.enqueue_trial(enc.encode(c))
+
+
+def _in_study(study: optuna.Study, enc: _Encoding) -> set[tuple]:
+    """The configs of a study's trials that are queued, being measured, or measured."""
+    states = (TrialState.WAITING, TrialState.RUNNING, TrialState.COMPLETE, TrialState.PRUNED)
+    out = set()
+    for t in study.get_trials(deepcopy=False, states=states):
+        params = t.system_attrs.get("fixed_params", t.params)
+        finished = t.state in (TrialState.COMPLETE, TrialState.PRUNED)
+        if params.keys() == enc.distributions.keys() and not (
+            finished and "status" not in t.user_attrs
+        ):
+            out.add(config_id(enc.decode(params)))
+    return out
+
+
+def _tell(
+    study: optuna.Study, trial: optuna.Trial, ev: Evaluation | None, shared: SharedStudy | None
+) -> None:
+    """Finish a trial with its evaluation (None: it was not measured)."""
+    if ev is None:
+        study.tell(trial, state=TrialState.FAIL)
+        return
+    if shared:
+        shared.keep(trial, ev)
+    if ev.value is None:
+        # failures teach "not here" without a fake timing: TPE puts pruned trials among the
+        # bad ones, and no sampler fits a value to them
+        study.tell(trial, state=TrialState.PRUNED)
+    else:
+        study.tell(trial, ev.value)
+
+
+def _told(study: optuna.Study) -> set[int]:
+    states = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
+    return {t.number for t in study.get_trials(deepcopy=False, states=states)}
 
 
 def _every_workers(shared: SharedStudy, enc: _Encoding, budget: int) -> list[Evaluation]:
@@ -277,6 +328,7 @@ def _every_workers(shared: SharedStudy, enc: _Encoding, budget: int) -> list[Eva
         measured, claimed = shared.refresh(enc)
     if len(measured) >= budget:  # spent for every worker (a time limit is this one's own)
         shared.close_queue()
+    shared.leave()
     return list(measured.values())
 
 

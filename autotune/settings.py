@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +28,11 @@ class Settings:
     def from_env(cls) -> Settings:
         fallback = os.environ.get("PALLAS_AUTOTUNE_FALLBACK", "nearest").strip().lower()
         if fallback not in FALLBACKS:
+            logging.getLogger("autotune.runtime").warning(
+                "pallas-autotune: PALLAS_AUTOTUNE_FALLBACK=%r is not one of %s: using nearest",
+                fallback,
+                ", ".join(FALLBACKS),
+            )
             fallback = "nearest"
         strict = os.environ.get("PALLAS_AUTOTUNE_STRICT", "").strip().lower() in (
             "1",

@@ -16,6 +16,7 @@ the files are data, never code.
 from __future__ import annotations
 
 import itertools
+import logging
 import sys
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -26,6 +27,10 @@ from typing import Any
 from autotune.errors import SpaceError
 from autotune.platforms import PLATFORMS
 from autotune.signature import Signature
+
+log = logging.getLogger(__name__)
+# (constraint, exception type) pairs already reported: a constraint is asked once per config
+_REPORTED: set[tuple[str, type]] = set()
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -93,6 +98,17 @@ class Space:
             except Exception as e:  # a constraint that raises rules the config out, loudly
                 ok = False
                 broken.append(f"{_name(c)} raised {type(e).__name__}: {e}")
+                if (_name(c), type(e)) not in _REPORTED:  # once: it may be asked a million times
+                    _REPORTED.add((_name(c), type(e)))
+                    log.warning(
+                        "constraint %s raised %s: %s (for %s at %s): the configurations it "
+                        "raises for are ruled out; fix the constraint",
+                        _name(c),
+                        type(e).__name__,
+                        e,
+                        dict(config),
+                        sig.text,
+                    )
                 continue
             if not ok:
                 broken.append(_name(c))

@@ -11,11 +11,14 @@ from __future__ import annotations
 import contextlib
 import datetime
 import hashlib
+import logging
 import os
 import socket
+import sqlite3
 import threading
 import time
 import warnings
+from pathlib import Path
 from typing import Any
 
 import optuna
@@ -23,9 +26,11 @@ import sqlalchemy
 from optuna.trial import TrialState
 
 from autotune.dbconnect import create_private_file, normalize_url, sqlite_file, sqlite_url
-from autotune.errors import SpaceError
+from autotune.errors import DatabaseError, SpaceError
 from autotune.signature import TuningKey
 from autotune.trial import Evaluation, TrialRecord, config_id
+
+log = logging.getLogger(__name__)
 
 HEARTBEAT_S = 30  # a shared study's running trial whose worker is silent 3x this long is failed
 # Heartbeats are how a shared study releases the claims of dead workers; Optuna marks them
@@ -35,6 +40,18 @@ for _message in ("Argument ``heartbeat_interval``", ".*fail_stale_trials is expe
         "ignore", message=_message, category=optuna.exceptions.ExperimentalWarning
     )
 warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed to be used")
+
+
+# On SQLite, Optuna's claim of a WAITING trial (read its state, then set it RUNNING) is two
+# statements that its row lock does not make atomic there: two workers could both claim one
+# trial, measure it twice, and the second `tell` fails. Every transaction of a SQLite studies
+# file begins IMMEDIATE instead (the driver's own BEGIN is turned off), holding the write lock
+# from the read on: claims are serialised, and concurrent workers wait on the busy timeout.
+_SQLITE_ENGINE = {"connect_args": {"isolation_level": None, "timeout": 30.0}}
+
+
+def _begin_immediate(conn: Any) -> None:
+    conn.exec_driver_sql("BEGIN IMMEDIATE")
 
 
 class SharedStudy:
@@ -52,13 +69,29 @@ class SharedStudy:
         if not study_name:
             raise SpaceError("a study in a storage needs a study_name")
         self.worker = f"{socket.gethostname()}:{os.getpid()}"
+        # Optuna's INFO lines ("A new study created ...") only where ours are shown (-v)
+        verbose = logging.getLogger("autotune").isEnabledFor(logging.INFO)
+        optuna.logging.set_verbosity(optuna.logging.INFO if verbose else optuna.logging.WARNING)
         file = sqlite_file(optuna_url(storage))
+        try:
+            self._open(storage, study_name, sampler, file)
+        except (OSError, sqlalchemy.exc.SQLAlchemyError) as e:
+            reason = str(getattr(e, "orig", None) or e).splitlines()[0]
+            raise DatabaseError(
+                f"cannot open the studies storage {storage}: {reason}: give --storage a "
+                "database that can be written (or free space beside the tuning database)"
+            ) from e
+
+    def _open(self, storage: str, study_name: str, sampler: Any, file: Path | None) -> None:
         if file is not None and file.parent.is_dir():
             create_private_file(file)  # as private as the tuning database beside it
         for attempt in range(5):
             try:
+                if file is not None and attempt == 0:
+                    _set_aside_if_corrupt(file)
                 self.storage = optuna.storages.RDBStorage(
                     optuna_url(storage),
+                    engine_kwargs=_SQLITE_ENGINE if file is not None else None,
                     heartbeat_interval=HEARTBEAT_S,
                     grace_period=3 * HEARTBEAT_S,
                 )
@@ -68,6 +101,8 @@ class SharedStudy:
                 if attempt == 4:
                     raise
                 time.sleep(0.2 * (attempt + 1))
+        if file is not None:
+            sqlalchemy.event.listen(self.storage.engine, "begin", _begin_immediate)
         self.study = optuna.create_study(
             storage=self.storage,
             study_name=study_name,
@@ -75,6 +110,27 @@ class SharedStudy:
             sampler=sampler,
             load_if_exists=True,
         )
+
+    def join(self) -> None:
+        """Say that this worker searches the study now (see `in_use`)."""
+        self.study.set_user_attr(f"worker {self.worker}", True)
+
+    def leave(self) -> None:
+        self.study.set_user_attr(f"worker {self.worker}", False)
+
+    def in_use(self) -> bool:
+        """Whether another worker has joined the study and not left it (a dead process on this
+        host has left it). Set-then-check: a worker leaves before it asks, so of two that
+        finish together, at least the later one finds the study unused."""
+        host = socket.gethostname()
+        for name, joined in self.study.user_attrs.items():
+            owner = name.removeprefix("worker ")
+            worker_host, _, pid = owner.partition(":")
+            if not joined or owner == name or owner == self.worker:
+                continue
+            if worker_host != host or not pid.isdigit() or _alive(int(pid)):
+                return True
+        return False
 
     def n_measured(self) -> int:
         """How many configurations the study's workers (this one's earlier runs included) have
@@ -188,6 +244,35 @@ class _Heartbeat:
         self.thread.join()
 
 
+def _set_aside_if_corrupt(file: Path) -> None:
+    """A studies file is a cache of progress: one that SQLite cannot read as a database is
+    renamed (with its -wal and -shm files) for inspection, with a warning, and the run
+    starts afresh instead of failing every later run on it."""
+    try:
+        conn = sqlite3.connect(file, timeout=30.0)
+        try:
+            problem = conn.execute("PRAGMA quick_check").fetchone()[0]
+        finally:
+            conn.close()
+    except sqlite3.OperationalError:  # locked, or unreadable: the caller's open says why
+        return
+    except sqlite3.DatabaseError as e:  # not a database, malformed
+        problem = str(e)
+    if problem == "ok":
+        return
+    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    aside = file.with_name(f"{file.name}.corrupt-{stamp}")
+    for suffix in ("", "-wal", "-shm"):
+        with contextlib.suppress(FileNotFoundError):
+            os.replace(f"{file}{suffix}", f"{aside}{suffix}")
+    log.warning(
+        "studies file %s cannot be read (%s): set aside as %s; tuning starts afresh",
+        file,
+        problem,
+        aside,
+    )
+
+
 def _age(trial: Any) -> datetime.timedelta:
     """How long ago a running trial was started (Optuna stores local naive times)."""
     return datetime.datetime.now() - (trial.datetime_start or datetime.datetime.now())
@@ -222,13 +307,12 @@ def default_storage(db_url: str) -> str | None:
     return sqlite_url(file.with_name(file.stem + "-studies.db")) if file else None
 
 
-def delete_study(storage: str, name: str) -> None:
-    """Delete a study (a fresh start for its key); nothing happens if there is none."""
-    import optuna
-
-    from autotune.studies import optuna_url
-
-    with contextlib.suppress(KeyError):  # no such study yet
+def delete_study(storage: str, name: str, unless_in_use: bool = False) -> None:
+    """Delete a study (a fresh start for its key); nothing happens if there is none, nor,
+    `unless_in_use`, while another worker searches it (the last one out deletes it)."""
+    if unless_in_use and SharedStudy(storage, name, None).in_use():
+        return
+    with contextlib.suppress(KeyError):  # no such study yet, or another worker deleted it
         optuna.delete_study(study_name=name, storage=optuna_url(storage))
 
 

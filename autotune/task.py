@@ -115,12 +115,35 @@ def check_call(kernel: Any, inputs: Sequence[Any], static: dict[str, Any], shape
             f"{kernel.spec.name} takes {count} array argument(s) ({names}): --shape {shape!r} "
             f"gives {len(inputs)}; give one shape per argument, separated by commas"
         )
+    tuned = sorted(set(static) & kernel.spec.tunables)
+    if tuned:
+        raise SignatureError(
+            f"{', '.join(tuned)} of {kernel.spec.name} is tuned, not static: drop --static "
+            f"{tuned[0]}=... (the tuner chooses it; see `autotune kernels`)"
+        )
+    for name, value in static.items():
+        default = signature.parameters[name].default if name in signature.parameters else None
+        if _wrong_type(value, default):
+            raise SignatureError(
+                f"--static {name}={value!r}: {kernel.spec.name} takes a "
+                f"{type(default).__name__} there, like its default {default!r}"
+            )
     try:
         signature.bind_partial(*inputs, **static)  # tunables without defaults come later
     except TypeError as e:
         raise SignatureError(
             f"{kernel.spec.name} cannot be called with --shape {shape} --static {static}: {e}"
         ) from None
+
+
+def _wrong_type(value: Any, default: Any) -> bool:
+    """Whether a static value cannot stand where the kernel's default does: a flag that is not
+    a bool, a number that is text (None and other defaults say nothing)."""
+    if isinstance(default, bool):
+        return not isinstance(value, bool)
+    if isinstance(default, (int, float)):
+        return not isinstance(value, (int, float)) or isinstance(value, bool)
+    return False
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ Every value is checked here, whoever sets it; a front end that spells a field di
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -110,9 +111,11 @@ class TuneSettings:
         TypeError that lists the fields."""
         unknown = sorted(set(changes) - set(FIELDS))
         if unknown:
+            close = [m for name in unknown for m in difflib.get_close_matches(name, FIELDS, 1)]
+            hint = f"; did you mean {', '.join(close)}?" if close else ""
             raise TypeError(
                 f"unknown tuning setting(s) {', '.join(unknown)}: the settings are "
-                f"{', '.join(FIELDS)}"
+                f"{', '.join(FIELDS)}{hint}"
             )
         return dataclasses.replace(self, **changes)
 

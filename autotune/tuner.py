@@ -13,11 +13,11 @@ from typing import Any
 import numpy as np
 
 from autotune import registry
-from autotune.errors import KernelError, SignatureError, SpaceError
+from autotune.errors import DatabaseError, KernelError, SignatureError, SpaceError
 from autotune.finalists import Finalist, remeasure
 from autotune.oracle import make_oracle
 from autotune.search import LISTED_UP_TO, run_search
-from autotune.signature import TuningKey
+from autotune.signature import TuningKey, is_array
 from autotune.studies import SharedStudy, study_name_of
 from autotune.task import Task, task_of_call
 from autotune.trial import Config, Evaluation, TrialRecord, config_text
@@ -73,6 +73,12 @@ class TuneResult:
             f"({f.time_s * 1e3:.4f} ms against {default.time_s * 1e3:.4f} ms) not beyond the "
             "noise, so the default was kept"
         )
+
+    @property
+    def first_pass(self) -> bool:
+        """Whether the finalists' side-by-side re-measurement failed (a worker crashed or was
+        killed), so that the winner was chosen on first-pass figures."""
+        return len(self.finalists) > 1 and all(f.timing is None for f in self.finalists)
 
     @property
     def n_rejected(self) -> int:
@@ -134,6 +140,11 @@ def tune(
     one start-up; it implies isolation.
     """
     settings = (settings or TuneSettings()).replace(**overrides)
+    if is_array(args):
+        raise SignatureError(
+            "tune() takes the kernel's arguments as a list: write tune(kernel, [x, ...]), "
+            "not tune(kernel, x)"
+        )
     kernel = _kernel(fn)
     task = task_of_call(fn, args, kwargs, settings)
     return _tune_task(kernel, task, args, settings, db, store, progress, worker)
@@ -232,7 +243,12 @@ def _tune(
         record.is_default = is_default or config == default
         record.oracle = oracle.name
         if handle is not None:  # stored at once: an interrupted run loses no measurement
-            (record.db_id,) = handle.add_trials(key, run_id, [record])
+            try:
+                (record.db_id,) = handle.add_trials(key, run_id, [record])
+            except DatabaseError as e:
+                raise DatabaseError(
+                    f"{e} ({spec.name} {sig.text}: this run's trials and best entry are not saved)"
+                ) from e
         return record
 
     study = (settings.study_name or study_name_of(key)) if storage else None
@@ -244,10 +260,15 @@ def _tune(
         nonlocal measured
         record = measure(config)
         measured += 1
-        if progress:
-            progress(record, measured, n_trials if valid is None else min(n_trials, len(valid)))
         value = record.time_s if record.status == "ok" else None
-        return Evaluation(config, value, record.status, record)
+        evaluation = Evaluation(config, value, record.status, record)
+        if progress:
+            try:
+                progress(record, measured, n_trials if valid is None else min(n_trials, len(valid)))
+            except BaseException as e:  # an interrupt: the search still counts what was stored
+                e.evaluation = evaluation  # type: ignore[attr-defined]
+                raise
+        return evaluation
 
     warm = warm_starts(handle or db, key, sig, space) if settings.warm_start else []
     try:
@@ -292,7 +313,8 @@ def _valid_configs(spec: registry.KernelSpec, sig: Any, space: Any) -> list[Conf
     if valid == []:
         raise SpaceError(
             f"no configuration of {spec.name}'s {sig.platform} space ({space.size} candidates) "
-            f"fits {sig.text}: widen search_spaces/{spec.name}.toml or check its constraints"
+            f"fits {sig.text}: widen the space (space= of @autotuned, or its search_spaces file) "
+            "or check its constraints"
         )
     return valid
 
@@ -347,15 +369,18 @@ def _result(
 ) -> TuneResult:
     """The winner among `trials`, after the finalists' interleaved re-measurement (`rival`,
     another worker's stored entry, among them)."""
-    default_trial = next((t for t in trials if t.is_default), None)
-    if default_trial is None:  # the default lies outside the space: measure it as the baseline
-        default_trial = measure(default, is_default=True)
-    ok = [t for t in trials if t.status == "ok"]
     if not trials:  # the budget has at least one trial and one valid config: time ran out
         raise KernelError(
             f"the time limit ran out before any candidate of {spec.name} for {sig.text} was "
             "measured: give more time (--time-limit / time_limit_s)"
         )
+    default_trial = next((t for t in trials if t.is_default), None)
+    if default_trial is None:
+        # the default lies outside the space, or a worker measuring it was killed: measure it
+        # as the baseline; it takes part in the finalists like any measured candidate
+        default_trial = measure(default, is_default=True)
+        trials = [*trials, default_trial]
+    ok = [t for t in trials if t.status == "ok"]
     if not ok:
         raise KernelError(
             f"no candidate of {spec.name} for {sig.text} ran and matched the oracle "

@@ -173,6 +173,15 @@ def test_pending_never_imports_a_module_that_a_miss_names(tmp_path, subprocess_e
     assert proc.stdout.strip().endswith("0 tuned, 0 skipped, 0 failed")
 
 
+# A suite run in the background inherits SIGINT ignored, and Python then installs no Ctrl-C
+# handler: the child takes Ctrl-C again before it runs the CLI (no preexec_fn: a fork of this
+# multithreaded process must exec at once).
+CTRL_C_TAKEN = (
+    "import runpy, signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
+    "sys.argv[0] = 'autotune'; runpy.run_module('autotune.cli', run_name='__main__')"
+)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "sig, returncode",
@@ -193,7 +202,7 @@ def test_interrupt_mid_task_then_rerun_resumes_without_remeasuring(
         """,
     )
     env = dict(subprocess_env, PYTHONUNBUFFERED="1")
-    cmd = [sys.executable, "-m", "autotune.cli", "tune", "--job", job]
+    cmd = [sys.executable, "-c", CTRL_C_TAKEN, "tune", "--job", job]
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, text=True)
     seen = []
     for line in proc.stdout:

@@ -64,9 +64,10 @@ def test_report_writes_html_with_every_chart(tuned, tmp_path, capsys):
     svgs = re.findall(r"<svg.*?</svg>", page, re.S)
     titles = [ET.fromstring(s).find("{http://www.w3.org/2000/svg}title").text for s in svgs]
     assert len(titles) == 4
-    assert titles[0].startswith("optimisation history")
-    assert titles[1].startswith("parameter importances")
-    assert titles[2].startswith("best time (ms) over block_m x block_k")
+    what = "matmul f32[64,64],f32[64,64]: "
+    assert titles[0].startswith(what + "optimisation history")
+    assert titles[1].startswith(what + "parameter importances")
+    assert titles[2].startswith(what + "best time (ms) over block_m x block_k")
     assert titles[3] == "matmul: speedup over the default configuration per shape"
     assert svgs[2].count("<rect") == 1 + 9  # background + one cell per measured pair
     assert main(["report", "--kernel", "nothing", "--out", str(tmp_path / "empty")]) == 0
@@ -78,13 +79,38 @@ def test_report_pngs_with_matplotlib(tuned, tmp_path):
     out = tmp_path / "report"
     assert main(["report", "--out", str(out)]) == 0
     pngs = sorted(p.name for p in out.glob("*.png"))
+    name = "matmul_f32_64_64_f32_64_64_cpu"
     assert pngs == [
-        "key1_heatmap.png",
-        "key1_history.png",
-        "key1_importance.png",
+        f"{name}_heatmap.png",
+        f"{name}_history.png",
+        f"{name}_importance.png",
         "matmul_speedup.png",
     ]
     assert all((out / p).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in pngs)
+    page = (out / "index.html").read_text()
+    assert all(f'<a href="{p}">PNG</a>' in page for p in pngs)
+
+
+def test_an_entry_without_trials_has_no_history_and_long_labels_stay_inside(tmp_path):
+    from test_db_tools import key, put
+
+    from autotune import report
+
+    db = TuningDB(tmp_path / "t.db")
+    long_signature = ",".join(["bf16[4,16,2048,128]"] * 3)
+    put(db, key(long_signature), 16, 1e-3)
+    put(db, key("f32[8,128]"), 8, 1e-3)
+    doc = db.export()
+    merged = TuningDB(tmp_path / "merged.db")
+    merged.import_entries(doc)  # entries without their trials
+    sections = report.build(merged)
+    assert [c.kind for _, charts in sections for c in charts] == ["speedup"]
+    (speedup,) = sections[-1][1]
+    for x, anchor, text in re.findall(
+        r'<text x="([\d.]+)" y="[\d.]+" text-anchor="(\w+)" >([^<]*)</text>', speedup.svg
+    ):
+        if anchor == "end":  # a label ending at x: its start must lie inside the chart
+            assert float(x) - len(text) * report.LABEL_CHAR_PX >= 0, text
 
 
 def test_png_titles_fit_the_figure(tuned):

@@ -107,5 +107,50 @@ def picky_scale(x, *, block_rows=8, interpret=False):
     return _scale_call(x, block_rows, interpret)
 
 
+def _abort_if_doomed(x):
+    if os.path.exists(os.environ.get("TOY_DOOMED_MARKER", "/nonexistent")):
+        os.abort()
+    return x
+
+
+@autotuned(
+    name="doomed_scale",
+    space={"block_rows": [8, 16, 32]},
+    constraints=[rows_divide],
+    reference=scale_reference,
+)
+def doomed_scale(x, *, block_rows=8, interpret=False):
+    """Aborts the process that runs it once the file $TOY_DOOMED_MARKER exists."""
+    out = _scale_call(x, block_rows, interpret)
+    return jax.pure_callback(_abort_if_doomed, jax.ShapeDtypeStruct(x.shape, x.dtype), out)
+
+
+# interrupt_scale raises KeyboardInterrupt at these traces of its default, counted from 1 (the
+# oracle's is the first): a Ctrl-C while that configuration is measured
+INTERRUPT_TRACES: set[int] = set()
+_DEFAULT_TRACES = [0]
+
+
+@autotuned(
+    name="interrupt_scale",
+    space={"block_rows": [8, 12, 16, 24, 32]},
+    constraints=[rows_divide],
+    reference=scale_reference,
+)
+def interrupt_scale(x, *, block_rows=8, interpret=False):
+    if block_rows == 8:
+        _DEFAULT_TRACES[0] += 1
+        if _DEFAULT_TRACES[0] in INTERRUPT_TRACES:
+            raise KeyboardInterrupt
+    return _scale_call(x, block_rows, interpret)
+
+
+@autotuned(name="asserting_scale", space={"block_rows": [8, 16]}, constraints=[rows_divide])
+def asserting_scale(x, *, block_rows=8, interpret=False):
+    """Fails a bare assert, as a Triton kernel called without interpret=True on a CPU does."""
+    assert not interpret
+    return _scale_call(x, block_rows, interpret)
+
+
 def make_input(rows=64, cols=128, dtype=jnp.float32):
     return jax.random.normal(jax.random.key(0), (rows, cols), dtype)

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import argparse
 import logging
+import signal
 import sys
+import threading
 from collections.abc import Sequence
 
 from autotune.cli import calls, check, db, kernels, report, tune
@@ -25,7 +27,17 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _terminated(signum: int, frame: object) -> None:
+    # SIGTERM ends the run as Ctrl-C does: what was measured and stored is counted first
+    raise SystemExit(128 + signum)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    if (
+        threading.current_thread() is threading.main_thread()
+        and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+    ):
+        signal.signal(signal.SIGTERM, _terminated)
     try:
         args = build_parser().parse_args(argv)
         logging.basicConfig(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import ast
 import json
 from collections.abc import Sequence
 from typing import Any, NoReturn
@@ -46,8 +47,19 @@ def parse_static(items: Sequence[str]) -> dict[str, Any]:
         name, sep, value = item.partition("=")
         if not sep or not name.isidentifier():
             raise SignatureError(f"malformed --static {item!r}: write name=value, e.g. causal=true")
-        try:
-            out[name] = json.loads(value)
-        except json.JSONDecodeError:
-            out[name] = value
+        out[name] = _static_value(value)
     return out
+
+
+def _static_value(text: str) -> Any:
+    """JSON (true, 0.125, "s"), or a Python literal of a scalar (True, False, None, 1e-3), or
+    else the text itself: `causal=False` is False, never the (truthy) string "False"."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        pass
+    try:
+        value = ast.literal_eval(text)
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        return text
+    return value if value is None or isinstance(value, (bool, int, float)) else text

@@ -46,7 +46,8 @@ MAX_ID = 2**63 - 1  # ids are 64-bit integers in every database
 def check_arguments(args: argparse.Namespace) -> None:
     """Refuse bad arguments before the database is opened, so that nothing is created: an
     unknown dtype filter, an id no database can hold, an import file that is not an export
-    (read here: `args.doc`), a URL whose kind or driver is unknown."""
+    (read here: `args.doc`), a URL whose kind or driver is unknown, a database to merge that
+    does not exist (read here: `args.doc`)."""
     from autotune.signature import parse_dtype
 
     if getattr(args, "dtype", None) is not None:
@@ -62,6 +63,9 @@ def check_arguments(args: argparse.Namespace) -> None:
     for what in ("db", "url"):
         if getattr(args, what, None) is not None:
             check_url(getattr(args, what), "--db" if what == "db" else "the database")
+    if getattr(args, "url", None) is not None:  # `db merge`: its source, read first
+        with TuningDB(args.url, create=False) as other:
+            args.doc = other.export(**_filter_values(args))
 
 
 def _read_export(file: str) -> Any:
@@ -84,6 +88,10 @@ def add_parser(sub: Any) -> None:
         q = _subcommand(dsub, name, help_, _opened(cmd_query))
         _filters(q)
         q.add_argument("--format", choices=FORMATS, default="table")
+    q.add_argument("--signature", help="only the misses of this call signature, e.g. f32[64,128]")
+    q.add_argument(
+        "--delete", action="store_true", help="delete the misses listed (those of the filters)"
+    )
 
     q = _subcommand(
         dsub, "check", "report, in words, every problem the runtime would meet", cmd_check
@@ -98,11 +106,15 @@ def add_parser(sub: Any) -> None:
     _filters(q)
     q.add_argument("--out", default="-", help="file to write (default: standard output)")
 
-    q = _subcommand(dsub, "import", "add the entries of an exported JSON file", _opened(cmd_import))
+    q = _subcommand(
+        dsub, "import", "add the entries of an exported JSON file", _opened(cmd_import, create=True)
+    )
     q.add_argument("file")
     q.add_argument("--prefer", choices=PREFER, default="faster", help="on a key conflict")
 
-    q = _subcommand(dsub, "merge", "add the best entries of another database", _opened(cmd_merge))
+    q = _subcommand(
+        dsub, "merge", "add the best entries of another database", _opened(cmd_merge, create=True)
+    )
     q.add_argument("url", help="SQLAlchemy URL or file of the other database")
     _filters(q)
     q.add_argument("--prefer", choices=PREFER, default="faster", help="on a key conflict")
@@ -156,16 +168,17 @@ def _subcommand(
 
 
 def _opened(
-    command: Callable[[argparse.Namespace, TuningDB], int],
+    command: Callable[[argparse.Namespace, TuningDB], int], create: bool = False
 ) -> Callable[[argparse.Namespace], int]:
     """`command` run with the database open, once the user's kernels are registered and the
-    arguments checked: nothing is created for a command line that cannot run."""
+    arguments checked: nothing is created for a command line that cannot run, nor for one
+    that only reads or deletes (only `create` commands, which add entries, create one)."""
 
     @functools.wraps(command)
     def run(args: argparse.Namespace) -> int:
         import_user_modules(args)
         check_arguments(args)
-        with TuningDB(args.db) as db:
+        with TuningDB(args.db, create=create) as db:
             return command(args, db)
 
     return run
@@ -174,6 +187,13 @@ def _opened(
 def cmd_query(args: argparse.Namespace, db: TuningDB) -> int:
     """`db list`, `db trials`, `db misses`."""
     select = {"list": db.query, "trials": db.trials, "misses": db.misses}[args.db_command]
+    if args.db_command == "misses":
+        rows = db.misses(**_filter_values(args), signature=args.signature)
+        if args.delete:
+            print(f"deleted {db.delete_misses(r['id'] for r in rows)} miss(es)")
+            return 0
+        print(render(rows, args.format))
+        return 0
     print(render(select(**_filter_values(args)), args.format))
     return 0
 
@@ -209,7 +229,13 @@ def cmd_export(args: argparse.Namespace, db: TuningDB) -> int:
     if args.out == "-":
         print(text)
     else:
-        Path(args.out).write_text(text + "\n")
+        try:
+            Path(args.out).write_text(text + "\n")
+        except OSError as e:
+            raise AutotuneError(
+                f"--out {args.out}: cannot write it ({e.strerror or e}): give a file in a "
+                "folder that exists and can be written"
+            ) from None
         print(f"exported {len(doc['entries'])} entries to {args.out}")
     return 0
 
@@ -224,9 +250,7 @@ def cmd_import(args: argparse.Namespace, db: TuningDB) -> int:
 
 
 def cmd_merge(args: argparse.Namespace, db: TuningDB) -> int:
-    with TuningDB(args.url) as other:
-        doc = other.export(**_filter_values(args))
-    print(_counts(db.import_entries(doc, prefer=args.prefer)))
+    print(_counts(db.import_entries(args.doc, prefer=args.prefer)))
     return 0
 
 

@@ -7,6 +7,7 @@ from typing import Any
 
 from autotune.cli.common import DB_HELP
 from autotune.cli.db import check_arguments
+from autotune.errors import AutotuneError
 
 
 def add_parser(sub: Any) -> None:
@@ -23,7 +24,13 @@ def cmd_report(args: argparse.Namespace) -> int:
 
     report.check_out(args.out)
     check_arguments(args)
-    with TuningDB(args.db) as db:
-        index, pngs = report.write(db, args.out, kernel=args.kernel)
+    with TuningDB(args.db, create=False) as db:
+        try:
+            index, pngs = report.write(db, args.out, kernel=args.kernel)
+        except OSError as e:
+            raise AutotuneError(
+                f"--out {args.out}: cannot write the report there ({e.strerror or e}): give a "
+                "directory that can be written"
+            ) from None
     print(f"wrote {index}" + (f" and {len(pngs)} PNG files" if pngs else ""))
     return 0

@@ -164,8 +164,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
         )
     if args.shard or args.force:
         raise UsageError("--shard and --force apply to --job and --pending")
-    if "" not in sys.path:  # import paths name the user's modules, found from where they stand
-        sys.path.insert(0, "")
+    jobfile.find_in_working_directory()  # import paths name the user's modules, where they stand
     static = parse_static(args.static)
     one = make_task(
         args.kernel,
@@ -181,7 +180,13 @@ def cmd_tune(args: argparse.Namespace) -> int:
     # and a finished run deletes it, so the next run tunes afresh
     storage = args.storage or studies.default_storage(args.db)
 
+    announced = False
+
     def progress(trial: Any, i: int, n: int) -> None:
+        nonlocal announced
+        if not announced and i > 1:  # the first trial of this run, after an interrupted one's
+            print(f"resuming: {i - 1} of {n} trials already measured by an earlier run")
+        announced = True
         time = f"{trial.time_s * 1e3:9.4f} ms" if trial.time_s is not None else " " * 12
         print(
             f"trial {i:3d}/{n}  {trial.status:13s} {time}  {config_text(trial.config)}", flush=True
@@ -196,7 +201,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
     speedup = f"{result.speedup:.2f}x" if result.speedup else "n/a"
     default = f"{result.default_time_s * 1e3:.4f} ms" if result.default_time_s else "failed"
     if storage and not args.storage:
-        studies.delete_study(storage, studies.study_name_of(result.key))
+        studies.delete_study(storage, studies.study_name_of(result.key), unless_in_use=True)
     if result.resumed:
         print(f"resumed: {jobs.resumed_text(result)}")
     print(
@@ -207,6 +212,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
         f"   crashed/timeout {result.n_crashed}   worker restarts {result.restarts}\n"
         f"  stored in {result.db_url}"
     )
+    if result.first_pass:
+        print("  figures: first pass only (the finalists' side-by-side re-measurement failed)")
     if result.why_default_kept:
         print(f"  why 1.00x: {result.why_default_kept}")
     return 0

@@ -196,7 +196,7 @@ class DeviceWorker:
         # a file, not a pipe: a chatty worker can never block on it; read back after a crash
         self._stderr = tempfile.TemporaryFile()  # noqa: SIM115 (lives as long as the worker)
         self._proc = subprocess.Popen(
-            [sys.executable, "-m", "autotune.worker.child"],
+            [sys.executable, "-c", _CHILD],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=self._stderr,
@@ -293,8 +293,9 @@ def worker_task(task: Task) -> Task:
 
 
 def child_env(platforms: str | None) -> dict[str, str]:
-    """A worker child's environment: this process's `sys.path` (so that it imports what this
-    process imports) and `JAX_PLATFORMS=platforms` where given."""
+    """A worker child's environment: this process's `sys.path`, in its order (so that it
+    imports what this process imports, and a module in the working directory never shadows an
+    installed one unless it does here), and `JAX_PLATFORMS=platforms` where given."""
     env = dict(os.environ)
     paths = [p or os.getcwd() for p in sys.path]
     env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(p for p in paths if os.path.isdir(p)))
@@ -303,7 +304,12 @@ def child_env(platforms: str | None) -> dict[str, str]:
     return env
 
 
-_REPORT_DEVICE = (
+# `python -c` (and -m) puts the working directory first on sys.path, where a jax.py would
+# shadow the installed jax: a child drops it and finds modules through PYTHONPATH (child_env).
+# (`python -P` does the same from Python 3.11 on.)
+_SAFE_PATH = "import sys; sys.path.pop(0); "
+_CHILD = _SAFE_PATH + "import runpy; runpy.run_module('autotune.worker.child', run_name='__main__')"
+_REPORT_DEVICE = _SAFE_PATH + (
     "import dataclasses, json; from autotune.device import current_device; "
     "print(json.dumps(dataclasses.asdict(current_device())))"
 )

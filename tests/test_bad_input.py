@@ -1,0 +1,98 @@
+"""Bad input: one line naming the input and the fix (CLI: exit 2), nothing written."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+from toy_kernels import asserting_scale, make_input, scale
+
+import autotune
+from autotune import TuningDB
+from autotune.cli import main
+from autotune.cli.common import parse_static
+from autotune.errors import DatabaseError, KernelError, SignatureError
+from autotune.settings import Settings
+
+
+def test_static_values_are_python_literals_too():
+    assert parse_static(["causal=False", "a=True", "b=None", "c=0.5", "d=true", "e=word"]) == {
+        "causal": False,
+        "a": True,
+        "b": None,
+        "c": 0.5,
+        "d": True,
+        "e": "word",
+    }
+
+
+@pytest.mark.parametrize(
+    "kernel, shape, static, words",
+    [
+        ("flash_attention", "1x2x64x32,1x2x64x32,1x2x64x32", "causal=maybe", "takes a bool"),
+        ("matmul", "64x64,64x64", "block_m=16", "block_m of matmul is tuned, not static"),
+    ],
+)
+def test_a_bad_static_is_refused_before_anything_is_written(
+    tmp_path, capsys, kernel, shape, static, words
+):
+    db = tmp_path / "t.db"
+    argv = ["tune", kernel, "--shape", shape, "--static", static, "--db", str(db)]
+    assert main([*argv, "--no-isolate"]) == 2
+    err = capsys.readouterr().err
+    assert words in err and len(err.strip().splitlines()) == 1
+    assert not db.exists()
+
+
+def test_an_empty_db_is_refused(capsys):
+    assert main(["tune", "matmul", "--shape", "8x8,8x8", "--db", ""]) == 2
+    assert "--db is empty" in capsys.readouterr().err
+
+
+def test_an_unknown_fallback_is_said(monkeypatch, caplog):
+    monkeypatch.setenv("PALLAS_AUTOTUNE_FALLBACK", "bogus")
+    with caplog.at_level(logging.WARNING):
+        assert Settings.from_env().fallback == "nearest"
+    assert "PALLAS_AUTOTUNE_FALLBACK='bogus'" in caplog.text
+
+
+def test_tune_says_what_to_write_for_an_array_or_a_misspelt_setting():
+    x = make_input(rows=32)
+    with pytest.raises(SignatureError, match=r"write tune\(kernel, \[x, \.\.\.\]\)"):
+        autotune.tune(scale, x)
+    with pytest.raises(TypeError, match="did you mean n_trials"):
+        autotune.tune(scale, [x], n_trails=5)
+
+
+@pytest.mark.parametrize(
+    "argv, words",
+    [
+        (["db", "export", "--out", "{tmp}/no/such/folder.json"], "cannot write it"),
+        (["db", "export", "--out", "{tmp}"], "cannot write it"),
+        (["report", "--out", "/proc/x"], "cannot write the report there"),
+    ],
+)
+def test_an_output_that_cannot_be_written_is_one_line(tmp_path, capsys, argv, words):
+    path = tmp_path / "t.db"
+    with TuningDB(path):
+        pass
+    argv = [a.format(tmp=tmp_path) for a in argv]
+    assert main([*argv, "--db", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert words in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_studies_storage_that_cannot_be_written_is_one_line(tmp_path):
+    with pytest.raises(DatabaseError, match="cannot open the studies storage"):
+        autotune.tune(
+            scale,
+            [make_input(rows=32)],
+            n_trials=1,
+            db=str(tmp_path / "t.db"),
+            storage="sqlite:////proc/studies.db",
+        )
+
+
+def test_a_default_that_fails_a_bare_assert_says_where(tmp_path):
+    with pytest.raises(KernelError, match=r"AssertionError at .*toy_kernels.py:\d+: assert"):
+        autotune.tune(asserting_scale, [make_input(rows=32)], n_trials=1, store=False)

@@ -1,0 +1,211 @@
+"""A tuning run never reports success for work it lost, and never measures a configuration
+twice: databases deleted or replaced mid-run, concurrent runs on one SQLite file, studies files
+that are corrupt, workers killed mid-study. Real files, real processes, real signals."""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import toy_kernels
+from toy_kernels import make_input, scale
+
+import autotune
+from autotune import TuningDB, jobs
+from autotune.cli import main
+from autotune.errors import DatabaseError
+
+TESTS = Path(__file__).parent
+
+
+def tune_then(db, n_trials, after_trial, action):
+    """Tune `scale` in this process; `action` runs once trial `after_trial` is stored."""
+
+    def progress(record, i, n):
+        if i == after_trial:
+            action()
+
+    x = make_input(rows=96)
+    return autotune.tune(
+        scale, [x], n_trials=n_trials, db=db, strategy="grid", finalists=0, progress=progress
+    )
+
+
+def test_a_deleted_database_stops_the_run_and_says_what_was_not_saved(tmp_path):
+    db = tmp_path / "t.db"
+    with pytest.raises(DatabaseError, match="deleted or replaced") as e:
+        tune_then(str(db), 4, 2, lambda: os.remove(db))
+    assert "scale f32[96,128]" in str(e.value) and "not saved" in str(e.value)
+
+
+def test_a_database_moved_over_the_path_is_left_intact(tmp_path):
+    db, other = tmp_path / "t.db", tmp_path / "other.db"
+    tune_then(str(other), 2, 0, lambda: None)
+    with TuningDB(other) as o:
+        before = (o.query(), o.trials())
+    with pytest.raises(DatabaseError, match="deleted or replaced"):
+        tune_then(str(db), 4, 2, lambda: shutil.move(other, db))
+    with TuningDB(db) as replaced:
+        assert (replaced.query(), replaced.trials()) == before
+
+
+def tune_command(db, rows, *extra):
+    return [
+        sys.executable,
+        "-m",
+        "autotune.cli",
+        "tune",
+        "toy_kernels:scale",
+        "--shape",
+        f"{rows}x128",
+        "--trials",
+        "5",
+        "--strategy",
+        "grid",
+        "--finalists",
+        "0",
+        "--no-isolate",
+        "--db",
+        str(db),
+        *extra,
+    ]
+
+
+def start(cmd, env):
+    return subprocess.Popen(
+        cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=TESTS
+    )
+
+
+@pytest.mark.slow
+def test_concurrent_tunes_on_one_sqlite_file_never_crash_nor_measure_twice(
+    tmp_path, subprocess_env
+):
+    # 4 processes tune one key (one shared study), 2 others two more keys, in one SQLite file.
+    # The studies file is named: a plain run deletes its study when the last worker leaves it,
+    # and a run that started after that would tune afresh (measuring again, as it should)
+    for attempt in range(2):
+        db = tmp_path / f"t{attempt}.db"
+        studies = f"sqlite:///{tmp_path}/studies{attempt}.db"
+        procs = [
+            start(tune_command(db, rows, "--storage", studies), subprocess_env)
+            for rows in (96,) * 4 + (48, 24)
+        ]
+        for proc in procs:
+            out, err = proc.communicate(timeout=600)
+            assert proc.returncode == 0 and "Traceback" not in err, err[-3000:]
+        with TuningDB(db) as handle:
+            trials = handle.trials()
+            assert {e["signature"] for e in handle.query()} == {
+                f"f32[{rows},128]" for rows in (96, 48, 24)
+            }
+        measured = Counter((t["signature"], t["config"]["block_rows"]) for t in trials)
+        assert [k for k, n in measured.items() if n > 1] == []
+        assert sum(k[0] == "f32[96,128]" for k in measured) == 5
+
+
+def test_an_interrupted_shared_run_counts_what_it_stored_and_the_rerun_keeps_the_budget(tmp_path):
+    db, studies = str(tmp_path / "t.db"), f"sqlite:///{tmp_path}/studies.db"
+    x = make_input(rows=96)
+
+    def interrupt(record, i, n):
+        if i == 2:
+            raise KeyboardInterrupt  # as a Ctrl-C while the progress line is printed
+
+    settings = dict(n_trials=4, db=db, strategy="grid", finalists=0, storage=studies)
+    with pytest.raises(KeyboardInterrupt):
+        autotune.tune(scale, [x], progress=interrupt, **settings)
+    result = autotune.tune(scale, [x], **settings)  # this process's claim was released
+    assert result.resumed == 2 and len(result.trials) == 4
+    with TuningDB(db) as handle:
+        stored = [t["config"]["block_rows"] for t in handle.trials()]
+    assert len(stored) == len(set(stored)) == 4  # exactly the budget, none measured twice
+
+
+def test_a_run_interrupted_while_the_default_is_measured_measures_it_on_resume(tmp_path):
+    db, studies = str(tmp_path / "t.db"), f"sqlite:///{tmp_path}/studies.db"
+    x = make_input(rows=96)
+    settings = dict(n_trials=3, db=db, strategy="grid", finalists=2, storage=studies, seed=0)
+    toy_kernels.INTERRUPT_TRACES.add(2)  # the oracle's trace is the first, the measurement's next
+    with pytest.raises(KeyboardInterrupt):
+        autotune.tune(toy_kernels.interrupt_scale, [x], **settings)
+    result = autotune.tune(toy_kernels.interrupt_scale, [x], **settings)
+    default = [t for t in result.trials if t.config == {"block_rows": 8}]
+    assert len(default) == 1 and default[0].status == "ok" and result.default_time_s
+    assert {"block_rows": 8} in [f.config for f in result.finalists]
+    assert not result.first_pass
+
+
+def test_a_worker_killed_during_the_finalists_leaves_first_pass_figures_said_so(
+    tmp_path, db_url, monkeypatch
+):
+    marker = tmp_path / "doomed"
+    monkeypatch.setenv("TOY_DOOMED_MARKER", str(marker))  # the worker child inherits it
+
+    def doom_after_the_search(record, i, n):
+        if i == n:
+            marker.touch()  # from now on the worker aborts when it runs the kernel
+
+    result = autotune.tune(
+        "toy_kernels:doomed_scale",
+        [make_input(rows=32)],
+        n_trials=3,
+        db=db_url,
+        strategy="grid",
+        isolate=True,
+        progress=doom_after_the_search,
+    )
+    assert result.first_pass and len(result.finalists) == 3
+    assert "first-pass figures" in jobs._summary(result)
+
+
+def test_a_corrupt_studies_file_is_set_aside_with_a_warning(tmp_path, caplog):
+    studies = tmp_path / "t-studies.db"
+    garbage = os.urandom(8192)
+    studies.write_bytes(garbage)
+    with caplog.at_level(logging.WARNING, logger="autotune.studies"):
+        result = autotune.tune(
+            scale,
+            [make_input(rows=32)],
+            n_trials=2,
+            db=str(tmp_path / "t.db"),
+            finalists=0,
+            storage=f"sqlite:///{studies}",
+        )
+    assert len(result.trials) == 2
+    (aside,) = tmp_path.glob("t-studies.db.corrupt-*")
+    assert aside.read_bytes() == garbage  # kept for inspection
+    assert any("set aside" in r.getMessage() for r in caplog.records)
+
+
+def test_a_resumed_cli_run_says_so_before_its_trials_and_optuna_stays_quiet(
+    tmp_path, capsys, monkeypatch
+):
+    monkeypatch.chdir(TESTS)
+    db = tmp_path / "t.db"
+    studies = f"sqlite:///{tmp_path}/studies.db"
+    with pytest.raises(KeyboardInterrupt):  # an earlier run, interrupted after two trials
+        autotune.tune(
+            scale,
+            [make_input(rows=96)],
+            n_trials=3,
+            db=str(db),
+            strategy="grid",
+            finalists=0,
+            storage=studies,
+            progress=lambda r, i, n: (_ for _ in ()).throw(KeyboardInterrupt) if i == 2 else None,
+        )
+    capsys.readouterr()
+    argv = tune_command(db, 96, "--storage", studies, "--trials", "3")[3:]
+    assert main(argv) == 0
+    out, err = capsys.readouterr()
+    lines = out.splitlines()
+    assert lines[0] == "resuming: 2 of 3 trials already measured by an earlier run"
+    assert lines[1].startswith("trial   3/3")
+    assert "A new study created" not in err
