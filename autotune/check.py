@@ -2,9 +2,11 @@
 
 On a CPU-only host, `jax.jit(f).trace(*args).lower(lowering_platforms=(...,))` runs a Pallas
 backend's lowering, which enforces its rules: Mosaic TPU's block shapes ("tpu"), Mosaic GPU's
-shared memory and wgmma shapes ("cuda"). It raises for a candidate the device would refuse.
-Nothing is compiled or run. Triton kernels cannot be checked this way: their lowering needs a
-CUDA driver.
+shared memory and wgmma shapes and Pallas-Triton's power-of-two arrays ("cuda"). It raises for a
+candidate the device would refuse. Nothing is compiled or run, so what only a compile checks
+(Triton's shared memory and registers) stays with the constraints. The kernel is traced for the
+platform checked (`autotune.hardware.lowering_for`): laid out, and given compiler parameters, as
+on that device.
 """
 
 from __future__ import annotations
@@ -16,14 +18,17 @@ from typing import Any
 
 from autotune import backends
 from autotune.device import DeviceInfo
-from autotune.errors import KernelError
+from autotune.hardware import lowering_for
 
 # The device whose limits constraints assume when checking on a host that has none.
 DEFAULT_TPU_KIND = "TPU v5 lite"
 DEFAULT_GPU_KIND = "NVIDIA H200"
 DEFAULT_KINDS = {"tpu": DEFAULT_TPU_KIND, "gpu": DEFAULT_GPU_KIND}
-# The backend each platform's check lowers through: those whose lowering runs on this host.
-CHECKED_BACKENDS = {m.PLATFORM: m for m in backends.MODULES if m.LOWERING_PLATFORM}
+# The backends whose lowering runs on this host, by platform.
+CHECKED_BACKENDS = {
+    p: tuple(m for m in backends.MODULES if p == m.PLATFORM and m.LOWERING_PLATFORM)
+    for p in {m.PLATFORM for m in backends.MODULES if m.LOWERING_PLATFORM}
+}
 
 
 def lowering_error(
@@ -33,8 +38,8 @@ def lowering_error(
     kwargs: Mapping[str, Any] | None = None,
     platform: str = "tpu",
 ) -> str | None:
-    """Why `kernel` at `config` does not lower for `platform` ("tpu", or "gpu" for a Mosaic
-    GPU kernel) with these arguments (None: it lowers).
+    """Why `kernel` at `config` does not lower for `platform` ("tpu" or "gpu") with these
+    arguments (None: it lowers).
 
     `args` may be arrays or jax.ShapeDtypeStruct; `kwargs` are the static arguments.
     """
@@ -42,9 +47,10 @@ def lowering_error(
 
     spec = kernel.spec
     fn = functools.partial(spec.fn, **spec.kernel_kwargs(config), **dict(kwargs or {}))
-    target = CHECKED_BACKENDS[platform].LOWERING_PLATFORM
+    target = CHECKED_BACKENDS[platform][0].LOWERING_PLATFORM  # a platform's backends share it
     try:
-        jax.jit(fn).trace(*args).lower(lowering_platforms=(target,))
+        with lowering_for(platform):
+            jax.jit(fn).trace(*args).lower(lowering_platforms=(target,))
     except Exception as e:  # the lowerings report bad configs as ValueError, others vary
         return f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
     return None
@@ -88,11 +94,6 @@ def check_space(
     kind = device_kind or DEFAULT_KINDS[platform]
     device = DeviceInfo(platform, kind, backends.default(platform), "", "", "")
     sig = spec.signature(args, kwargs, device)
-    if platform == "gpu" and sig.backend != backends.mosaic_gpu.NAME:
-        raise KernelError(
-            f"{spec.name} lowers through {sig.backend or 'Triton'}, whose GPU lowering needs a "
-            "CUDA driver: only Mosaic GPU kernels can be checked for a GPU on this host"
-        )
     space = spec.space(platform)
     configs = list(space.all_configs())
     if sample is not None and sample < len(configs):

@@ -20,6 +20,7 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 
 from autotune import autotuned
+from autotune.backends import triton
 from autotune.hardware import (
     clamp_block,
     gpu_registers_ok,
@@ -157,8 +158,4 @@ def matmul(
 
 def _compiler_params(num_warps: int, num_stages: int, interpret: bool):
     """Triton knobs on GPU; the TPU and interpret paths take the compiler's defaults."""
-    if interpret or jax.default_backend() != "gpu":
-        return None
-    from jax.experimental.pallas import triton as pltriton
-
-    return pltriton.CompilerParams(num_warps=num_warps, num_stages=num_stages)
+    return triton.compiler_params(num_warps, num_stages, kernel_platform(interpret))

@@ -13,7 +13,8 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 
 from autotune import autotuned
-from autotune.hardware import TPU_LANES, is_pow2, tpu_block_ok, tpu_vmem_bytes
+from autotune.backends import triton
+from autotune.hardware import TPU_LANES, is_pow2, kernel_platform, tpu_block_ok, tpu_vmem_bytes
 
 
 def _block(block: int, n: int) -> int:
@@ -88,8 +89,4 @@ def vector_add(
 
 def _compiler_params(num_warps: int, interpret: bool):
     """The Triton backend's warps per block on GPU; TPU and interpret mode take the defaults."""
-    if interpret or jax.default_backend() != "gpu":
-        return None
-    from jax.experimental.pallas import triton as pltriton
-
-    return pltriton.CompilerParams(num_warps=num_warps)
+    return triton.compiler_params(num_warps, None, kernel_platform(interpret))
