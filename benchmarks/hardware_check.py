@@ -18,7 +18,7 @@ by side with one timer, the tuned one twice more on its own for the repeat sprea
 
 The budget covers the whole run. Before each case the plan is made again from the time left:
 every case still to run is reserved its measured overheads (`OVERHEADS`) and the least search
-worth running (`Overheads.min_tune_s`), in order of value while they fit; a case that no longer
+worth running for it (`Overheads.min_tune_s` times its `share`), in order of value while they fit; a case that no longer
 fits is not run and is listed "not run: budget"; the time left over is shared among the cases
 that fit by their `share`. A case's process is stopped at its allotment plus a margin, and never
 past the budget + 5%.
@@ -57,7 +57,7 @@ class Case:
     smoke_shapes: Shapes | None  # None: only its correctness in smoke mode (see SMOKE_SKIPS)
     dtype: str
     static: dict[str, Any] = field(default_factory=dict)
-    share: float = 1.0  # of the time left for searching, relative to the other cases
+    share: float = 1.0  # its weight: in its least search, and in the time left over
 
     @property
     def id(self) -> str:  # what --cases names
@@ -128,7 +128,7 @@ class Overheads:
     tune_past_limit_s: float  # `autotune tune` runs this long past its --time-limit
     side_by_side_s: float  # the side-by-side section of a 16-bit case
     compile_s: dict[str, float]  # a compile beyond a 16-bit one's, by dtype (side by side: 2)
-    min_tune_s: float  # the least search worth running: less tunes nothing
+    min_tune_s: float  # the least search worth running, for a share of 1: less tunes nothing
     report_s: float  # writing the final report
     readme_example_s: float  # the README's Mosaic GPU example (GPU only)
 
@@ -157,12 +157,13 @@ OVERHEADS = {
     ),
     # unmeasured: the GPU's figures, as a TPU's compiles are of the same order
     "tpu": Overheads(8.0, {"bfloat16": 10.0}, 16.0, 21.0, {}, 30.0, 2.0, 0.0),
-    # this 2-core CPU host, jax 0.10.2, --smoke (a case took 7 s in all, loaded 2x: 2 trials)
+    # this 2-core CPU host, jax 0.10.2, --smoke, others' jobs running: a case took 7-13 s (2
+    # trials), matmul_mgpu's check in GPU interpret mode 9 s
     "cpu": Overheads(
-        start_s=3.0,
-        check_s={"float32": 1.0, "bfloat16": 1.0, "matmul_mgpu": 8.0},
-        tune_past_limit_s=5.0,
-        side_by_side_s=2.0,
+        start_s=3.5,
+        check_s={"float32": 1.5, "bfloat16": 1.5, "matmul_mgpu": 8.0},
+        tune_past_limit_s=4.0,
+        side_by_side_s=2.5,
         compile_s={},
         min_tune_s=2.0,
         report_s=1.0,
@@ -218,14 +219,15 @@ def plan(todo: list[Step], left_s: float, overheads: Overheads) -> dict[int, flo
     """Which of `todo` fit in `left_s`, and each one's search time: {index: seconds}.
 
     In order of value, each step is reserved its cost and, if tuned, the least search worth
-    running; one that does not fit is left out (a later, cheaper one may still fit). What is
-    left over is shared among the tuned ones by their `share`."""
+    running for its share; one that does not fit is left out (a later, cheaper one may still
+    fit). What is left over is shared among the tuned ones by their `share`."""
     chosen: dict[int, float] = {}
     reserved = 0.0
     for i, step in enumerate(todo):
-        need = step_cost(step, overheads) + (overheads.min_tune_s if step.tuned else 0.0)
+        least = overheads.min_tune_s * step.case.share if step.tuned else 0.0
+        need = step_cost(step, overheads) + least
         if reserved + need <= left_s:
-            chosen[i] = overheads.min_tune_s if step.tuned else 0.0
+            chosen[i] = least
             reserved += need
     shares = {i: todo[i].case.share for i in chosen if todo[i].tuned}
     spare = left_s - reserved
