@@ -345,7 +345,7 @@ def cupti_samples(
     tell apart); a kernel that fails raises, as under every timer."""
     import jax
 
-    ext = _cupti_extension()
+    ext = cupti_extension()
     if ext is None:
         return []
     jax.block_until_ready(compiled(*sets[start % len(sets)]))
@@ -362,7 +362,7 @@ def cupti_samples(
     return per_call_seconds(timings, n)
 
 
-def _cupti_extension() -> Any:
+def cupti_extension() -> Any:
     """Mosaic GPU's extension, which reads CUPTI's kernel durations; None where it is absent."""
     try:
         from jax._src.lib import mosaic_gpu as mosaic_gpu_lib

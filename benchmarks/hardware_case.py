@@ -247,12 +247,14 @@ def side_by_side(job: dict[str, Any]) -> dict[str, Any]:
         list(calls.values()), sets, rounds=5, reps=3 if job["smoke"] else 10, policy=policy
     )
     median = {name: _median(s) for name, s in zip(calls, samples)}
+    vendor_kernels = cupti_kernels(calls["vendor"], every)
     row: dict[str, Any] = {
         "timer": timer,
         "default_config": default,
         "tuned_config": tuned,
         "vendor": vendor_name,
         "vendor_counted": COUNTED[timer],
+        "vendor_kernels": vendor_kernels,
         **{f"{name}_s": t for name, t in median.items()},
         "trials": len(trials),
         "trials_ok": sum(t["status"] == "ok" for t in trials),
@@ -287,6 +289,25 @@ def side_by_side(job: dict[str, Any]) -> dict[str, Any]:
         f"vendor {ms(median['vendor'])}"
     )
     return row
+
+
+def cupti_kernels(call: Callable, args: list) -> list[tuple[str, float]] | None:
+    """The kernels one call launches and each one's milliseconds, from CUPTI without summing
+    them; None where CUPTI is not here (off a GPU)."""
+    import jax
+
+    from autotune.measure import cupti_extension
+
+    ext = cupti_extension()
+    if ext is None:
+        return None
+    jax.block_until_ready(call(*args))
+    ext._cupti_init()
+    try:
+        jax.block_until_ready(call(*args))
+    finally:
+        timings = ext._cupti_get_timings(False)
+    return [(name[:80], round(ms, 4)) for name, ms in timings]
 
 
 # What a timer's figure for the vendor's call counts.

@@ -355,7 +355,11 @@ def report(info: dict[str, Any], rows: list[dict[str, Any]], budget_s: float, wa
         )
     if timed:
         lines += ["", "What the vendor's time counts:", ""]
-        lines += [f"- {r['case']}: {r['vendor_counted']}" for r in timed]
+        for r in timed:
+            lines.append(f"- {r['case']}: {r['vendor_counted']}")
+            if r.get("vendor_kernels"):  # per kernel, CUPTI without aggregation
+                kernels = ", ".join(f"{name} {t:.4f} ms" for name, t in r["vendor_kernels"])
+                lines.append(f"  - its kernels in one call: {kernels}")
     example = next((r["readme_example"] for r in rows if "readme_example" in r), None)
     if example is not None:
         lines += [
@@ -493,7 +497,7 @@ def device_info() -> dict[str, Any]:
     the device, so that nothing a case does can reach it)."""
     code = (
         "import json, sys; sys.path.insert(0, sys.argv[1]); import hardware_case; "
-        "print(json.dumps(hardware_case.versions()))"
+        "import autotune.kernels; print(json.dumps(hardware_case.versions()))"
     )
     proc = subprocess.run(
         [sys.executable, "-c", code, str(CASE_SCRIPT.parent)],

@@ -63,7 +63,7 @@ class CompiledAhead:  # the compile pool's part: hands over the executable
 def test_a_kernel_failing_while_timed_is_the_trials_error_under_every_timer(timer, monkeypatch):
     calls: list = []
     if timer == "cupti":
-        monkeypatch.setattr(measure, "_cupti_extension", lambda: FakeCupti(calls))
+        monkeypatch.setattr(measure, "cupti_extension", lambda: FakeCupti(calls))
     # run 1 verifies, run 2 is CUPTI's untimed call or the first sample, run 3 fails
     compiled, x = _failing_at(3, calls)
     policy = dataclasses.replace(NO_WARMUP, timer=timer)
@@ -78,7 +78,7 @@ def test_a_kernel_failing_while_timed_is_the_trials_error_under_every_timer(time
 
 def test_cupti_times_a_healthy_kernel_rotating_its_input_sets(monkeypatch):
     calls: list = []
-    monkeypatch.setattr(measure, "_cupti_extension", lambda: FakeCupti(calls))
+    monkeypatch.setattr(measure, "cupti_extension", lambda: FakeCupti(calls))
     compiled, x = _failing_at(0, calls)
     sets = [[x], [x + 1.0]]
     seen = []
