@@ -2,11 +2,13 @@
 summarise the samples.
 
 Timers, best first (`timer_order`): on a GPU, "cupti" (the kernels' own durations from CUPTI,
-through Mosaic GPU's profiler), then "trace" (the same from a `jax.profiler` trace); on a TPU,
+through Mosaic GPU's extension), then "trace" (the same from a `jax.profiler` trace); on a TPU,
 "trace" (the XLA module's time on the device); "wall" (the host's clock around synchronised
 calls) everywhere as the last resort, and the only timer on the CPU. Whatever is available
 decides, each Timing records which timer produced it, and a fall-back is logged once per
-process.
+process. Only a timer that cannot time here falls back: a kernel that fails under any timer
+raises, and is its trial's `runtime_error` with its text; no time that is not a finite number
+of seconds is ever summarised.
 """
 
 from __future__ import annotations
@@ -393,7 +395,10 @@ def trace_samples(
         from jax._src.lib import _profiler
     except ImportError:
         return []
-    session = _profiler.ProfilerSession()
+    try:
+        session = _profiler.ProfilerSession()
+    except Exception:  # the profiler refused to start here: set-up, never the kernel
+        return []
     try:
         for i in range(start, start + n):
             jax.block_until_ready(compiled(*sets[i % len(sets)]))
