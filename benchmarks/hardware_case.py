@@ -187,12 +187,16 @@ def tune(job: dict[str, Any]) -> dict[str, Any]:
     for k, v in job["static"].items():
         cmd += ["--static", f"{k}={json.dumps(v)}"]
     start = time.perf_counter()
-    # the case's own timeout (hardware_check) bounds this too; here the tune's share of it
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=job["tune_timeout_s"])
+    # the case's own timeout (hardware_check) bounds this too; here the tune's share of it:
+    # stopped past it, the side by side still times the default (and what the tune stored)
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=job["tune_timeout_s"])
+        rc, tail = proc.returncode, (proc.stdout + proc.stderr).strip().splitlines()[-3:]
+    except subprocess.TimeoutExpired:
+        rc, tail = None, [f"stopped after {job['tune_timeout_s']:.0f} s"]
     wall = time.perf_counter() - start
-    tail = (proc.stdout + proc.stderr).strip().splitlines()[-3:]
-    print(f"  tune rc {proc.returncode}  {wall:6.1f} s  {' | '.join(tail)[:160]}")
-    return {"rc": proc.returncode, "tune_wall_s": round(wall, 1), "tune_output": tail}
+    print(f"  tune rc {rc}  {wall:6.1f} s  {' | '.join(tail)[:160]}")
+    return {"rc": rc, "tune_wall_s": round(wall, 1), "tune_output": tail}
 
 
 def side_by_side(job: dict[str, Any]) -> dict[str, Any]:
