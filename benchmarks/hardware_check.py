@@ -503,7 +503,7 @@ def main(argv: list[str] | None = None) -> int:
     ran = [r for r in rows if r["outcome"] != "not run: budget"]
     ok = all(r["outcome"] == "done" for r in ran)
     ok = ok and all(c["ok"] for r in ran for c in r.get("correctness", []))
-    ok = ok and all(r.get("tuned_ok", True) for r in ran)
+    ok = ok and all(r.get("rc", 0) == 0 and r.get("tuned_ok", True) for r in ran)
     return 0 if ok else 1
 
 
