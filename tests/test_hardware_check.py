@@ -112,3 +112,13 @@ def test_the_smoke_run_ends_within_its_budget_and_lists_what_it_dropped(tmp_path
     assert "matmul_mgpu bfloat16" in dropped and len(dropped) >= 5
     assert f"- {dropped[0]}: not run: budget" in text
     assert proc.returncode == 0, proc.stdout[-3000:]
+
+
+def test_a_case_past_its_timeout_is_stopped_and_says_where_it_was(hc, tmp_path):
+    step = hc.Step(hc.CASES[0], ("float32",), True)
+    job = hc.job(step, 5.0, str(tmp_path / "check.db"), smoke=True, example_s=0.0)
+    start = time.perf_counter()
+    result = hc.run_step(job, 1.0, tmp_path)  # less than its process needs to start
+    assert time.perf_counter() - start < 5.0
+    assert result["outcome"].startswith("timeout after 1 s (during ")
+    assert "default_s" not in result
