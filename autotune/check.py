@@ -18,17 +18,16 @@ from typing import Any
 
 from autotune import backends
 from autotune.device import DeviceInfo
+from autotune.errors import KernelError
 from autotune.hardware import lowering_for
 
 # The device whose limits constraints assume when checking on a host that has none.
 DEFAULT_TPU_KIND = "TPU v5 lite"
 DEFAULT_GPU_KIND = "NVIDIA H200"
 DEFAULT_KINDS = {"tpu": DEFAULT_TPU_KIND, "gpu": DEFAULT_GPU_KIND}
-# The backends whose lowering runs on this host, by platform.
-CHECKED_BACKENDS = {
-    p: tuple(m for m in backends.MODULES if p == m.PLATFORM and m.LOWERING_PLATFORM)
-    for p in {m.PLATFORM for m in backends.MODULES if m.LOWERING_PLATFORM}
-}
+# A backend of each platform whose lowering runs on this host (Triton and Mosaic GPU both lower
+# for "cuda": a platform's backends share its lowering target).
+CHECKED_BACKENDS = {b.platform: b for b in backends.BACKENDS if b.lowering_platform}
 
 
 def lowering_error(
@@ -47,7 +46,7 @@ def lowering_error(
 
     spec = kernel.spec
     fn = functools.partial(spec.fn, **spec.kernel_kwargs(config), **dict(kwargs or {}))
-    target = CHECKED_BACKENDS[platform][0].LOWERING_PLATFORM  # a platform's backends share it
+    target = CHECKED_BACKENDS[platform].lowering_platform
     try:
         with lowering_for(platform):
             jax.jit(fn).trace(*args).lower(lowering_platforms=(target,))
@@ -94,6 +93,13 @@ def check_space(
     kind = device_kind or DEFAULT_KINDS[platform]
     device = DeviceInfo(platform, kind, backends.default(platform), "", "", "")
     sig = spec.signature(args, kwargs, device)
+    backend = backends.get(sig.backend or backends.default(platform))
+    if backend.lowering_platform is None:
+        checked = CHECKED_BACKENDS[platform].title
+        raise KernelError(
+            f"{spec.name} lowers through {backend.title}, whose {platform} lowering needs the "
+            f"device's driver: only {checked} kernels can be checked for {platform} on this host"
+        )
     space = spec.space(platform)
     configs = list(space.all_configs())
     if sample is not None and sample < len(configs):

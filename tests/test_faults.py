@@ -13,6 +13,7 @@ from toy_kernels import make_input, scale
 
 from autotune import measure
 from autotune.measure import TimingPolicy, measure_candidate, per_call_seconds
+from autotune.task import task_of_call
 from autotune.worker import DeviceWorker, WorkerLimits
 from autotune.worker.parent import child_env
 
@@ -110,7 +111,8 @@ def test_no_time_that_is_not_one_is_summarised():
 def test_a_runtime_error_replaces_the_worker_on_an_accelerator_only():
     x = make_input(rows=32)
     limits = WorkerLimits(compile_s=30.0, run_s=30.0, start_s=60.0)
-    with DeviceWorker("toy_kernels:faulting_scale", [x], {}, NO_WARMUP, limits) as worker:
+    task = task_of_call("toy_kernels:faulting_scale", [x])
+    with DeviceWorker(task, [x], NO_WARMUP, limits) as worker:
         worker.set_oracle(x * 2.0)
         pid = worker._proc.pid
         failed = worker.measure({"block_rows": 16})

@@ -17,8 +17,10 @@ from __future__ import annotations
 from typing import Any
 
 from autotune.backends import interpret
+from autotune.hardware import gpu_l2_bytes
 
 NAME = "triton"
+TITLE = "Triton"  # in messages
 PLATFORM = "gpu"
 MARKER = "pallas.triton"  # where jax._src keeps its compiler parameters
 LOWERING_PLATFORM = "cuda"  # what jax lowers it for, on any host
@@ -26,6 +28,8 @@ LOWERING_PLATFORM = "cuda"  # what jax lowers it for, on any host
 TIMERS = ("cupti", "trace", "wall")
 COMPILER_PARAMS = "jax.experimental.pallas.triton.CompilerParams"
 KNOBS = ("num_warps", "num_stages")  # warps per block; software-pipelining depth
+POW2_BLOCKS = True  # Triton's blocks are powers of two
+cache_bytes = gpu_l2_bytes  # inputs smaller than the L2 are rotated when timing
 
 # a kernel recognised as Triton but taking no `interpret` argument gets the general interpreter
 interpret_mode = interpret.interpret_mode
