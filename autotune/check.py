@@ -2,9 +2,11 @@
 
 On a CPU-only host, `jax.jit(f).trace(*args).lower(lowering_platforms=(...,))` runs a Pallas
 backend's lowering, which enforces its rules: Mosaic TPU's block shapes ("tpu"), Mosaic GPU's
-shared memory and wgmma shapes ("cuda"). It raises for a candidate the device would refuse.
-Nothing is compiled or run. Triton kernels cannot be checked this way: their lowering needs a
-CUDA driver.
+shared memory and wgmma shapes and Pallas-Triton's power-of-two arrays ("cuda"). It raises for a
+candidate the device would refuse. Nothing is compiled or run, so what only a compile checks
+(Triton's shared memory and registers) stays with the constraints. The kernel is traced for the
+platform checked (`autotune.hardware.lowering_for`): laid out, and given compiler parameters, as
+on that device.
 """
 
 from __future__ import annotations
@@ -17,12 +19,14 @@ from typing import Any
 from autotune import backends
 from autotune.device import DeviceInfo
 from autotune.errors import KernelError
+from autotune.hardware import lowering_for
 
 # The device whose limits constraints assume when checking on a host that has none.
 DEFAULT_TPU_KIND = "TPU v5 lite"
 DEFAULT_GPU_KIND = "NVIDIA H200"
 DEFAULT_KINDS = {"tpu": DEFAULT_TPU_KIND, "gpu": DEFAULT_GPU_KIND}
-# The backend each platform's check lowers through: those whose lowering runs on this host.
+# A backend of each platform whose lowering runs on this host (Triton and Mosaic GPU both lower
+# for "cuda": a platform's backends share its lowering target).
 CHECKED_BACKENDS = {b.platform: b for b in backends.BACKENDS if b.lowering_platform}
 
 
@@ -33,8 +37,8 @@ def lowering_error(
     kwargs: Mapping[str, Any] | None = None,
     platform: str = "tpu",
 ) -> str | None:
-    """Why `kernel` at `config` does not lower for `platform` ("tpu", or "gpu" for a Mosaic
-    GPU kernel) with these arguments (None: it lowers).
+    """Why `kernel` at `config` does not lower for `platform` ("tpu" or "gpu") with these
+    arguments (None: it lowers).
 
     `args` may be arrays or jax.ShapeDtypeStruct; `kwargs` are the static arguments.
     """
@@ -44,7 +48,8 @@ def lowering_error(
     fn = functools.partial(spec.fn, **spec.kernel_kwargs(config), **dict(kwargs or {}))
     target = CHECKED_BACKENDS[platform].lowering_platform
     try:
-        jax.jit(fn).trace(*args).lower(lowering_platforms=(target,))
+        with lowering_for(platform):
+            jax.jit(fn).trace(*args).lower(lowering_platforms=(target,))
     except Exception as e:  # the lowerings report bad configs as ValueError, others vary
         return f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
     return None

@@ -6,6 +6,10 @@ Sources: the vendors' datasheets (see shared PALLAS_FACTS); the TPU's per genera
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+from collections.abc import Iterator
+
 from autotune.platforms import platform_of
 
 KiB = 1024
@@ -116,10 +120,27 @@ def clamp_block(block: int, dim: int, platform: str) -> int:
 
 
 def kernel_platform(interpret: bool) -> str:
-    """The platform a kernel lays its blocks out for: "cpu" in interpret mode, else the
-    default backend's ("tpu", "gpu")."""
+    """The platform a kernel lays its blocks out for (and picks its compiler parameters for):
+    "cpu" in interpret mode, else the platform it is being lowered for (`lowering_for`), else
+    the default backend's ("tpu", "gpu")."""
     if interpret:
         return "cpu"
     import jax
 
-    return platform_of(jax.default_backend())
+    return _LOWERING_FOR.get() or platform_of(jax.default_backend())
+
+
+_LOWERING_FOR: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "lowering_for", default=None
+)
+
+
+@contextlib.contextmanager
+def lowering_for(platform: str) -> Iterator[None]:
+    """Trace kernels for `platform` ("tpu", "gpu") whatever this host's device: what lowering
+    for another platform on a CPU-only host needs (`autotune.check`)."""
+    token = _LOWERING_FOR.set(platform)
+    try:
+        yield
+    finally:
+        _LOWERING_FOR.reset(token)

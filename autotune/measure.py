@@ -2,17 +2,20 @@
 summarise the samples.
 
 Timers, best first (`timer_order`): on a GPU, "cupti" (the kernels' own durations from CUPTI,
-through Mosaic GPU's profiler), then "trace" (the same from a `jax.profiler` trace); on a TPU,
+through Mosaic GPU's extension), then "trace" (the same from a `jax.profiler` trace); on a TPU,
 "trace" (the XLA module's time on the device); "wall" (the host's clock around synchronised
 calls) everywhere as the last resort, and the only timer on the CPU. Whatever is available
 decides, each Timing records which timer produced it, and a fall-back is logged once per
-process.
+process. Only a timer that cannot time here falls back: a kernel that fails under any timer
+raises, and is its trial's `runtime_error` with its text; no time that is not a finite number
+of seconds is ever summarised.
 """
 
 from __future__ import annotations
 
 import functools
 import logging
+import math
 import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -57,6 +60,9 @@ class Timing:
 
 
 def summarise(samples: Sequence[float], timer: str = "wall") -> Timing:
+    if not samples or not all(math.isfinite(t) and t >= 0 for t in samples):
+        # a time that is not one never reaches a trial record, a report or the database
+        raise ValueError(f"no valid time among {len(samples)} samples: {list(samples)[:5]}")
     s = sorted(samples)
     n = len(s)
     return Timing(
@@ -275,8 +281,8 @@ def _samples(
         batch = sampler(
             compiled, sets, len(samples), min(policy.min_reps, policy.max_reps - len(samples))
         )
-        if not batch:
-            return []
+        if not batch:  # the batches already taken stand; none at all: the next timer times
+            return samples
         samples += batch
         if time.perf_counter() > deadline or summarise(samples).spread <= policy.target_spread:
             break
@@ -315,19 +321,50 @@ def wall_samples(
 def cupti_samples(
     compiled: Callable, sets: Sequence[Sequence[Any]], start: int, n: int
 ) -> list[float]:
-    """Each call's kernels, summed, from CUPTI (Mosaic GPU's profiler: GPUs only). The n calls
-    run back to back on one input set, after one untimed call on it."""
-    try:
-        from jax.experimental.mosaic.gpu import profiler
+    """Each call's kernels, summed, from CUPTI (through Mosaic GPU's extension: GPUs only). The
+    n calls run back to back after one untimed call, rotating among the input sets as the other
+    timers do (inputs that fit in the L2 are not re-read warm).
 
+    Only set-up falls back ([]: no Mosaic GPU or CUPTI here, or calls whose kernels CUPTI cannot
+    tell apart); a kernel that fails raises, as under every timer."""
+    import jax
+
+    ext = cupti_extension()
+    if ext is None:
+        return []
+    jax.block_until_ready(compiled(*sets[start % len(sets)]))
+    try:
+        ext._cupti_init()
+    except RuntimeError:  # CUPTI refused here (the set-up, never the kernel)
+        return []
+    try:
+        outs = [compiled(*sets[(start + i) % len(sets)]) for i in range(n)]
+        jax.block_until_ready(outs)
+    finally:
         # a candidate takes several batches: CUPTI stays attached between them
-        measure = profiler.Cupti(finalize=False).measure(compiled, iterations=n)
-        _, ms = measure(*sets[start % len(sets)])
-    except (ImportError, RuntimeError):  # no Mosaic GPU, or CUPTI unsupported here (the CPU)
+        timings = ext._cupti_get_timings(False)
+    return per_call_seconds(timings, n)
+
+
+def cupti_extension() -> Any:
+    """Mosaic GPU's extension, which reads CUPTI's kernel durations; None where it is absent."""
+    try:
+        from jax._src.lib import mosaic_gpu as mosaic_gpu_lib
+    except ImportError:
+        return None
+    return getattr(mosaic_gpu_lib, "_mosaic_gpu_ext", None) if mosaic_gpu_lib else None
+
+
+def per_call_seconds(timings: Sequence[tuple[str, float]], n: int) -> list[float]:
+    """n calls' seconds from CUPTI's (kernel name, milliseconds) records, the calls' kernels in
+    launch order; [] where they do not split into n calls of the same kernels."""
+    if not timings or len(timings) % n:
         return []
-    if ms is None:  # no kernel ran
+    per = len(timings) // n
+    calls = [timings[i * per : (i + 1) * per] for i in range(n)]
+    if any([k for k, _ in c] != [k for k, _ in calls[0]] for c in calls):
         return []
-    return [t * 1e-3 for t in (ms if isinstance(ms, list) else [ms])]
+    return [sum(ms for _, ms in c) * 1e-3 for c in calls]
 
 
 def trace_samples(
@@ -340,7 +377,10 @@ def trace_samples(
         from jax._src.lib import _profiler
     except ImportError:
         return []
-    session = _profiler.ProfilerSession()
+    try:
+        session = _profiler.ProfilerSession()
+    except Exception:  # the profiler refused to start here: set-up, never the kernel
+        return []
     try:
         for i in range(start, start + n):
             jax.block_until_ready(compiled(*sets[i % len(sets)]))

@@ -1,44 +1,51 @@
 """One prepared check of the project on an accelerator, within a time budget.
 
-    python benchmarks/hardware_check.py [--budget-s 480] [--kernels matmul,softmax]
-    python benchmarks/hardware_check.py --smoke   # the same code on a CPU, tiny shapes,
-                                                  # interpret mode
+    python benchmarks/hardware_check.py [--budget-s 420] [--kernels matmul,softmax]
+        [--dtypes bfloat16] [--cases matmul/bfloat16,flash_attention/bfloat16]
+    python benchmarks/hardware_check.py --smoke --budget-s 90   # the same code on a CPU, tiny
+                                                               # shapes, interpret mode
 
 The project must be installed (its shipped kernels install as autotune.kernels); on a machine
 without a network, install its wheel: see benchmarks/README.md.
 
-In order: the versions and the device; every shipped kernel at its default configuration
-against its plain-JAX reference on awkward shapes, float32 and bfloat16 (verdict, max error);
-`autotune tune` (the CLI: device worker, interpret-mode oracle) of every kernel at a realistic
-shape within its share of the budget; then, side by side in this process with one timer
-(interleaved rounds), the default configuration, the tuned one and the vendor's operation for
-the same call, with the tuned one timed twice more on its own for the repeat spread.
+The cases run in order of value (`CASES`; Mosaic GPU cases last, since a fault of theirs could
+break the GPU for what follows), each in its own process with a timeout (`hardware_case.py`):
+the kernel at its default configuration against its plain-JAX reference on awkward shapes (in
+each dtype checked, the first time the kernel comes up), `autotune tune` (the CLI: device
+worker, interpret-mode oracle) at a realistic shape within the case's share of the budget, then
+the default configuration, the tuned one and the vendor's operation for the same call timed side
+by side with one timer, the tuned one twice more on its own for the repeat spread.
 
-Writes benchmarks/results/<device>-<date>.md and .json (with --smoke: to --out, default a
-temporary folder, since a CPU's figures mean nothing). Nothing is served: tuning writes to a
-throw-away database.
+The budget covers the whole run. Before each case the plan is made again from the time left:
+every case still to run is reserved its measured overheads (`OVERHEADS`) and the least search
+worth running for it (`Overheads.min_tune_s` times its `share`), in order of value while they fit; a case that no longer
+fits is not run and is listed "not run: budget"; the time left over is shared among the cases
+that fit by their `share`. A case's process is stopped at its allotment plus a margin, and never
+past the budget + 5%.
+
+Writes benchmarks/results/<device>-<date>.md and .json after every case (with --smoke: to --out,
+default a temporary folder, since a CPU's figures mean nothing). Nothing is served: tuning writes
+to a throw-away database.
 """
 
 from __future__ import annotations
 
 import argparse
-import datetime
-import functools
+import dataclasses
 import json
-import math
 import os
-import platform
+import signal
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
+CASE_SCRIPT = Path(__file__).resolve().parent / "hardware_case.py"
 Shapes = tuple[tuple[int, ...], ...]
 
 
@@ -48,15 +55,23 @@ class Case:
 
     kernel: str
     shapes: Shapes
-    smoke_shapes: Shapes | None  # None: not tuned in smoke mode (see SMOKE_SKIPS)
+    smoke_shapes: Shapes | None  # None: only its correctness in smoke mode (see SMOKE_SKIPS)
     dtype: str
     static: dict[str, Any] = field(default_factory=dict)
-    share: float = 1.0  # of the tuning budget, relative to the other cases
+    share: float = 1.0  # its weight: in its least search, and in the time left over
+
+    @property
+    def id(self) -> str:  # what --cases names
+        return f"{self.kernel}/{self.dtype}"
 
     @property
     def label(self) -> str:
         flags = "".join(f" {k}={v}" for k, v in self.static.items())
         return f"{self.kernel} {self.dtype}{flags}"
+
+    @property
+    def mosaic_gpu(self) -> bool:
+        return self.kernel.endswith("_mgpu")
 
 
 def _mm(m: int, k: int, n: int) -> Shapes:
@@ -71,31 +86,18 @@ def _rows(r: int, c: int, vectors: int) -> Shapes:
     return ((r, c),) + ((c,),) * vectors
 
 
-CASES = [  # the ones that matter most first: a check cut short keeps them
+CAUSAL = {"causal": True}
+CASES = [  # in order of value: the ones that matter most first, so a tight budget keeps them
     Case("matmul", _mm(4096, 4096, 4096), _mm(64, 64, 64), "bfloat16", share=3.0),
-    Case("matmul_mgpu", _mm(4096, 4096, 4096), None, "bfloat16", share=3.0),
-    Case(
-        "flash_attention",
-        _attn(4, 16, 2048, 128),
-        _attn(1, 2, 64, 16),
-        "bfloat16",
-        {"causal": True},
-        share=1.5,
-    ),
-    Case("matmul", _mm(2048, 2048, 2048), _mm(48, 32, 64), "float32", share=0.6),
-    Case(
-        "flash_attention",
-        _attn(2, 8, 1024, 64),
-        _attn(1, 1, 32, 16),
-        "float32",
-        {"causal": True},
-        share=0.6,
-    ),
-    Case("bmm", ((16, 1024, 1024),) * 2, ((2, 32, 32),) * 2, "bfloat16", share=0.4),
+    Case("flash_attention", _attn(4, 16, 2048, 128), _attn(1, 2, 64, 16), "bfloat16", CAUSAL, 2.0),
+    Case("matmul", _mm(2048, 2048, 2048), _mm(48, 32, 64), "float32", share=1.0),
+    Case("flash_attention", _attn(2, 8, 1024, 64), _attn(1, 1, 32, 16), "float32", CAUSAL, 1.0),
+    Case("bmm", ((16, 1024, 1024),) * 2, ((2, 32, 32),) * 2, "bfloat16", share=0.5),
     Case("softmax", _rows(8192, 4096, 0), _rows(16, 200, 0), "float32", share=0.4),
     Case("rms_norm", _rows(16384, 4096, 1), _rows(16, 200, 1), "bfloat16", share=0.4),
     Case("layer_norm", _rows(16384, 4096, 2), _rows(16, 200, 2), "bfloat16", share=0.4),
     Case("vector_add", ((1 << 26,),) * 2, ((5000,),) * 2, "float32", share=0.3),
+    Case("matmul_mgpu", _mm(4096, 4096, 4096), None, "bfloat16", share=3.0),
 ]
 
 # The training step of a transformer block, forward and backward, after the kernel cases (on a GPU):
@@ -118,302 +120,175 @@ AWKWARD: dict[str, tuple[Shapes, Shapes]] = {  # kernel -> (accelerator, smoke)
     "layer_norm": (_rows(1000, 3000, 2), _rows(10, 300, 2)),
     "flash_attention": (_attn(2, 4, 1000, 64), _attn(1, 2, 40, 16)),
 }
-AWKWARD_STATIC = {"flash_attention": {"causal": True}}
+AWKWARD_STATIC = {"flash_attention": CAUSAL}
 CHECKED_DTYPES = {"matmul_mgpu": ("bfloat16",)}  # wgmma multiplies 16-bit floats
-
-# Datasheet peaks (dense) by a device_kind substring: bf16 TFLOP/s, f32 TFLOP/s, HBM TB/s.
-PEAKS = {"H200": (989.0, 67.0, 4.8), "H100": (989.0, 67.0, 3.35), "A100": (312.0, 19.5, 2.0)}
+ALL_DTYPES = ("float32", "bfloat16")
 
 
-def work(case: Case, shapes: Shapes) -> tuple[float, float]:
-    """(floating-point operations, bytes read and written) of one call."""
-    itemsize = 2 if case.dtype == "bfloat16" else 4
-    elems = sum(math.prod(s) for s in shapes)
-    if case.kernel in ("matmul", "bmm"):
-        *batch, m, k = shapes[0]
-        n = shapes[1][-1]
-        b = math.prod(batch)
-        return 2.0 * b * m * k * n, float((elems + b * m * n) * itemsize)
-    if case.kernel == "flash_attention":
-        b, h, s, d = shapes[0]
-        flops = 4.0 * b * h * s * s * d * (0.5 if case.static.get("causal") else 1.0)
-        return flops, float((elems + b * h * s * d) * itemsize)
-    out = math.prod(shapes[0])  # elementwise and row-wise: one output of the first shape
-    return 0.0, float((elems + out) * itemsize)
+@dataclass(frozen=True)
+class Overheads:
+    """What a case costs besides its search, in seconds (measured: see each platform's entry)."""
+
+    start_s: float  # a case's process: interpreter, jax, the device, the kernels' registration
+    check_s: dict[str, float]  # one correctness check, by dtype (a compile and a call)
+    tune_past_limit_s: float  # `autotune tune` runs this long past its --time-limit
+    side_by_side_s: float  # the side-by-side section of a 16-bit case
+    compile_s: dict[str, float]  # a compile beyond a 16-bit one's, by dtype (side by side: 2)
+    min_tune_s: float  # the least search worth running, for a share of 1: less tunes nothing
+    report_s: float  # writing the final report
+    readme_example_s: float  # the README's Mosaic GPU example (GPU only)
+
+    def case_s(self, checks: tuple[str, ...], dtype: str | None) -> float:
+        """A case's cost besides its search (dtype None: correctness only)."""
+        cost = self.start_s + sum(self.check_s.get(d, self.check_s["bfloat16"]) for d in checks)
+        if dtype is not None:
+            cost += self.tune_past_limit_s + self.side_by_side_s
+            cost += 2 * self.compile_s.get(dtype, 0.0)
+        return cost
 
 
-def vendor_op(case: Case) -> tuple[str, Callable]:
-    """The vendor library's (or XLA's) operation for the same call."""
-    import jax
-    import jax.numpy as jnp
-
-    from autotune.kernels import layer_norm_reference, rms_norm_reference
-
-    # float32 in float32, as the kernels compute it; other dtypes as XLA does by default
-    precision = "highest" if case.dtype == "float32" else None
-    if case.kernel in ("matmul", "matmul_mgpu"):
-        return "jnp.dot (cuBLAS on GPU)", functools.partial(jnp.dot, precision=precision)
-    if case.kernel == "bmm":
-        return "jnp.matmul (cuBLAS on GPU)", functools.partial(jnp.matmul, precision=precision)
-    if case.kernel == "softmax":
-        return "jax.nn.softmax (XLA)", functools.partial(jax.nn.softmax, axis=-1)
-    if case.kernel == "rms_norm":
-        return "plain JAX (XLA fused)", rms_norm_reference
-    if case.kernel == "layer_norm":
-        return "plain JAX (XLA fused)", layer_norm_reference
-    if case.kernel == "vector_add":
-        return "x + y (XLA)", jnp.add
-    if case.kernel == "flash_attention":
-        return attention_op(case.static.get("causal", False))
-    raise KeyError(case.kernel)
-
-
-def attention_op(causal: bool) -> tuple[str, Callable]:
-    """jax.nn.dot_product_attention through cuDNN where it runs, else XLA's; [B, H, S, D]
-    inputs (jax.nn's layout is [B, S, H, D]: the transposes are XLA's, outside cuDNN)."""
-    import jax
-
-    def on(implementation: str | None) -> Callable:
-        def op(q, k, v):
-            q, k, v = (x.transpose(0, 2, 1, 3) for x in (q, k, v))
-            out = jax.nn.dot_product_attention(
-                q, k, v, is_causal=causal, implementation=implementation
-            )
-            return out.transpose(0, 2, 1, 3)
-
-        return op
-
-    return "jax.nn.dot_product_attention", on
+OVERHEADS = {
+    # H200, jax 0.11.2 (the run of 2026-12-04, benchmarks/results): each tune ran ~16 s past its
+    # limit, each side by side took ~21 s, a float32 Triton compile 15-35 s, correctness ~37 s
+    # for two kernels in two dtypes; a process's start-up is a guess (jax and CUDA, ~8 s)
+    "gpu": Overheads(
+        start_s=8.0,
+        check_s={"float32": 15.0, "bfloat16": 5.0},
+        tune_past_limit_s=16.0,
+        side_by_side_s=21.0,
+        compile_s={"float32": 15.0},
+        min_tune_s=30.0,
+        report_s=2.0,
+        readme_example_s=90.0,
+    ),
+    # unmeasured: the GPU's figures, as a TPU's compiles are of the same order
+    "tpu": Overheads(8.0, {"bfloat16": 10.0}, 16.0, 21.0, {}, 30.0, 2.0, 0.0),
+    # this 2-core CPU host, jax 0.10.2, --smoke, others' jobs running: a case took 7-13 s (2
+    # trials), matmul_mgpu's check in GPU interpret mode 9 s
+    "cpu": Overheads(
+        start_s=3.5,
+        check_s={"float32": 1.5, "bfloat16": 1.5, "matmul_mgpu": 8.0},
+        tune_past_limit_s=4.0,
+        side_by_side_s=2.5,
+        compile_s={},
+        min_tune_s=2.0,
+        report_s=1.0,
+        readme_example_s=0.0,
+    ),
+}
+MARGIN = 1.25  # a case's process is stopped at this times its allotment (within the budget)
+OVERRUN = 1.05  # the budget's tolerance: nothing runs past budget * OVERRUN
 
 
-# ------------------------------------------------------------------------------- the sections
+# ------------------------------------------------------------------------------- the plan
 
 
-def versions(device: Any) -> dict[str, Any]:
-    import jax
+@dataclass(frozen=True)
+class Step:
+    """One process of the run: a case (its checks, then its tuning and side by side), or the
+    README's example (case None)."""
 
-    info = {
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "python": platform.python_version(),
-        "jax": jax.__version__,
-        "platform": device.platform,
-        "device_kind": device.device_kind,
-        "backend": device.backend,
-        "runtime": device.runtime_summary,
-        "devices": len(jax.devices()),
+    case: Case | None
+    checks: tuple[str, ...]  # dtypes its kernel is checked in
+    tuned: bool  # False: correctness only (a smoke run of a simulated kernel)
+
+    @property
+    def label(self) -> str:
+        return self.case.label if self.case else "README example"
+
+
+def steps(cases: list[Case], dtypes: tuple[str, ...], smoke: bool, example: bool) -> list[Step]:
+    """The run's processes in order: each kernel checked in its dtypes by its first case."""
+    checked: set[str] = set()
+    out = []
+    for case in sorted(cases, key=lambda c: c.mosaic_gpu):  # stable: value order otherwise
+        checks = () if case.kernel in checked else CHECKED_DTYPES.get(case.kernel, ALL_DTYPES)
+        checked.add(case.kernel)
+        tuned = not (smoke and case.smoke_shapes is None)
+        out.append(Step(case, tuple(d for d in checks if d in dtypes), tuned))
+    if example:
+        out.append(Step(None, (), False))
+    return out
+
+
+def step_cost(step: Step, overheads: Overheads) -> float:
+    """What a step costs besides its search."""
+    if step.case is None:
+        return overheads.readme_example_s
+    checks = step.checks
+    if step.case.mosaic_gpu and "matmul_mgpu" in overheads.check_s:  # simulated on a CPU
+        checks = tuple("matmul_mgpu" for _ in checks)
+    return overheads.case_s(checks, step.case.dtype if step.tuned else None)
+
+
+def plan(todo: list[Step], left_s: float, overheads: Overheads) -> dict[int, float]:
+    """Which of `todo` fit in `left_s`, and each one's search time: {index: seconds}.
+
+    In order of value, each step is reserved its cost and, if tuned, the least search worth
+    running for its share; one that does not fit is left out (a later, cheaper one may still
+    fit). What is left over is shared among the tuned ones by their `share`."""
+    chosen: dict[int, float] = {}
+    reserved = 0.0
+    for i, step in enumerate(todo):
+        least = overheads.min_tune_s * step.case.share if step.tuned else 0.0
+        need = step_cost(step, overheads) + least
+        if reserved + need <= left_s:
+            chosen[i] = least
+            reserved += need
+    shares = {i: todo[i].case.share for i in chosen if todo[i].tuned}
+    spare = left_s - reserved
+    return {
+        i: t + (spare * shares[i] / sum(shares.values()) if i in shares else 0.0)
+        for i, t in chosen.items()
     }
-    try:  # the L2 size the driver reports, where PyTorch is installed beside JAX
-        import torch
-
-        if torch.cuda.is_available():
-            info["l2_bytes"] = torch.cuda.get_device_properties(0).L2_cache_size
-    except ImportError:
-        pass
-    return info
 
 
-def inputs(shapes: Shapes, dtype: str, seed: int = 0) -> list[Any]:
-    import jax
-
-    from autotune.tuner import random_inputs
-
-    return random_inputs([jax.ShapeDtypeStruct(s, dtype) for s in shapes], seed)
-
-
-def correctness(kernels: list[str], smoke: bool) -> list[dict[str, Any]]:
-    """Each kernel at its default configuration against its reference, f32 and bf16."""
-    import jax
-    import numpy as np
-
-    from autotune import registry
-    from autotune.device import current_device
-    from autotune.verify import compare
-
-    rows = []
-    for name in kernels:
-        kernel = registry.resolve(name)
-        spec, shapes = kernel.spec, AWKWARD[name][1 if smoke else 0]
-        static = AWKWARD_STATIC.get(name, {})
-        for dtype in CHECKED_DTYPES.get(name, ("float32", "bfloat16")):
-            args = inputs(shapes, dtype)
-            sig = spec.signature(args, static, current_device())
-            config = spec.default_config(sig)
-            start = time.perf_counter()
-            try:
-                fn = spec.bound_function(config, interpret=True)
-                out = jax.block_until_ready(jax.jit(functools.partial(fn, **static))(*args))
-                ref = jax.tree_util.tree_map(
-                    lambda r, o: np.asarray(r).astype(o.dtype), spec.reference(*args, **static), out
-                )
-                verdict = compare(out, ref)
-                ok, err, note = verdict.ok, verdict.max_error, verdict.message
-            except Exception as e:  # a kernel that fails to compile or run is a finding
-                ok, err, note = False, float("nan"), f"{type(e).__name__}: {e}"[:300]
-            rows.append(
-                {
-                    "kernel": name,
-                    "dtype": dtype,
-                    "shapes": format_shapes(shapes),
-                    "config": config,
-                    "ok": ok,
-                    "max_error": err,
-                    "note": note,
-                    "seconds": round(time.perf_counter() - start, 2),
-                }
-            )
-            print(
-                f"  {name:16} {dtype:9} {'ok' if ok else 'FAIL'}  max error {err:.2e} {note[:120]}"
-            )
-    return rows
-
-
-def tune(case: Case, shapes: Shapes, db: str, time_limit: float, smoke: bool) -> dict[str, Any]:
-    """`autotune tune` for the case, as a user runs it; the tuning wall time and its trials."""
-    cmd = [sys.executable, "-m", "autotune.cli", "tune", case.kernel]
-    cmd += ["--shape", format_shapes(shapes), "--dtype", case.dtype, "--db", db, "--seed", "0"]
-    cmd += ["--trials", "2" if smoke else "200", "--time-limit", f"{time_limit:.0f}"]
-    if smoke:  # a CPU needs no isolation from crashing candidates, and saves a worker's start
-        cmd.append("--no-isolate")
-    for k, v in case.static.items():
-        cmd += ["--static", f"{k}={json.dumps(v)}"]
-    start = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=time_limit + 300)
-    wall = time.perf_counter() - start
-    tail = (proc.stdout + proc.stderr).strip().splitlines()[-3:]
-    print(f"  {case.label:34} rc {proc.returncode}  {wall:6.1f} s  {' | '.join(tail)[:160]}")
-    return {"rc": proc.returncode, "tune_wall_s": round(wall, 1), "tune_output": tail}
-
-
-def side_by_side(case: Case, shapes: Shapes, db: str, smoke: bool) -> dict[str, Any]:
-    """The default, tuned and vendor calls timed interleaved with one timer; the tuned config
-    checked against the reference at this shape and timed twice more for its repeat spread."""
-    import jax
-    import numpy as np
-
-    from autotune import registry
-    from autotune.db import TuningDB
-    from autotune.device import current_device
-    from autotune.measure import (
-        TimingPolicy,
-        cache_bytes,
-        interleaved,
-        rotation_sets,
-        time_compiled,
-    )
-    from autotune.verify import compare
-
-    device = current_device()
-    kernel = registry.resolve(case.kernel)
-    spec = kernel.spec
-    args = inputs(shapes, case.dtype)
-    sig = spec.signature(args, case.static, device)
-    key = spec.key(sig, device)
-    with TuningDB(db) as handle:
-        entry = handle.best(key)
-        trials = handle.trials(**key.as_dict())
-    default = spec.default_config(sig)
-    tuned = entry["config"] if entry else None
-    vendor_name, vendor = vendor_op(case)
-    if case.kernel == "flash_attention":
-        vendor_name, vendor = _runnable_attention(vendor_name, vendor, args, smoke)
-
-    def at(config: dict[str, Any]) -> Callable:
-        return functools.partial(spec.bound_function(config, interpret=True), **case.static)
-
-    def compiled(fn: Callable) -> Any:
-        return jax.jit(fn).lower(*args).compile()
-
-    exes = {"default": compiled(at(default))}
-    if tuned is not None:
-        exes["tuned"] = compiled(at(tuned))
-    exes["vendor"] = compiled(vendor)
-    sets = [args, *rotation_sets(args, cache_bytes(device))]
-    policy = TimingPolicy(max_time_s=0.5 if not smoke else 0.05)
-    samples, timer = interleaved(
-        list(exes.values()), sets, rounds=5, reps=3 if smoke else 10, policy=policy
-    )
-    median = {name: float(np.median(s)) for name, s in zip(exes, samples)}
-    row: dict[str, Any] = {
-        "case": case.label,
-        "shapes": format_shapes(shapes),
-        "timer": timer,
-        "default_config": default,
-        "tuned_config": tuned,
-        "vendor": vendor_name,
-        **{f"{name}_s": t for name, t in median.items()},
-        "trials": len(trials),
-        "trials_ok": sum(t["status"] == "ok" for t in trials),
-        "trials_rejected": sum(t["status"] == "rejected" for t in trials),
-        "trial_timers": sorted({t["timer"] for t in trials if t.get("timer")}),
-        # the first error of each kind of failed trial: a rejection's or a crash's reason
-        "trial_errors": {
-            t["status"]: (t["error"] or "")[:300] for t in reversed(trials) if t["status"] != "ok"
-        },
+def job(step: Step, tune_s: float, db: str, smoke: bool, example_s: float) -> dict[str, Any]:
+    """What `hardware_case.py` runs for a step."""
+    if step.case is None:
+        return {"readme_example_s": example_s}
+    case = step.case
+    kernel = case.kernel
+    return {
+        "kernel": kernel,
+        "dtype": case.dtype,
+        "static": case.static,
+        "shapes": None if not step.tuned else case.smoke_shapes if smoke else case.shapes,
+        "check_dtypes": list(step.checks),
+        "check_shapes": AWKWARD[kernel][1 if smoke else 0],
+        "check_static": AWKWARD_STATIC.get(kernel, {}),
+        "db": db,
+        "smoke": smoke,
+        "trials": 2 if smoke else 200,
+        "time_limit_s": max(1.0, tune_s),
+        # the tune is stopped well past its usual overrun; the case's own timeout bounds it too
+        "tune_timeout_s": tune_s + 3 * OVERHEADS["gpu"].tune_past_limit_s,
     }
-    if tuned is not None:
-        out = jax.block_until_ready(exes["tuned"](*args))
-        ref = jax.tree_util.tree_map(
-            lambda r, o: np.asarray(r).astype(o.dtype), spec.reference(*args, **case.static), out
-        )
-        verdict = compare(out, ref, case.static.get("precision"))
-        again = [time_compiled(exes["tuned"], args, policy, sets[1:]) for _ in range(2)]
-        row.update(
-            tuned_ok=verdict.ok,
-            tuned_max_error=verdict.max_error,
-            repeat_spread=abs(again[0].median_s / again[1].median_s - 1.0),
-            repeat_timer=again[0].timer,
-            tuned_over_vendor=median["vendor"] / median["tuned"],
-            tuned_speedup=median["default"] / median["tuned"],
-        )
-    flops, nbytes = work(case, shapes)
-    best = median.get("tuned", median["default"])
-    row["tflops"] = flops / best / 1e12 if flops else None
-    row["tb_per_s"] = nbytes / best / 1e12
-    print(
-        f"  {case.label:34} {timer:5}  default {ms(median['default'])}  tuned "
-        f"{ms(median.get('tuned'))}  vendor {ms(median['vendor'])}"
-    )
-    return row
 
 
-def _runnable_attention(
-    name: str, make: Callable, args: list[Any], smoke: bool
-) -> tuple[str, Callable]:
-    """cuDNN's attention where it runs for these inputs, else XLA's."""
-    import jax
-
-    for implementation in ([] if smoke else ["cudnn"]) + [None]:
-        op = make(implementation)
-        try:
-            jax.block_until_ready(jax.jit(op)(*args))
-        except Exception as e:  # cuDNN refuses some shapes, dtypes and GPUs
-            print(f"  attention through {implementation}: {type(e).__name__}: {str(e)[:120]}")
-            continue
-        return f"{name} ({implementation or 'xla'})", op
-    raise RuntimeError("no attention implementation runs here")
-
-
-README_EXAMPLE = "### JAX's own Hopper matmul, tuned without editing it"
-
-
-def readme_example(timeout_s: float) -> dict[str, Any]:
-    """The README's example that tunes JAX's own Mosaic GPU matmul, run as a user would paste it."""
-    text = (ROOT / "README.md").read_text()
-    section = text[text.index(README_EXAMPLE) :]
-    code = section[
-        section.index("```python\n") + 10 : section.index("\n```", section.index("```python"))
-    ]
+def run_step(job_doc: dict[str, Any], timeout_s: float, folder: Path) -> dict[str, Any]:
+    """Run one step's process, stopped (with everything it started) after `timeout_s`."""
+    job_path, result_path = folder / "job.json", folder / "result.json"
+    job_path.write_text(json.dumps(job_doc))
+    result_path.unlink(missing_ok=True)
     start = time.perf_counter()
+    # its own process group: a timeout stops the tune and its device worker with it
+    proc = subprocess.Popen(
+        [sys.executable, str(CASE_SCRIPT), str(job_path), str(result_path)],
+        start_new_session=True,
+    )
     try:
-        proc = subprocess.run(
-            [sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout_s
-        )
-        rc, output = proc.returncode, (proc.stdout + proc.stderr).strip().splitlines()[-4:]
+        rc = proc.wait(timeout=max(1.0, timeout_s))
+        outcome = "done" if rc == 0 else f"failed: exit code {rc}"
     except subprocess.TimeoutExpired:
-        rc, output = None, [f"stopped after {timeout_s:.0f} s"]
-    wall = time.perf_counter() - start
-    print(f"  README example: rc {rc}, {wall:.1f} s: {' | '.join(output)[:300]}")
-    return {"rc": rc, "wall_s": round(wall, 1), "output": output}
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        outcome = f"timeout after {timeout_s:.0f} s"
+    result = json.loads(result_path.read_text()) if result_path.exists() else {}
+    if outcome != "done":
+        outcome += f" (during {result.get('stage', 'start-up')})"
+    result.update(outcome=outcome, wall_s=round(time.perf_counter() - start, 1))
+    return result
 
 
 # ------------------------------------------------------------------------------- the report
@@ -423,31 +298,40 @@ def ms(t: float | None) -> str:
     return "-" if t is None else f"{t * 1e3:.4f} ms"
 
 
-def format_shapes(shapes: Shapes) -> str:
-    return ",".join("x".join(map(str, s)) for s in shapes)
+def fmt(value: float | None, unit: str = "") -> str:
+    if value is None:
+        return "-"
+    if unit == "%":
+        return f"{100 * value:.1f}%"
+    return f"{value:.2f}{unit}"
 
 
-def report(
-    info: dict[str, Any], checks: list[dict], rows: list[dict], example: dict | None, wall_s: float
-) -> str:
-    """The Markdown report: versions, the correctness table, the side-by-side table."""
-    peaks = next((p for k, p in PEAKS.items() if k in info["device_kind"]), None)
+# Datasheet peaks (dense) by a device_kind substring: bf16 TFLOP/s, f32 TFLOP/s, HBM TB/s.
+PEAKS = {"H200": (989.0, 67.0, 4.8), "H100": (989.0, 67.0, 3.35), "A100": (312.0, 19.5, 2.0)}
+
+
+def report(info: dict[str, Any], rows: list[dict[str, Any]], budget_s: float, wall_s: float) -> str:
+    """The Markdown report: versions, correctness, side by side, what did not run."""
+    kind = info.get("device_kind", "unknown device")
+    peaks = next((p for k, p in PEAKS.items() if k in kind), None)
     lines = [
-        f"# Hardware check: {info['device_kind']} ({info['date']})",
+        f"# Hardware check: {kind} ({info.get('date', '-')})",
         "",
-        f"jax {info['jax']}, Python {info['python']}, backend {info['backend']}, runtime "
-        f"{info['runtime'] or '-'}; L2 {info.get('l2_bytes', 'unknown')} bytes; "
-        f"{wall_s:.0f} s in all. Command: `{' '.join(sys.argv)}`.",
+        f"jax {info.get('jax', '-')}, Python {info.get('python', '-')}, backend "
+        f"{info.get('backend', '-')}, runtime {info.get('runtime') or '-'}; L2 "
+        f"{info.get('l2_bytes', 'unknown')} bytes; {wall_s:.0f} s of a {budget_s:.0f} s budget. "
+        f"Command: `{' '.join(sys.argv)}`.",
         "",
         "## Default configurations against the references (awkward shapes)",
         "",
         "| kernel | dtype | shapes | verdict | max error | note |",
         "|---|---|---|---|---|---|",
     ]
-    for c in checks:
+    for c in (c for r in rows for c in r.get("correctness", [])):
+        err = "-" if c["max_error"] is None else f"{c['max_error']:.2e}"
         lines.append(
             f"| {c['kernel']} | {c['dtype']} | {c['shapes']} | {'ok' if c['ok'] else 'FAIL'} "
-            f"| {c['max_error']:.2e} | {c['note'][:100]} |"
+            f"| {err} | {c['note'][:100]} |"
         )
     lines += [
         "",
@@ -457,10 +341,11 @@ def report(
         "| TFLOP/s | TB/s | % of peak | trials (ok/rejected) | trial timers | tuning s |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for r in rows:
+    timed = [r for r in rows if "default_s" in r]
+    for r in timed:
         tflops, tbs = r["tflops"], r["tb_per_s"]
         peak = ""
-        if peaks:
+        if peaks and (tflops or tbs):
             peak = (
                 f"{100 * tflops / peaks[0 if 'bfloat16' in r['case'] else 1]:.0f}% compute"
                 if tflops
@@ -474,44 +359,85 @@ def report(
             f"| {r['trials']} ({r['trials_ok']}/{r['trials_rejected']}) "
             f"| {', '.join(r['trial_timers'])} | {r.get('tune_wall_s', '-')} |"
         )
+    if timed:
+        lines += ["", "What the vendor's time counts:", ""]
+        for r in timed:
+            lines.append(f"- {r['case']}: {r['vendor_counted']}")
+            if r.get("vendor_kernels"):  # per kernel, CUPTI without aggregation
+                kernels = ", ".join(f"{name} {t:.4f} ms" for name, t in r["vendor_kernels"])
+                lines.append(f"  - its kernels in one call: {kernels}")
+    example = next((r["readme_example"] for r in rows if "readme_example" in r), None)
     if example is not None:
         lines += [
             "",
-            f"README example ({README_EXAMPLE.lstrip('# ')}): exit code {example['rc']}, "
-            f"{example['wall_s']} s; last lines:",
+            f"README example: exit code {example['rc']}, {example['wall_s']} s; last lines:",
             "",
             *[f"    {line}" for line in example["output"]],
         ]
-    lines += ["", "Tuned configurations, and the first error of each kind of failed trial:", ""]
+    lines += ["", "## Each case", ""]
     for r in rows:
-        lines.append(f"- {r['case']}: {r['tuned_config']} (default {r['default_config']})")
-        lines += [f"  - {status}: {error}" for status, error in r["trial_errors"].items()]
+        line = f"- {r['case']}: {r['outcome']}"
+        if "wall_s" in r:
+            line += f", {r['wall_s']} s (planned {r['planned_s']} s, search {r['search_s']} s)"
+        lines.append(line)
+        if "tuned_config" in r:
+            lines.append(f"  - tuned {r['tuned_config']} (default {r['default_config']})")
+        lines += [f"  - {status}: {error}" for status, error in r.get("trial_errors", {}).items()]
     return "\n".join(lines) + "\n"
-
-
-def fmt(value: float | None, unit: str = "") -> str:
-    if value is None:
-        return "-"
-    if unit == "%":
-        return f"{100 * value:.1f}%"
-    return f"{value:.2f}{unit}"
 
 
 # ------------------------------------------------------------------------------- main
 
 
+def select(args: argparse.Namespace) -> list[Case]:
+    """The cases the filters keep, in their order; a filter naming nothing known is refused."""
+    filters = {"--kernels": args.kernels, "--dtypes": args.dtypes, "--cases": args.cases}
+    known = {
+        "--kernels": {c.kernel for c in CASES},
+        "--dtypes": set(ALL_DTYPES),
+        "--cases": {c.id for c in CASES} | {README_CASE},
+    }
+    wanted: dict[str, set[str]] = {}
+    for flag, value in filters.items():
+        if value:
+            wanted[flag] = set(value.split(","))
+            unknown = wanted[flag] - known[flag]
+            if unknown:  # bad input: one line, exit 2
+                print(
+                    f"{flag}: unknown {', '.join(sorted(unknown))}: use "
+                    f"{', '.join(sorted(known[flag]))}",
+                    file=sys.stderr,
+                )
+                sys.exit(2)
+    return [
+        c
+        for c in CASES
+        if c.kernel in wanted.get("--kernels", {c.kernel})
+        and c.dtype in wanted.get("--dtypes", {c.dtype})
+        and c.id in wanted.get("--cases", {c.id})
+    ]
+
+
+README_CASE = "readme"  # the --cases id of the README's Mosaic GPU example (GPU only)
+
+
 def main(argv: list[str] | None = None) -> int:
+    start = time.perf_counter()
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--budget-s", type=float, default=480.0, help="the whole check's time budget")
+    p.add_argument("--budget-s", type=float, default=420.0, help="the whole check's time budget")
     p.add_argument(
         "--smoke", action="store_true", help="tiny shapes on this host (interpret mode on a CPU)"
     )
-    p.add_argument("--kernels", help="comma-separated kernel names (default: every case)")
+    p.add_argument("--kernels", help="comma-separated kernel names (default: every case's)")
+    p.add_argument("--dtypes", help="comma-separated dtypes (default: float32,bfloat16)")
+    p.add_argument(
+        "--cases", help=f"comma-separated case ids, kernel/dtype or {README_CASE} (default: all)"
+    )
     p.add_argument(
         "--readme-example-s",
         type=float,
-        default=90.0,
-        help="time for the README's JAX Hopper matmul example (on a GPU only; 0: skip it)",
+        default=None,
+        help="time for the README's JAX Hopper matmul example (GPU only; 0: skip it)",
     )
     p.add_argument(
         "--train-step-s",
@@ -524,84 +450,97 @@ def main(argv: list[str] | None = None) -> int:
         help="folder for the report (default: benchmarks/results; --smoke: a temporary one)",
     )
     args = p.parse_args(argv)
-    start = time.perf_counter()
-    # this process and each tuning run's device worker share the GPU: none may take it all
+    cases = select(args)
+    if not cases and README_CASE not in (args.cases or "").split(","):
+        print("no case matches --kernels, --dtypes and --cases together", file=sys.stderr)
+        return 2
+    dtypes = tuple(args.dtypes.split(",")) if args.dtypes else ALL_DTYPES
+    # this process and each case's (and its device worker's) share the GPU: none may take
+    # XLA's default 75% of its memory up front, or the next one cannot start
     os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
-    try:
-        import autotune.kernels  # noqa: F401  (registers the shipped kernels)
-    except ModuleNotFoundError as e:
-        # the shipped kernels install under the package (autotune.kernels): a bare checkout on
-        # PYTHONPATH lacks them
-        sys.exit(
-            f"{e}: install the project first (pip install -e ., or its wheel: see benchmarks/README.md)"
-        )
-    from autotune.device import current_device
-
-    cases = [c for c in CASES if not args.kernels or c.kernel in args.kernels.split(",")]
-    # Mosaic GPU kernels last: a kernel that breaks the GPU's context breaks what runs after it
-    checked = sorted({c.kernel for c in cases}, key=lambda k: (k.endswith("_mgpu"), k))
+    info = device_info()
+    overheads = OVERHEADS.get(info.get("platform", "gpu"), OVERHEADS["gpu"])
+    if args.readme_example_s is not None:
+        overheads = dataclasses.replace(overheads, readme_example_s=args.readme_example_s)
+    example_s = overheads.readme_example_s
+    # the README's example runs unfiltered, or where --cases names it
+    wanted = not (args.kernels or args.cases) or README_CASE in (args.cases or "").split(",")
+    example = wanted and info.get("platform") == "gpu" and example_s > 0
+    todo = steps(cases, dtypes, args.smoke, example)
     if args.smoke:
-        cases = [c for c in cases if c.smoke_shapes is not None]
         print(SMOKE_SKIPS)
-    device = current_device()
-    info = versions(device)
-    print(
-        f"device {info['device_kind']} ({info['platform']}, {info['backend']}), jax {info['jax']}"
-    )
-    print("default configurations against the references:")
-    checks = correctness(checked, args.smoke)
-    rows: list[dict[str, Any]] = []
+    print(f"device {info.get('device_kind')} ({info.get('platform')}), jax {info.get('jax')}")
     with tempfile.TemporaryDirectory() as tmp:
         out_dir = Path(args.out) if args.out else Path(tmp) if args.smoke else RESULTS
         out_dir.mkdir(parents=True, exist_ok=True)
-        name = f"{info['device_kind'].replace(' ', '_')}-{info['date'][:10]}"
+        name = f"{info.get('device_kind', 'unknown').replace(' ', '_')}-{info['date'][:10]}"
+        rows: list[dict[str, Any]] = []
 
-        example: dict[str, Any] | None = None
-
-        def write() -> str:  # after every case: a check cut short keeps what it measured
-            text = report(info, checks, rows, example, time.perf_counter() - start)
+        def write() -> str:  # after every step: a check cut short keeps what it measured
+            text = report(info, rows, args.budget_s, time.perf_counter() - start)
             (out_dir / f"{name}.md").write_text(text)
-            doc = {
-                "versions": info,
-                "correctness": checks,
-                "cases": rows,
-                "readme_example": example,
-            }
+            doc = {"versions": info, "budget_s": args.budget_s, "cases": rows}
             (out_dir / f"{name}.json").write_text(json.dumps(doc, indent=1, default=str))
             return text
 
         db = os.path.join(tmp, "check.db")
-        run_example = info["platform"] == "gpu" and args.readme_example_s > 0
-        budget = args.budget_s - (args.readme_example_s if run_example else 0.0)
-        print("tuning (autotune tune) and timing side by side:")
-        for i, case in enumerate(cases):
-            shapes = case.smoke_shapes if args.smoke else case.shapes
-            # this case's share of what is left, after ~10 s per case for the side-by-side timing
-            # and ~10 s for the CLI's start-up, its device worker's and the oracle
-            left = budget - (time.perf_counter() - start) - 10.0 * (len(cases) - i)
-            share = case.share / sum(c.share for c in cases[i:])
-            time_limit = max(5.0, left * share - 10.0)
-            outcome = tune(case, shapes, db, time_limit, args.smoke)
-            try:
-                rows.append({**side_by_side(case, shapes, db, args.smoke), **outcome})
-            except Exception as e:  # one failing case must not lose the others' figures
-                print(f"  {case.label}: side-by-side failed: {type(e).__name__}: {e}"[:300])
-            write()
-        if run_example:
-            example = readme_example(args.readme_example_s)
-        if info["platform"] == "gpu" and args.train_step_s > 0:
-            script = [sys.executable, str(ROOT / "benchmarks" / "train_step.py"), *TRAIN_STEP_CASE]
-            try:
-                train = subprocess.run(
-                    script, capture_output=True, text=True, timeout=args.train_step_s
+        hard_end = start + args.budget_s * OVERRUN - overheads.report_s
+        for i, step in enumerate(todo):
+            left = args.budget_s - overheads.report_s - (time.perf_counter() - start)
+            fits = plan(todo[i:], left, overheads)
+            row: dict[str, Any] = {"case": step.label}
+            if step.case is not None:
+                row["shapes"] = format_shapes(
+                    (step.case.smoke_shapes if args.smoke else step.case.shapes) or ()
                 )
-                print(f"training step, rc {train.returncode}:\n{train.stdout[-2500:]}")
-            except subprocess.TimeoutExpired:
-                print(f"training step: stopped after {args.train_step_s:.0f} s")
+            if 0 not in fits:
+                print(f"{step.label}: not run: budget ({left:.0f} s left)")
+                rows.append({**row, "outcome": "not run: budget"})
+                write()
+                continue
+            search_s = fits[0]
+            planned = step_cost(step, overheads) + search_s
+            timeout = min(planned * MARGIN, hard_end - time.perf_counter())
+            print(f"{step.label}: {planned:.0f} s planned ({search_s:.0f} s of search)")
+            result = run_step(job(step, search_s, db, args.smoke, example_s), timeout, Path(tmp))
+            result.pop("versions", None)
+            rows.append(
+                {**row, **result, "planned_s": round(planned, 1), "search_s": round(search_s, 1)}
+            )
+            print(f"  {result['outcome']}, {result['wall_s']} s")
+            write()
         print(write())
         print(f"wrote {out_dir / name}.md and .json")
-    ok = all(c["ok"] for c in checks) and all(r.get("tuned_ok", False) for r in rows)
-    return 0 if ok and len(rows) == len(cases) else 1
+    ran = [r for r in rows if r["outcome"] != "not run: budget"]
+    ok = all(r["outcome"] == "done" for r in ran)
+    ok = ok and all(c["ok"] for r in ran for c in r.get("correctness", []))
+    ok = ok and all(r.get("rc", 0) == 0 and r.get("tuned_ok", True) for r in ran)
+    return 0 if ok else 1
+
+
+def device_info() -> dict[str, Any]:
+    """The versions and the device, asked of a short-lived process (this one never touches
+    the device, so that nothing a case does can reach it)."""
+    code = (
+        "import json, sys; sys.path.insert(0, sys.argv[1]); import hardware_case; "
+        "import autotune.kernels; print(json.dumps(hardware_case.versions()))"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code, str(CASE_SCRIPT.parent)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    if proc.returncode != 0:
+        tail = proc.stderr.strip().splitlines()[-1:] or ["no output"]
+        sys.exit(
+            f"cannot read the device: {tail[0]} (is the project installed? see benchmarks/README.md)"
+        )
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def format_shapes(shapes: Shapes) -> str:
+    return ",".join("x".join(map(str, s)) for s in shapes)
 
 
 if __name__ == "__main__":

@@ -24,7 +24,7 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 
 from autotune import autotuned
-from autotune.backends import mosaic_tpu
+from autotune.backends import mosaic_tpu, triton
 from autotune.hardware import (
     clamp_block,
     gpu_registers_ok,
@@ -210,11 +210,7 @@ def _forward(
 
 def _compiler_params(num_warps: int, num_stages: int, interpret: bool):
     """Triton knobs on GPU; the TPU and interpret paths take the compiler's defaults."""
-    if interpret or jax.default_backend() != "gpu":
-        return None
-    from jax.experimental.pallas import triton as pltriton
-
-    return pltriton.CompilerParams(num_warps=num_warps, num_stages=num_stages)
+    return triton.compiler_params(num_warps, num_stages, kernel_platform(interpret))
 
 
 def _fwd(x: jax.Array, y: jax.Array, **options) -> tuple[jax.Array, tuple]:

@@ -5,8 +5,13 @@ The kernel is persistent: one block per SM walks the output tiles in a planar sn
 A block holds two consumer warpgroups and one producer: the producer streams (tile_k)-wide
 slices of A and B into `max_concurrent_steps` shared-memory slots by TMA; each consumer
 warpgroup owns a (tile_m, tile_n) float32 accumulator and issues wgmma on its half of the
-block's tile, which is split along `wg_dimension`. The epilogue writes the accumulator back in
-(EPI_TILE, EPI_TILE) pieces through two shared-memory slots per warpgroup, by TMA.
+block's tile, which is split along `wg_dimension`. A consumer keeps one wgmma group in flight
+while it waits for the next step's copies: a slot is released to the producer one step late
+(DELAY_RELEASE), when the wgmma that read it has retired. With `cluster_dimension` "m" or "n",
+two blocks of a cluster compute neighbouring tiles along that dimension and share the operand
+they have in common: each loads half of it and TMA multicasts it to both. The epilogue writes
+the accumulator back in (epi_tile, epi_tile) pieces (at most the warpgroup's tile) through two
+shared-memory slots per warpgroup, by TMA.
 
 Shapes that are not multiples of the block's tile are zero-padded up to them (zeros add
 nothing to a dot product) and the result is sliced back.
@@ -26,10 +31,29 @@ from autotune.kernels.differentiable import differentiable
 
 ACC_DTYPE = jnp.float32
 DTYPES = ("bfloat16", "float16")  # what wgmma multiplies from shared memory at full speed
-EPI_TILE = 64  # the epilogue's piece of a warpgroup's tile, per side
 NUM_CONSUMERS = 2  # consumer warpgroups per block; a third warpgroup issues the TMA copies
 PRODUCER_REGISTERS = 40  # registers a thread of the producer warpgroup keeps
 DIMS = ("m", "n")
+CLUSTER_DIMS = ("none", *DIMS)  # cluster_dimension: "none" is a cluster of one block
+DELAY_RELEASE = 1  # wgmma groups a consumer keeps in flight; their slots are released late
+
+
+def cluster_size(config: dict) -> int:
+    return 1 if config["cluster_dimension"] == "none" else 2
+
+
+def cluster_tile(config: dict) -> tuple[int, int]:
+    """The (rows, columns) of the output a cluster computes: its blocks' tiles side by side."""
+    rows, cols = block_tile(config)
+    along = config["cluster_dimension"]
+    return rows * (cluster_size(config) if along == "m" else 1), cols * (
+        cluster_size(config) if along == "n" else 1
+    )
+
+
+def epilogue_tile(config: dict) -> tuple[int, int]:
+    """The piece of a warpgroup's tile that the epilogue stores at a time."""
+    return min(config["epi_tile"], config["tile_m"]), min(config["epi_tile"], config["tile_n"])
 
 
 def block_tile(config: dict) -> tuple[int, int]:
@@ -49,7 +73,7 @@ def smem_bytes(config: dict, dtype: str, k: int) -> int:
     tile_k = config["tile_k"]
     steps = min(config["max_concurrent_steps"], pl.cdiv(k, tile_k))
     pipeline = steps * (rows * tile_k + tile_k * cols) * itemsize
-    epi_m, epi_n = min(EPI_TILE, config["tile_m"]), min(EPI_TILE, config["tile_n"])
+    epi_m, epi_n = epilogue_tile(config)
     out_slots = min(2, config["tile_m"] * config["tile_n"] // (epi_m * epi_n))
     epilogue = NUM_CONSUMERS * out_slots * epi_m * epi_n * itemsize
     return pipeline + epilogue + 2 * steps * backend.BARRIER_BYTES
@@ -58,13 +82,15 @@ def smem_bytes(config: dict, dtype: str, k: int) -> int:
 def fits_hopper(config: dict, sig) -> bool:
     """wgmma's shapes (tile_m a multiple of 64, tile_n of 8 up to 256, tile_k a whole
     swizzle that tile_n is a multiple of), the accumulator within a consumer thread's
-    registers, the pipeline no deeper than the K loop, and shared memory within the limit."""
+    registers, the pipeline deeper than the wgmma groups kept in flight and no deeper than the K
+    loop, the epilogue's piece a whole swizzle, and shared memory within the limit."""
     if len(sig.shapes) != 2 or any(len(s) != 2 for s in sig.shapes):
         return True  # the kernel itself rejects such calls with a clear message
     itemsize = jnp.dtype(sig.dtypes[0]).itemsize
     tile_m, tile_n, tile_k = config["tile_m"], config["tile_n"], config["tile_k"]
     k = sig.shapes[0][1]
     swizzle = backend.swizzle_bytes(tile_k * itemsize)
+    epi_swizzle = backend.swizzle_bytes(epilogue_tile(config)[1] * itemsize)
     return (
         tile_m % backend.WGMMA_M == 0
         and tile_n % backend.WGMMA_N_STEP == 0
@@ -72,6 +98,8 @@ def fits_hopper(config: dict, sig) -> bool:
         and swizzle is not None
         and tile_n * itemsize % swizzle == 0
         and tile_m * tile_n // backend.WARPGROUP_THREADS <= backend.ACC_REGISTERS_MAX
+        and epi_swizzle is not None
+        and config["max_concurrent_steps"] > DELAY_RELEASE
         and config["max_concurrent_steps"] <= max(pl.cdiv(k, tile_k), 2)  # deeper: the same
         and smem_bytes(config, sig.dtypes[0], k) <= backend.smem_limit(sig.device_kind)
     )
@@ -92,6 +120,8 @@ def _forward(
     grid_minor_dim: str = "n",
     grid_tile_width: int = 1,
     wg_dimension: str = "n",
+    cluster_dimension: str = "none",
+    epi_tile: int = 64,
     interpret: bool = False,
 ) -> jax.Array:
     if x.ndim != 2 or y.ndim != 2 or x.shape[1] != y.shape[0]:
@@ -101,17 +131,23 @@ def _forward(
             f"matmul_mgpu needs x and y of one dtype in {DTYPES}, got {x.dtype=} and {y.dtype=}: "
             "cast them, or use autotune.kernels.matmul for other dtypes"
         )
-    for name, value in (("grid_minor_dim", grid_minor_dim), ("wg_dimension", wg_dimension)):
-        if value not in DIMS:
-            raise ValueError(f"matmul_mgpu: {name}={value!r} must be one of {DIMS}")
+    for name, value, allowed in (
+        ("grid_minor_dim", grid_minor_dim, DIMS),
+        ("wg_dimension", wg_dimension, DIMS),
+        ("cluster_dimension", cluster_dimension, CLUSTER_DIMS),
+    ):
+        if value not in allowed:
+            raise ValueError(f"matmul_mgpu: {name}={value!r} must be one of {allowed}")
     config = {
         "tile_m": tile_m,
         "tile_n": tile_n,
         "tile_k": tile_k,
         "max_concurrent_steps": max_concurrent_steps,
         "wg_dimension": wg_dimension,
+        "cluster_dimension": cluster_dimension,
+        "epi_tile": epi_tile,
     }
-    rows, cols = block_tile(config)
+    rows, cols = cluster_tile(config)
     (m, k), n = x.shape, y.shape[1]
     mp, np_, kp = (pl.cdiv(d, b) * b for d, b in ((m, rows), (n, cols), (k, tile_k)))
     xp = jnp.pad(x, ((0, mp - m), (0, kp - k))) if (mp, kp) != (m, k) else x
@@ -127,8 +163,12 @@ def _forward(
     out = backend.plgpu().kernel(
         body,
         out_type=jax.ShapeDtypeStruct((mp, np_), x.dtype),
-        grid=(min(backend.num_sms(interpret), tiles[0] * tiles[1]),),
-        grid_names=("sm",),
+        grid=(
+            max(1, min(backend.num_sms(interpret) // cluster_size(config), tiles[0] * tiles[1])),
+        ),
+        grid_names=("clusters",),
+        cluster=(cluster_size(config),),
+        cluster_names=("cluster",),
         num_threads=NUM_CONSUMERS + 1,
         thread_name="wg",
         compiler_params=backend.plgpu().CompilerParams(
@@ -145,8 +185,9 @@ def _kernel(a_gmem, b_gmem, out_gmem, *, config, tiles, grid_minor_dim, grid_til
     tile_m, tile_n, tile_k = config["tile_m"], config["tile_n"], config["tile_k"]
     rows, cols = block_tile(config)
     split_m = config["wg_dimension"] == "m"
+    along = config["cluster_dimension"]
     k_steps = a_gmem.shape[1] // tile_k
-    epi_m, epi_n = min(EPI_TILE, tile_m), min(EPI_TILE, tile_n)
+    epi_m, epi_n = epilogue_tile(config)
     out_slots = min(2, tile_m * tile_n // (epi_m * epi_n))
 
     def swizzled(minor_elems: int) -> tuple:
@@ -160,8 +201,21 @@ def _kernel(a_gmem, b_gmem, out_gmem, *, config, tiles, grid_minor_dim, grid_til
             grid=(k_steps,),
             memory_registers=PRODUCER_REGISTERS,
             in_specs=[
-                plgpu.BlockSpec((rows, tile_k), lambda s: (0, s), transforms=swizzled(tile_k)),
-                plgpu.BlockSpec((tile_k, cols), lambda s: (s, 0), transforms=swizzled(tile_k)),
+                # A is common to the blocks of a cluster along N, B to those along M: multicast
+                plgpu.BlockSpec(
+                    (rows, tile_k),
+                    lambda s: (0, s),
+                    transforms=swizzled(tile_k),
+                    delay_release=DELAY_RELEASE,
+                    collective_axes=("cluster",) if along == "n" else (),
+                ),
+                plgpu.BlockSpec(
+                    (tile_k, cols),
+                    lambda s: (s, 0),
+                    transforms=swizzled(tile_k),
+                    delay_release=DELAY_RELEASE,
+                    collective_axes=("cluster",) if along == "m" else (),
+                ),
             ],
             wg_axis="wg",
             num_compute_wgs=NUM_CONSUMERS,
@@ -182,18 +236,22 @@ def _kernel(a_gmem, b_gmem, out_gmem, *, config, tiles, grid_minor_dim, grid_til
     )
     def scope(pipeline_allocs, out_smem):
         wg = jax.lax.axis_index("wg")
+        in_cluster = jax.lax.axis_index("cluster")
         wg_rows = pl.ds(wg * tile_m, tile_m) if split_m else slice(None)
         wg_cols = slice(None) if split_m else pl.ds(wg * tile_n, tile_n)
 
-        @plgpu.nd_loop((tiles[0] * tiles[1],), collective_axes="sm")
+        @plgpu.nd_loop((tiles[0] * tiles[1],), collective_axes="clusters")
         def tile_loop(info):
             (linear,) = info.index
             mi, ni = plgpu.planar_snake(linear, tiles, grid_minor_dim, grid_tile_width)
+            # the cluster's tile, then this block's within it
+            mi = mi * cluster_size(config) + in_cluster if along == "m" else mi
+            ni = ni * cluster_size(config) + in_cluster if along == "n" else ni
             block_rows, block_cols = pl.ds(mi * rows, rows), pl.ds(ni * cols, cols)
 
             def mma(_, a_smem, b_smem, acc_ref):
                 plgpu.wgmma(acc_ref, a_smem.at[wg_rows], b_smem.at[:, wg_cols])
-                plgpu.wgmma_wait(0)
+                plgpu.wgmma_wait(DELAY_RELEASE)  # the step before has retired: its slot is free
                 return acc_ref
 
             def compute_context(run_pipeline):
@@ -257,6 +315,8 @@ def matmul_mgpu(
     grid_minor_dim: str = "n",
     grid_tile_width: int = 1,
     wg_dimension: str = "n",
+    cluster_dimension: str = "none",
+    epi_tile: int = 64,
     interpret: bool = False,
 ) -> jax.Array:
     """x @ y for 2-D x [M, K] and y [K, N] of one 16-bit float dtype on a Hopper GPU (Mosaic
@@ -272,5 +332,7 @@ def matmul_mgpu(
         grid_minor_dim=grid_minor_dim,
         grid_tile_width=grid_tile_width,
         wg_dimension=wg_dimension,
+        cluster_dimension=cluster_dimension,
+        epi_tile=epi_tile,
         interpret=interpret,
     )

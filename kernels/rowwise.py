@@ -15,6 +15,7 @@ import jax
 import jax.numpy as jnp
 from jax.experimental import pallas as pl
 
+from autotune.backends import triton
 from autotune.hardware import (
     TRITON_MAX_NUMEL,
     clamp_block,
@@ -115,8 +116,4 @@ def fits_rowwise(config: dict, sig, *, f32_temps: int = 3) -> bool:
 
 def gpu_compiler_params(num_warps: int, platform: str, num_stages: int = 1):
     """Triton knobs on GPU; the TPU and interpret paths take the compiler's defaults."""
-    if platform != "gpu":
-        return None
-    from jax.experimental.pallas import triton as pltriton
-
-    return pltriton.CompilerParams(num_warps=num_warps, num_stages=num_stages)
+    return triton.compiler_params(num_warps, num_stages, platform)

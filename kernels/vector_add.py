@@ -13,7 +13,8 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 
 from autotune import autotuned
-from autotune.hardware import TPU_LANES, is_pow2, tpu_block_ok, tpu_vmem_bytes
+from autotune.backends import triton
+from autotune.hardware import TPU_LANES, is_pow2, kernel_platform, tpu_block_ok, tpu_vmem_bytes
 from autotune.kernels.differentiable import differentiable
 
 
@@ -82,11 +83,7 @@ def _forward(
 
 def _compiler_params(num_warps: int, interpret: bool):
     """The Triton backend's warps per block on GPU; TPU and interpret mode take the defaults."""
-    if interpret or jax.default_backend() != "gpu":
-        return None
-    from jax.experimental.pallas import triton as pltriton
-
-    return pltriton.CompilerParams(num_warps=num_warps)
+    return triton.compiler_params(num_warps, None, kernel_platform(interpret))
 
 
 def _fwd(x: jax.Array, y: jax.Array, **options) -> tuple[jax.Array, None]:

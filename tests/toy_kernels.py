@@ -154,3 +154,25 @@ def asserting_scale(x, *, block_rows=8, interpret=False):
 
 def make_input(rows=64, cols=128, dtype=jnp.float32):
     return jax.random.normal(jax.random.key(0), (rows, cols), dtype)
+
+
+class KernelFault(Exception):
+    """Raised inside a compiled call: it surfaces as jax's runtime error, as a device fault does."""
+
+
+def _fault(x):
+    raise KernelFault("illegal memory access in the kernel")
+
+
+@autotuned(
+    name="faulting_scale",
+    space={"block_rows": [8, 16]},
+    constraints=[rows_divide],
+    reference=scale_reference,
+)
+def faulting_scale(x, *, block_rows=8, interpret=False):
+    """Compiles at every block_rows; fails every run at block_rows=16 (for device-worker tests)."""
+    out = _scale_call(x, block_rows, interpret)
+    if block_rows == 16:
+        out = jax.pure_callback(_fault, jax.ShapeDtypeStruct(x.shape, x.dtype), out)
+    return out

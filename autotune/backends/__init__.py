@@ -16,6 +16,7 @@ from types import ModuleType
 from typing import Any
 
 from autotune.backends import interpret, mosaic_gpu, mosaic_tpu, triton
+from autotune.hardware import lowering_for
 from autotune.platforms import PLATFORMS
 
 
@@ -122,10 +123,24 @@ def backend_matters(platform: str, takes_interpret: bool) -> bool:
 
 def key_backend(declared: str | None, platform: str) -> str:
     """The backend a kernel's results on `platform` are stored under: its own where it runs
-    on that platform, else the platform's default (a Mosaic GPU kernel on a CPU runs in
-    interpret mode)."""
+    on that platform; for a kernel that names none (a plain `pallas_call`) on a GPU, the one
+    jax lowers it through there (`plain_gpu_backend`); else the platform's default (a Mosaic
+    GPU kernel on a CPU runs in interpret mode)."""
     backends = PLATFORM_BACKENDS.get(platform, (platform,))
-    return declared if declared in backends else backends[0]
+    if declared in backends:
+        return declared
+    if declared is None and platform == triton.PLATFORM:
+        return plain_gpu_backend()
+    return backends[0]
+
+
+def plain_gpu_backend() -> str:
+    """What a `pallas_call` without compiler parameters lowers through on a GPU: Mosaic GPU
+    where jax's `jax_pallas_use_mosaic_gpu` is on (its default in jax 0.10), else Triton."""
+    import jax
+
+    on = getattr(jax.config, "jax_pallas_use_mosaic_gpu", False)
+    return mosaic_gpu.NAME if on else triton.NAME
 
 
 def check_declared(name: str, backend: str | None) -> None:
@@ -153,7 +168,8 @@ def reset_interpret_state(backend: str | None) -> None:
 def recognise(fn: Callable, args: Sequence[Any]) -> str | None:
     """The backend `fn(*args)` lowers through, read from the Pallas calls it traces to
     (their compiler parameters and meshes): "mosaic_gpu", "mosaic_tpu", "triton", or None
-    where nothing says (a plain `pallas_call` runs on any backend's default)."""
+    where nothing says (a plain `pallas_call` runs on any platform's default: see
+    `key_backend`)."""
     import jax
 
     found: set[Backend] = set()
@@ -170,5 +186,8 @@ def recognise(fn: Callable, args: Sequence[Any]) -> str | None:
                         found.update(b for b in RECOGNISED if b.marker in module)
 
     abstract = [jax.ShapeDtypeStruct(a.shape, a.dtype) if hasattr(a, "dtype") else a for a in args]
-    walk(jax.make_jaxpr(fn)(*abstract).jaxpr)
+    # kernels choose their compiler parameters by the platform they are lowered for: traced as
+    # for a GPU, where the backends differ, whatever this host's device
+    with lowering_for(triton.PLATFORM):
+        walk(jax.make_jaxpr(fn)(*abstract).jaxpr)
     return next((b.name for b in RECOGNISED if b in found), None)

@@ -1,14 +1,20 @@
-"""Triton, Pallas's default backend on a GPU: its knobs and how it is told apart.
+"""Triton, a Pallas backend on a GPU: its knobs and how it is told apart.
 
-A Triton kernel's lowering needs a CUDA driver, so unlike the Mosaic backends it cannot be
-checked on a CPU-only host (`autotune.check`). On a CPU it runs in interpret mode through its
-own `interpret` argument, passing no compiler parameters there (as the shipped kernels do): TPU
-interpret mode, all a kernel without that argument gets, refuses Triton's. The GPU's limits
-that Triton kernels' constraints use (shared memory, registers, the element cap of a block) are
-in `autotune.hardware`, beside the helpers the kernels import them with.
+jax 0.10.2 lowers a Triton kernel for "cuda" on a CPU-only host (to Triton IR inside a custom
+call: `autotune.check`), which enforces Pallas-Triton's rules (e.g. every array's size a power of
+two); Triton's own compile, with its shared-memory and register limits, runs on the GPU only
+(later jax versions call `triton.compile` at lowering through the CUDA plugin: checked there).
+A kernel passes Triton's compiler parameters (`compiler_params`) to say it lowers through Triton:
+without them, a `pallas_call` lowers through Mosaic GPU on this jax. On a CPU it runs in
+interpret mode through its own `interpret` argument, passing no compiler parameters there (TPU
+interpret mode, all a kernel without that argument gets, refuses Triton's). The GPU's limits that
+Triton kernels' constraints use (shared memory, registers, the element cap of a block) are in
+`autotune.hardware`, beside the helpers the kernels import them with.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 from autotune.backends import interpret
 from autotune.hardware import gpu_l2_bytes
@@ -17,7 +23,7 @@ NAME = "triton"
 TITLE = "Triton"  # in messages
 PLATFORM = "gpu"
 MARKER = "pallas.triton"  # where jax._src keeps its compiler parameters
-LOWERING_PLATFORM = None  # its lowering needs a CUDA driver: no check on a CPU-only host
+LOWERING_PLATFORM = "cuda"  # what jax lowers it for, on any host
 # CUPTI reads the kernels' own durations; a profiler trace the same where CUPTI is refused
 TIMERS = ("cupti", "trace", "wall")
 COMPILER_PARAMS = "jax.experimental.pallas.triton.CompilerParams"
@@ -28,3 +34,16 @@ cache_bytes = gpu_l2_bytes  # inputs smaller than the L2 are rotated when timing
 # a kernel recognised as Triton but taking no `interpret` argument gets the general interpreter
 interpret_mode = interpret.interpret_mode
 reset_interpret_state = interpret.reset_interpret_state
+
+
+def compiler_params(num_warps: int, num_stages: int | None, platform: str) -> Any:
+    """Triton's knobs for a kernel laid out for `platform` (`autotune.hardware.kernel_platform`:
+    the platform it is lowered for, a GPU's even on a CPU host under `autotune.check`); None
+    elsewhere (TPU and interpret mode take their compilers' defaults)."""
+    if platform != PLATFORM:
+        return None
+    from jax.experimental.pallas import triton as pltriton
+
+    if num_stages is None:
+        return pltriton.CompilerParams(num_warps=num_warps)
+    return pltriton.CompilerParams(num_warps=num_warps, num_stages=num_stages)

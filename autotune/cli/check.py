@@ -16,8 +16,8 @@ from autotune.trial import config_text
 def add_parser(sub: Any) -> None:
     c = sub.add_parser(
         "check",
-        help="does every candidate of a kernel's space lower for TPU, or a Mosaic GPU kernel's "
-        "for a GPU? (no device needed)",
+        help="does every candidate of a kernel's space lower for TPU or for a GPU (Triton or "
+        "Mosaic GPU)? (no device needed)",
     )
     c.add_argument("kernel", help="a registered kernel name, or package.module:function")
     c.add_argument("--platform", choices=sorted(CHECKED_BACKENDS), default="tpu")

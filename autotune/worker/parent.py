@@ -135,6 +135,11 @@ class DeviceWorker:
                     stage, deadline = "run", time.monotonic() + self.limits.run_s
                 elif kind is Kind.RESULT:
                     self._prefetched.discard(config_id(config))
+                    if value.status == "runtime_error" and self.device.platform != "cpu":
+                        # a fault on an accelerator (a CUDA error) is sticky: every later
+                        # launch in this process would fail too; the next request starts a
+                        # fresh worker
+                        self._kill()
                     return value
         except _Died as d:
             if d.status == "crashed" and self._prefetched:
@@ -301,7 +306,16 @@ def child_env(platforms: str | None) -> dict[str, str]:
     env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(p for p in paths if os.path.isdir(p)))
     if platforms is not None:
         env["JAX_PLATFORMS"] = platforms
+    if not {PREALLOCATE, MEM_FRACTION} & env.keys():
+        # XLA takes 75% of a GPU's memory up front by default: the search process (or the
+        # hardware check) beside this child would hold it, and a child could not get memory
+        # for its first launch. A user who set either variable keeps that choice.
+        env[PREALLOCATE] = "false"
     return env
+
+
+PREALLOCATE = "XLA_PYTHON_CLIENT_PREALLOCATE"
+MEM_FRACTION = "XLA_PYTHON_CLIENT_MEM_FRACTION"
 
 
 # `python -c` (and -m) puts the working directory first on sys.path, where a jax.py would

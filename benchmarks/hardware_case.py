@@ -1,0 +1,419 @@
+"""One case of the hardware check, in its own process (`hardware_check.py` starts it, with a
+timeout): a kernel at its default configuration against its reference on awkward shapes, then
+`autotune tune` of it at a realistic shape, then the default, tuned and vendor calls side by side.
+
+    python benchmarks/hardware_case.py JOB.json RESULT.json
+
+JOB.json says what to run (`hardware_check.job`). RESULT.json is rewritten after each section, so
+a case stopped by its timeout keeps what it measured; its `stage` names the section it was in.
+A fault in this process (a sticky CUDA error, a crash) ends this case only.
+"""
+
+from __future__ import annotations
+
+import datetime
+import functools
+import json
+import math
+import platform
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+Shapes = list[list[int]]
+
+
+def format_shapes(shapes: Shapes) -> str:
+    return ",".join("x".join(map(str, s)) for s in shapes)
+
+
+def work(kernel: str, dtype: str, static: dict, shapes: Shapes) -> tuple[float, float]:
+    """(floating-point operations, bytes read and written) of one call."""
+    itemsize = 2 if dtype == "bfloat16" else 4
+    elems = sum(math.prod(s) for s in shapes)
+    if kernel in ("matmul", "matmul_mgpu", "bmm"):
+        *batch, m, k = shapes[0]
+        n = shapes[1][-1]
+        b = math.prod(batch)
+        return 2.0 * b * m * k * n, float((elems + b * m * n) * itemsize)
+    if kernel == "flash_attention":
+        b, h, s, d = shapes[0]
+        flops = 4.0 * b * h * s * s * d * (0.5 if static.get("causal") else 1.0)
+        return flops, float((elems + b * h * s * d) * itemsize)
+    out = math.prod(shapes[0])  # elementwise and row-wise: one output of the first shape
+    return 0.0, float((elems + out) * itemsize)
+
+
+def vendor_op(kernel: str, dtype: str, static: dict) -> tuple[str, Callable | None]:
+    """The vendor library's (or XLA's) operation for the same call; attention: None (see
+    `attention_ops`)."""
+    import jax
+    import jax.numpy as jnp
+
+    from autotune.kernels import layer_norm_reference, rms_norm_reference
+
+    # float32 in float32, as the kernels compute it; other dtypes as XLA does by default
+    precision = "highest" if dtype == "float32" else None
+    ops: dict[str, tuple[str, Callable | None]] = {
+        "matmul": ("jnp.dot (cuBLAS on GPU)", functools.partial(jnp.dot, precision=precision)),
+        "bmm": ("jnp.matmul (cuBLAS on GPU)", functools.partial(jnp.matmul, precision=precision)),
+        "softmax": ("jax.nn.softmax (XLA)", functools.partial(jax.nn.softmax, axis=-1)),
+        "rms_norm": ("plain JAX (XLA fused)", rms_norm_reference),
+        "layer_norm": ("plain JAX (XLA fused)", layer_norm_reference),
+        "vector_add": ("x + y (XLA)", jnp.add),
+        "flash_attention": ("jax.nn.dot_product_attention", None),
+    }
+    ops["matmul_mgpu"] = ops["matmul"]
+    return ops[kernel]
+
+
+def attention_ops(causal: bool, implementation: str | None) -> tuple[Callable, Callable]:
+    """jax.nn.dot_product_attention on its native [B, S, H, D] layout, and the transpose of the
+    kernel's [B, H, S, D] inputs to it: the transposes are prepared outside the timed call, so the
+    vendor's time is its attention kernels' alone."""
+    import jax
+
+    def op(q, k, v):
+        return jax.nn.dot_product_attention(
+            q, k, v, is_causal=causal, implementation=implementation
+        )
+
+    def to_native(args: list) -> list:
+        return [jax.block_until_ready(a.transpose(0, 2, 1, 3)) for a in args]
+
+    return op, to_native
+
+
+# ------------------------------------------------------------------------------- the sections
+
+
+def versions() -> dict[str, Any]:
+    import jax
+
+    from autotune.device import current_device
+
+    device = current_device()
+    info = {
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "python": platform.python_version(),
+        "jax": jax.__version__,
+        "platform": device.platform,
+        "device_kind": device.device_kind,
+        "backend": device.backend,
+        "runtime": device.runtime_summary,
+        "devices": len(jax.devices()),
+    }
+    try:  # the L2 size the driver reports, where PyTorch is installed beside JAX
+        import torch
+
+        if torch.cuda.is_available():
+            info["l2_bytes"] = torch.cuda.get_device_properties(0).L2_cache_size
+    except ImportError:
+        pass
+    return info
+
+
+def inputs(shapes: Shapes, dtype: str, seed: int = 0) -> list[Any]:
+    import jax
+
+    from autotune.tuner import random_inputs
+
+    return random_inputs([jax.ShapeDtypeStruct(tuple(s), dtype) for s in shapes], seed)
+
+
+def correctness(
+    kernel_name: str, dtypes: list[str], shapes: Shapes, static: dict
+) -> list[dict[str, Any]]:
+    """The kernel at its default configuration against its reference, in each dtype."""
+    import jax
+    import numpy as np
+
+    from autotune import registry
+    from autotune.device import current_device
+    from autotune.verify import compare
+
+    spec = registry.resolve(kernel_name).spec
+    rows = []
+    for dtype in dtypes:
+        args = inputs(shapes, dtype)
+        sig = spec.signature(args, static, current_device())
+        config = spec.default_config(sig)
+        start = time.perf_counter()
+        try:
+            fn = spec.bound_function(config, interpret=True)
+            out = jax.block_until_ready(jax.jit(functools.partial(fn, **static))(*args))
+            ref = jax.tree_util.tree_map(
+                lambda r, o: np.asarray(r).astype(o.dtype), spec.reference(*args, **static), out
+            )
+            verdict = compare(out, ref)
+            ok, err, note = verdict.ok, verdict.max_error, verdict.message
+        except Exception as e:  # a kernel that fails to compile or run is a finding
+            ok, err, note = False, None, f"{type(e).__name__}: {e}"[:300]
+        rows.append(
+            {
+                "kernel": kernel_name,
+                "dtype": dtype,
+                "shapes": format_shapes(shapes),
+                "config": config,
+                "ok": ok,
+                "max_error": err,
+                "note": note,
+                "seconds": round(time.perf_counter() - start, 2),
+            }
+        )
+        err_text = "-" if err is None else f"{err:.2e}"
+        print(
+            f"  {kernel_name:16} {dtype:9} {'ok' if ok else 'FAIL'}  max error {err_text} {note}"[
+                :200
+            ]
+        )
+    return rows
+
+
+def tune(job: dict[str, Any]) -> dict[str, Any]:
+    """`autotune tune` for the case, as a user runs it; the tuning wall time and its trials."""
+    cmd = [sys.executable, "-m", "autotune.cli", "tune", job["kernel"]]
+    cmd += ["--shape", format_shapes(job["shapes"]), "--dtype", job["dtype"], "--db", job["db"]]
+    cmd += ["--seed", "0", "--trials", str(job["trials"])]
+    cmd += ["--time-limit", f"{job['time_limit_s']:.0f}"]
+    if job[
+        "smoke"
+    ]:  # a CPU needs no isolation from crashing candidates, and saves a worker's start
+        cmd.append("--no-isolate")
+    for k, v in job["static"].items():
+        cmd += ["--static", f"{k}={json.dumps(v)}"]
+    start = time.perf_counter()
+    # the case's own timeout (hardware_check) bounds this too; here the tune's share of it:
+    # stopped past it, the side by side still times the default (and what the tune stored)
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=job["tune_timeout_s"])
+        rc, tail = proc.returncode, (proc.stdout + proc.stderr).strip().splitlines()[-3:]
+    except subprocess.TimeoutExpired:
+        rc, tail = None, [f"stopped after {job['tune_timeout_s']:.0f} s"]
+    wall = time.perf_counter() - start
+    print(f"  tune rc {rc}  {wall:6.1f} s  {' | '.join(tail)[:160]}")
+    return {"rc": rc, "tune_wall_s": round(wall, 1), "tune_output": tail}
+
+
+def side_by_side(job: dict[str, Any]) -> dict[str, Any]:
+    """The default, tuned and vendor calls timed interleaved with one timer; the tuned config
+    checked against the reference at this shape and timed twice more for its repeat spread."""
+    import jax
+    import numpy as np
+
+    from autotune import registry
+    from autotune.db import TuningDB
+    from autotune.device import current_device
+    from autotune.measure import (
+        TimingPolicy,
+        cache_bytes,
+        interleaved,
+        rotation_sets,
+        time_compiled,
+    )
+    from autotune.verify import compare
+
+    device = current_device()
+    spec = registry.resolve(job["kernel"]).spec
+    static = job["static"]
+    args = inputs(job["shapes"], job["dtype"])
+    sig = spec.signature(args, static, device)
+    key = spec.key(sig, device)
+    with TuningDB(job["db"]) as handle:
+        entry = handle.best(key)
+        trials = handle.trials(**key.as_dict())
+    default = spec.default_config(sig)
+    tuned = entry["config"] if entry else None
+    vendor_name, vendor, native = _vendor(job, args)
+    # one list of inputs for every call, the kernel's then the vendor's where they differ, so
+    # that the calls interleave and rotate through the same copies
+    n = len(args)
+    every = args + native if native is not args else args
+    off = n if native is not args else 0
+
+    def kernel_call(config: dict[str, Any]) -> Callable:
+        fn = functools.partial(spec.bound_function(config, interpret=True), **static)
+        exe = jax.jit(fn).lower(*args).compile()
+        return lambda *a: exe(*a[:n])
+
+    vendor_exe = jax.jit(vendor).lower(*native).compile()
+    calls = {"default": kernel_call(default)}
+    if tuned is not None:
+        calls["tuned"] = kernel_call(tuned)
+    calls["vendor"] = lambda *a: vendor_exe(*a[off : off + len(native)])
+    policy = TimingPolicy(max_time_s=0.05 if job["smoke"] else 0.5)
+    sets = [every, *rotation_sets(every, cache_bytes(device))]
+    samples, timer = interleaved(
+        list(calls.values()), sets, rounds=5, reps=3 if job["smoke"] else 10, policy=policy
+    )
+    median = {name: _median(s) for name, s in zip(calls, samples)}
+    vendor_kernels = cupti_kernels(calls["vendor"], every)
+    row: dict[str, Any] = {
+        "timer": timer,
+        "default_config": default,
+        "tuned_config": tuned,
+        "vendor": vendor_name,
+        "vendor_counted": COUNTED[timer],
+        "vendor_kernels": vendor_kernels,
+        **{f"{name}_s": t for name, t in median.items()},
+        "trials": len(trials),
+        "trials_ok": sum(t["status"] == "ok" for t in trials),
+        "trials_rejected": sum(t["status"] == "rejected" for t in trials),
+        "trial_timers": sorted({t["timer"] for t in trials if t.get("timer")}),
+        # the first error of each kind of failed trial: a rejection's or a crash's reason
+        "trial_errors": {
+            t["status"]: (t["error"] or "")[:300] for t in reversed(trials) if t["status"] != "ok"
+        },
+    }
+    if tuned is not None:
+        out = jax.block_until_ready(calls["tuned"](*every))
+        ref = jax.tree_util.tree_map(
+            lambda r, o: np.asarray(r).astype(o.dtype), spec.reference(*args, **static), out
+        )
+        verdict = compare(out, ref, static.get("precision"))
+        again = [time_compiled(calls["tuned"], every, policy, sets[1:]) for _ in range(2)]
+        row.update(
+            tuned_ok=verdict.ok,
+            tuned_max_error=verdict.max_error,
+            repeat_spread=abs(again[0].median_s / again[1].median_s - 1.0),
+            repeat_timer=again[0].timer,
+            tuned_over_vendor=_ratio(median["vendor"], median["tuned"]),
+            tuned_speedup=_ratio(median["default"], median["tuned"]),
+        )
+    flops, nbytes = work(job["kernel"], job["dtype"], static, job["shapes"])
+    best = median.get("tuned") or median["default"]
+    row["tflops"] = flops / best / 1e12 if flops and best else None
+    row["tb_per_s"] = nbytes / best / 1e12 if best else None
+    print(
+        f"  {timer:5}  default {ms(median['default'])}  tuned {ms(median.get('tuned'))}  "
+        f"vendor {ms(median['vendor'])}"
+    )
+    return row
+
+
+def cupti_kernels(call: Callable, args: list) -> list[tuple[str, float]] | None:
+    """The kernels one call launches and each one's milliseconds, from CUPTI without summing
+    them; None where CUPTI is not here (off a GPU)."""
+    import jax
+
+    from autotune.measure import cupti_extension
+
+    ext = cupti_extension()
+    if ext is None:
+        return None
+    jax.block_until_ready(call(*args))
+    ext._cupti_init()
+    try:
+        jax.block_until_ready(call(*args))
+    finally:
+        timings = ext._cupti_get_timings(False)
+    return [(name[:80], round(ms, 4)) for name, ms in timings]
+
+
+# What a timer's figure for the vendor's call counts.
+COUNTED = {
+    "cupti": "its kernels' durations, summed (CUPTI), on its native layout: no transposes",
+    "trace": "its kernels' durations, summed (profiler trace), on its native layout",
+    "wall": "the host's clock around each synchronised call",
+}
+
+
+def _vendor(job: dict[str, Any], args: list) -> tuple[str, Callable, list]:
+    """The vendor's operation for the call, and its inputs: `args`, or their copies on its
+    native layout (attention: cuDNN where it runs for these inputs, else XLA's)."""
+    import jax
+
+    name, op = vendor_op(job["kernel"], job["dtype"], job["static"])
+    if op is not None:
+        return name, op, args
+    for implementation in ([] if job["smoke"] else ["cudnn"]) + [None]:
+        op, to_native = attention_ops(job["static"].get("causal", False), implementation)
+        native = to_native(args)
+        try:
+            jax.block_until_ready(jax.jit(op)(*native))
+        except Exception as e:  # cuDNN refuses some shapes, dtypes and GPUs
+            print(f"  attention through {implementation}: {type(e).__name__}: {str(e)[:120]}")
+            continue
+        return f"{name} ({implementation or 'xla'})", op, native
+    raise RuntimeError("no attention implementation runs here")
+
+
+def _median(samples: list[float]) -> float | None:
+    """The median, or None where there are no samples (never NaN: a report shows '-')."""
+    import statistics
+
+    return statistics.median(samples) if samples else None
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return a / b if a and b else None
+
+
+def ms(t: float | None) -> str:
+    return "-" if t is None else f"{t * 1e3:.4f} ms"
+
+
+README_EXAMPLE = "### JAX's own Hopper matmul, tuned without editing it"
+
+
+def readme_example(timeout_s: float) -> dict[str, Any]:
+    """The README's example that tunes JAX's own Mosaic GPU matmul, run as a user would paste it."""
+    text = (ROOT / "README.md").read_text()
+    section = text[text.index(README_EXAMPLE) :]
+    code = section[
+        section.index("```python\n") + 10 : section.index("\n```", section.index("```python"))
+    ]
+    start = time.perf_counter()
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout_s
+        )
+        rc, output = proc.returncode, (proc.stdout + proc.stderr).strip().splitlines()[-4:]
+    except subprocess.TimeoutExpired:
+        rc, output = None, [f"stopped after {timeout_s:.0f} s"]
+    wall = time.perf_counter() - start
+    print(f"  README example: rc {rc}, {wall:.1f} s: {' | '.join(output)[:300]}")
+    return {"rc": rc, "wall_s": round(wall, 1), "output": output}
+
+
+# ------------------------------------------------------------------------------- main
+
+
+def main(job_path: str, result_path: str) -> int:
+    job = json.loads(Path(job_path).read_text())
+    result: dict[str, Any] = {"stage": "start-up"}
+
+    def save(stage: str) -> None:  # after each section: a case cut short keeps what it has
+        result["stage"] = stage
+        Path(result_path).write_text(json.dumps(result, indent=1, default=str))
+
+    import autotune.kernels  # noqa: F401  (registers the shipped kernels)
+
+    result["versions"] = versions()
+    if job.get("readme_example_s"):
+        save("README example")
+        result["readme_example"] = readme_example(job["readme_example_s"])
+        save("done")
+        return 0
+    save("correctness")
+    if job["check_dtypes"]:
+        result["correctness"] = correctness(
+            job["kernel"], job["check_dtypes"], job["check_shapes"], job["check_static"]
+        )
+    if job["shapes"] is None:  # correctness only (a smoke run of a simulated kernel)
+        save("done")
+        return 0
+    save("tuning")
+    result.update(tune(job))
+    save("side by side")
+    result.update(side_by_side(job))
+    save("done")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(*sys.argv[1:]))

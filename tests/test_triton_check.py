@@ -1,0 +1,88 @@
+"""Triton kernels checked for a GPU on this CPU-only host: jax 0.10.2 lowers Pallas-Triton for
+"cuda" without a driver, so the shipped Triton spaces' constraints are tested against that
+lowering (as the Mosaic GPU model is), and a kernel picks Triton's compiler parameters from the
+platform it is lowered for, not from this host's device."""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import pytest
+from jax.experimental import pallas as pl
+
+import autotune
+from autotune import backends
+from autotune.check import check_space, lowering_error
+from autotune.hardware import lowering_for
+from autotune.kernels import flash_attention, matmul, softmax, vector_add
+
+BF16, F32 = jnp.bfloat16, jnp.float32
+
+
+def _lowered_text(fn, args):
+    with lowering_for("gpu"):
+        return jax.jit(fn).trace(*args).lower(lowering_platforms=("cuda",)).as_text()
+
+
+def test_a_shipped_kernel_lowers_through_triton_for_a_gpu_on_this_host():
+    x = jax.ShapeDtypeStruct((256, 512), BF16)
+    y = jax.ShapeDtypeStruct((512, 384), BF16)
+    fn = functools.partial(matmul.spec.fn, block_m=64, block_n=128, block_k=64, num_warps=4)
+    text = _lowered_text(fn, [x, y])
+    # Triton IR inside XLA's custom call, with the config's warps: not Mosaic GPU
+    assert "xla.gpu.triton" in text and "num_warps = 4" in text
+    assert "mosaic_gpu" not in text
+    # the host's own device (a CPU) would have given no compiler parameters: Mosaic GPU
+    assert backends.recognise(fn, [x, y]) == "triton"
+
+
+CASES = [  # the shipped Triton spaces, a spread of each (every candidate: `autotune check`)
+    (matmul, [(4096, 4096), (4096, 4096)], BF16, {}, 24),
+    (matmul, [(1000, 777), (777, 1234)], F32, {}, 12),
+    (flash_attention, [(1, 2, 1000, 64)] * 3, BF16, {"causal": True}, 12),
+    (softmax, [(100, 3000)], F32, {}, 8),
+    (vector_add, [(100_003,), (100_003,)], F32, {}, 6),
+]
+
+
+@pytest.mark.parametrize(
+    "kernel, shapes, dtype, static, sample", CASES, ids=lambda v: getattr(v, "__name__", None)
+)
+def test_every_accepted_triton_candidate_lowers_for_a_gpu(kernel, shapes, dtype, static, sample):
+    args = [jax.ShapeDtypeStruct(s, dtype) for s in shapes]
+    rows = check_space(kernel, args, static, "gpu", "NVIDIA H200", sample)
+    accepted = [r for r in rows if r.accepted]
+    assert accepted, "the GPU space accepts nothing for this shape"
+    assert [(r.config, r.lowering_error) for r in accepted if r.lowering_error] == []
+
+
+def test_a_block_breaking_tritons_power_of_two_rule_is_reported():
+    @autotune.autotuned(name="unconstrained_triton_rows", space={"block_rows": [8, 12]})
+    def rows(x, *, block_rows=8, interpret=False):
+        from autotune.backends import triton
+        from autotune.hardware import kernel_platform
+
+        return pl.pallas_call(
+            lambda x_ref, o_ref: o_ref.__setitem__(..., x_ref[...] * 2),
+            out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+            grid=(x.shape[0] // block_rows,),
+            in_specs=[pl.BlockSpec((block_rows, x.shape[1]), lambda i: (i, 0))],
+            out_specs=pl.BlockSpec((block_rows, x.shape[1]), lambda i: (i, 0)),
+            compiler_params=triton.compiler_params(4, None, kernel_platform(interpret)),
+            interpret=interpret,
+        )(x)
+
+    x = jax.ShapeDtypeStruct((48, 128), F32)
+    assert lowering_error(rows, {"block_rows": 8}, [x], platform="gpu") is None
+    assert "power of 2" in lowering_error(rows, {"block_rows": 12}, [x], platform="gpu")
+
+
+def test_a_plain_pallas_call_is_keyed_by_the_backend_jax_lowers_it_through_on_a_gpu():
+    # jax 0.10 lowers a pallas_call without compiler parameters through Mosaic GPU
+    assert jax.config.jax_pallas_use_mosaic_gpu
+    assert backends.key_backend(None, "gpu") == "mosaic_gpu"
+    assert backends.key_backend("triton", "gpu") == "triton"
+    assert backends.key_backend(None, "tpu") == "mosaic_tpu"
+    assert backends.key_backend(None, "cpu") == "interpret"
