@@ -143,6 +143,13 @@ def tune(
     kernel = registry.resolve(fn) if isinstance(fn, str) else fn
     if not isinstance(getattr(kernel, "spec", None), registry.KernelSpec):
         raise KernelError(f"{fn!r} is not an autotuned kernel: decorate it with @autotuned(...)")
+    if hasattr(kernel, "members"):  # a variant group: each member, then side by side
+        from autotune.variant_tuning import tune_group
+
+        return tune_group(
+            kernel, args, kwargs=kwargs, settings=settings, db=db, store=store,
+            progress=progress, worker=worker,
+        )  # fmt: skip
     spec = kernel.spec
     kwargs = dict(kwargs or {})
     args = random_inputs(args, 0 if settings.seed is None else settings.seed)
