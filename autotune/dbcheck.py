@@ -11,6 +11,7 @@ from autotune.db import (
     SCHEMA_VERSION,
     _sqlite_file,
     decode_config,
+    encode_config,
     normalize_url,
     sqlite_reader,
     table_names,
@@ -105,6 +106,12 @@ def _text(value: Any, limit: int = 60) -> str:
 
 def _entry_problems(r: dict[str, Any], trials: dict[int, dict[str, Any]]) -> list[str]:
     """Why the runtime would not serve this best entry (or would not trust where it came from)."""
+    return served_problems(r) + _trial_problems(r, trials)
+
+
+def served_problems(r: dict[str, Any]) -> list[str]:
+    """Why the runtime would not serve this entry (a database row or a shipped entry): its
+    times, its key, its kernel's version, its config in the kernel's space and constraints."""
     from autotune import registry
     from autotune.signature import Signature, parse_args, parse_static
 
@@ -144,6 +151,11 @@ def _entry_problems(r: dict[str, Any], trials: dict[int, dict[str, Any]]) -> lis
             problem = f"breaks {', '.join(broken)} for its own shape" if broken else None
         if problem:
             problems.append(f"config not served: {problem}")
+    return problems
+
+
+def _trial_problems(r: dict[str, Any], trials: dict[int, dict[str, Any]]) -> list[str]:
+    problems = []
     trial = trials.get(r["trial_id"]) if r["trial_id"] is not None else None
     if r["trial_id"] is None:
         problems.append("no trial recorded for it")
@@ -153,7 +165,7 @@ def _entry_problems(r: dict[str, Any], trials: dict[int, dict[str, Any]]) -> lis
         problems.append(f"points at trial {r['trial_id']} of status {trial['status']!r}")
     elif any(trial[k] != r[k] for k in KEY_COLUMNS):
         problems.append(f"points at trial {r['trial_id']} of another key")
-    elif decode_config(trial["config"]) != config:
+    elif decode_config(trial["config"]) != decode_config(r["config"]):
         problems.append(f"config differs from that of its trial {r['trial_id']}")
     return problems
 
@@ -165,3 +177,30 @@ def format_report(url: str, problems: list[str], counts: dict[str, int]) -> str:
         return f"{head}: no problems found"
     lines = [f"{head}: {len(problems)} problem(s)"] + [f"  - {p}" for p in problems]
     return "\n".join(lines)
+
+
+def check_shipped(kernel: str | None = None) -> tuple[list[str], int]:
+    """Problems of the tuned tables shipped with the registered kernels (`tuned=`), or with
+    `kernel` only, and how many entries they hold."""
+    from autotune import registry
+    from autotune.tables import shipped_table
+
+    problems: list[str] = []
+    n = 0
+    for name, k in registry.registered().items():
+        if k.spec.tuned is None or kernel not in (None, name):
+            continue
+        try:
+            table = shipped_table(k.spec.tuned)
+        except AutotuneError as e:
+            problems.append(str(e))
+            continue
+        n += len(table)
+        for i, e in enumerate(table.entries, 1):
+            where = f"{table.where} entry {i} ({_text(e['kernel'])} {_text(e['signature'])} on {_text(e['device_kind'])})"
+            row = {**{t: e.get(t) for t in TIMES}, **e, "config": encode_config(e["config"])}
+            found = served_problems(row)
+            if e["kernel"] != name:
+                found.insert(0, f"is for kernel {_text(e['kernel'])}, not {name}: never served")
+            problems += [f"{where}: {p}" for p in found]
+    return problems, n

@@ -1,10 +1,11 @@
 """The Pallas kernels shipped with pallas-autotune, each decorated with @autotuned.
 
-Importing this package registers them by name.
+Importing this package registers them by name, with the variant groups over them (groups.py).
 """
 
 from autotune.kernels.bmm import bmm, bmm_reference
 from autotune.kernels.flash_attention import attention_reference, flash_attention
+from autotune.kernels.groups import attention_variants, matmul_variants
 from autotune.kernels.matmul import matmul, matmul_reference
 from autotune.kernels.matmul_mgpu import matmul_mgpu, matmul_mgpu_reference
 from autotune.kernels.norms import layer_norm, layer_norm_reference, rms_norm, rms_norm_reference
@@ -13,6 +14,7 @@ from autotune.kernels.vector_add import vector_add, vector_add_reference
 
 __all__ = [
     "attention_reference",
+    "attention_variants",
     "bmm",
     "bmm_reference",
     "flash_attention",
@@ -22,6 +24,7 @@ __all__ = [
     "matmul_mgpu",
     "matmul_mgpu_reference",
     "matmul_reference",
+    "matmul_variants",
     "rms_norm",
     "rms_norm_reference",
     "softmax",

@@ -85,9 +85,15 @@ def add_parser(sub: Any) -> None:
         ("trials", "every measured trial"),
         ("misses", "lookups model code made that the database could not answer"),
     ):
-        q = _subcommand(dsub, name, help_, _opened(cmd_query))
+        q = _subcommand(dsub, name, help_, cmd_list if name == "list" else _opened(cmd_query))
         _filters(q)
         q.add_argument("--format", choices=FORMATS, default="table")
+    q.add_argument(  # list
+        "--shipped",
+        action="store_true",
+        help="the entries of the tuned tables shipped with the kernels (tuned=), not the database",
+    )
+    add_import_argument(q)
 
     q = _subcommand(
         dsub, "check", "report, in words, every problem the runtime would meet", cmd_check
@@ -182,15 +188,54 @@ def cmd_query(args: argparse.Namespace, db: TuningDB) -> int:
     return 0
 
 
+def cmd_list(args: argparse.Namespace) -> int:
+    """`db list`: the database's best entries, or with --shipped the shipped tables'."""
+    if not args.shipped:
+        return _opened(cmd_query)(args)
+    import_user_modules(args)
+    check_arguments(args)
+    print(render(shipped_entries(_filter_values(args)), args.format))
+    return 0
+
+
+def shipped_entries(filters: dict[str, Any]) -> list[dict[str, Any]]:
+    """The entries of the registered kernels' shipped tables that match `filters`, each with
+    `served`: "yes", or why the runtime would not serve it."""
+    from autotune.dbcheck import served_problems
+    from autotune.registry import registered
+    from autotune.signature import parse_args, short_dtype
+    from autotune.tables import shipped_table
+
+    dtype = filters.pop("dtype", None)
+    rows = []
+    for name, kernel in registered().items():
+        if kernel.spec.tuned is None or filters["kernel"] not in (None, name):
+            continue
+        for e in shipped_table(kernel.spec.tuned).query(**filters):
+            if dtype is not None and short_dtype(dtype) not in {
+                short_dtype(a.dtype) for a in parse_args(e["signature"])
+            }:
+                continue
+            config = {**e, "config": json.dumps(e["config"], sort_keys=True)}
+            problems = served_problems({"default_time_s": None, "speedup": None, **config})
+            rows.append(
+                {**e, "table": str(kernel.spec.tuned), "served": "; ".join(problems) or "yes"}
+            )
+    return rows
+
+
 def cmd_check(args: argparse.Namespace) -> int:
-    """Exit 0 when the database is sound, 1 when it has problems (each printed on a line)."""
-    from autotune.dbcheck import check_database, format_report
+    """Exit 0 when the database and the shipped tables are sound, 1 when they have problems
+    (each printed on a line)."""
+    from autotune.dbcheck import check_database, check_shipped, format_report
 
     import_user_modules(args)
     url = normalize_url(args.db)
     problems, counts = check_database(url)
     print(format_report(url, problems, counts))
-    return 1 if problems else 0
+    shipped, n = check_shipped()
+    print(format_report("shipped tables", shipped, {"entries": n}))
+    return 1 if problems or shipped else 0
 
 
 def cmd_show(args: argparse.Namespace, db: TuningDB) -> int:
