@@ -45,6 +45,12 @@ class GroupTuneResult(TuneResult):
     def winner(self) -> str:
         return self.best_config[PARAM]
 
+    @property
+    def member_lines(self) -> list[str]:
+        """Each member's time side by side (winner first), and why each other did not run."""
+        lines = [f"member   {f.config[PARAM]}  {f.time_s * 1e3:.4f} ms" for f in self.finalists]
+        return lines + [f"skipped  {name}: {why}" for name, why in self.skipped.items()]
+
 
 def tune_group(
     group: VariantGroup,

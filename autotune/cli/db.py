@@ -88,12 +88,13 @@ def add_parser(sub: Any) -> None:
         q = _subcommand(dsub, name, help_, cmd_list if name == "list" else _opened(cmd_query))
         _filters(q)
         q.add_argument("--format", choices=FORMATS, default="table")
-    q.add_argument(  # list
-        "--shipped",
-        action="store_true",
-        help="the entries of the tuned tables shipped with the kernels (tuned=), not the database",
-    )
-    add_import_argument(q)
+        if name == "list":
+            q.add_argument(
+                "--shipped",
+                action="store_true",
+                help="the entries of the tables shipped with the kernels (tuned=), not the database's",
+            )
+            add_import_argument(q)
 
     q = _subcommand(
         dsub, "check", "report, in words, every problem the runtime would meet", cmd_check
@@ -234,7 +235,8 @@ def cmd_check(args: argparse.Namespace) -> int:
     problems, counts = check_database(url)
     print(format_report(url, problems, counts))
     shipped, n = check_shipped()
-    print(format_report("shipped tables", shipped, {"entries": n}))
+    if shipped or n:
+        print(format_report("shipped tables", shipped, {"entries": n}))
     return 1 if problems or shipped else 0
 
 

@@ -210,6 +210,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
     )
     if result.why_default_kept:
         print(f"  why 1.00x: {result.why_default_kept}")
+    for line in getattr(result, "member_lines", ()):  # a variant group's members
+        print(f"  {line}")
     return 0
 
 
