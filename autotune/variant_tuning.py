@@ -77,6 +77,8 @@ def tune_group(
         members, skipped = group.runnable(args, kwargs)
         tuned: dict[str, TuneResult | None] = {}
         configs: dict[str, dict[str, Any]] = {}
+        # each member's study is named for its own key: a job names the group's
+        member_settings = settings.replace(study_name=None)
         for member in members:
             if member.kernel is None:
                 tuned[member.name], configs[member.name] = None, {}
@@ -86,7 +88,7 @@ def tune_group(
                     member.kernel,
                     args,
                     kwargs=kwargs,
-                    settings=settings,
+                    settings=member_settings,
                     db=handle,
                     store=store,
                     progress=progress,

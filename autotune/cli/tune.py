@@ -197,7 +197,9 @@ def cmd_tune(args: argparse.Namespace) -> int:
     speedup = f"{result.speedup:.2f}x" if result.speedup else "n/a"
     default = f"{result.default_time_s * 1e3:.4f} ms" if result.default_time_s else "failed"
     if storage and not args.storage:
-        jobs.delete_study(storage, study_name_of(result.key))
+        members = getattr(result, "members", {}).values()  # a variant group's tuned members
+        for key in [result.key, *(m.key for m in members if m is not None)]:
+            jobs.delete_study(storage, study_name_of(key))
     if result.resumed:
         print(f"resumed: {jobs.resumed_text(result)}")
     print(
