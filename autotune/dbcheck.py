@@ -179,28 +179,37 @@ def format_report(url: str, problems: list[str], counts: dict[str, int]) -> str:
     return "\n".join(lines)
 
 
-def check_shipped(kernel: str | None = None) -> tuple[list[str], int]:
-    """Problems of the tuned tables shipped with the registered kernels (`tuned=`), or with
-    `kernel` only, and how many entries they hold."""
+def shipped_entries(kernel: str | None = None) -> tuple[list[dict[str, Any]], list[str]]:
+    """The entries of the tables shipped with the registered kernels (`tuned=`), or with
+    `kernel` only, each with `table` (its path) and `problems` (why the runtime would not serve
+    it); and a sentence per table that cannot be read."""
     from autotune import registry
     from autotune.tables import shipped_table
 
-    problems: list[str] = []
-    n = 0
+    rows: list[dict[str, Any]] = []
+    unreadable: list[str] = []
     for name, k in registry.registered().items():
         if k.spec.tuned is None or kernel not in (None, name):
             continue
         try:
             table = shipped_table(k.spec.tuned)
         except AutotuneError as e:
-            problems.append(str(e))
+            unreadable.append(str(e))
             continue
-        n += len(table)
-        for i, e in enumerate(table.entries, 1):
-            where = f"{table.where} entry {i} ({_text(e['kernel'])} {_text(e['signature'])} on {_text(e['device_kind'])})"
+        for e in table.entries:
             row = {**{t: e.get(t) for t in TIMES}, **e, "config": encode_config(e["config"])}
-            found = served_problems(row)
+            problems = served_problems(row)
             if e["kernel"] != name:
-                found.insert(0, f"is for kernel {_text(e['kernel'])}, not {name}: never served")
-            problems += [f"{where}: {p}" for p in found]
-    return problems, n
+                problems.insert(0, f"is for kernel {_text(e['kernel'])}, not {name}: never served")
+            rows.append({**e, "table": str(table.where), "problems": problems})
+    return rows, unreadable
+
+
+def check_shipped() -> tuple[list[str], int]:
+    """Problems of the tables shipped with the registered kernels, and how many entries they
+    hold."""
+    rows, problems = shipped_entries()
+    for r in rows:
+        where = f"{r['table']}: {_text(r['kernel'])} {_text(r['signature'])} on {_text(r['device_kind'])}"
+        problems += [f"{where}: {p}" for p in r["problems"]]
+    return problems, len(rows)

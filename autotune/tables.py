@@ -109,6 +109,9 @@ def entries_of(source: Any) -> EntryTable:
             entries.append(
                 {**item.key.as_dict(), "config": item.best_config, "time_s": item.best_time_s}
             )
+            # a variant group's result: its members' entries with the group's choice
+            members = getattr(item, "members", {}).values()
+            entries += entries_of([m for m in members if m is not None]).entries
         elif isinstance(item, Mapping) and all(k in item for k in (*KEY_FIELDS, "config")):
             entries.append(dict(item))
         else:

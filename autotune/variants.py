@@ -21,7 +21,7 @@ from autotune.device import current_device
 from autotune.errors import KernelError
 from autotune.platforms import PLATFORMS
 from autotune.registry import KernelSpec
-from autotune.runtime import AutotunedKernel
+from autotune.runtime import AutotunedKernel, Resolution, _warn_once
 from autotune.signature import Signature, is_array
 from autotune.space import Param
 
@@ -115,21 +115,21 @@ class VariantGroup(AutotunedKernel):
         reason = member.why_not() if member.why_not else None
         if reason:
             return reason
-        fn: Callable = member.fn
         kernel = member.kernel
-        if kernel is not None:
-            device = current_device()
-            if device.platform not in kernel.spec.spaces:
-                return f"{member.name} has no search space for {device.platform}"
-            sig = kernel.spec.signature(args, kwargs, device)
-            fn = kernel.spec.bound_function(kernel.spec.default_config(sig), interpret=True)
+        platform = current_device().platform
+        if kernel is not None and platform not in kernel.spec.spaces:
+            return f"{member.name} has no search space for {platform}"
         at = [i for i, a in enumerate(args) if is_array(a)]
 
         def call(*arrays: Any) -> Any:
             full = list(args)
             for i, a in zip(at, arrays):
                 full[i] = a
-            return fn(*full, **kwargs)
+            if kernel is None:
+                return member.fn(*full, **kwargs)
+            sig = kernel.spec.signature(full, kwargs, current_device())
+            config = kernel.spec.default_config(sig)
+            return kernel.spec.bound_function(config, interpret=True)(*full, **kwargs)
 
         try:
             jax.eval_shape(call, *(jax.ShapeDtypeStruct(args[i].shape, args[i].dtype) for i in at))
@@ -150,6 +150,28 @@ class VariantGroup(AutotunedKernel):
             else:
                 skipped[member.name] = reason
         return ok, skipped
+
+    def resolve(
+        self, args: Sequence[Any], kwargs: Mapping[str, Any], record_miss: bool = True
+    ) -> Resolution:
+        """As a kernel's lookup; a member chosen elsewhere (an entry of a nearest shape, an
+        overlay or a table from another environment) that cannot run here gives way to the
+        first member that can, with one warning."""
+        found = super().resolve(args, kwargs, record_miss)
+        if found.source == "default":
+            return found
+        kwargs = {k: v for k, v in kwargs.items() if k != PARAM}
+        name = found.config[PARAM]
+        reason = self.why_not(self.members[name], args, kwargs)
+        if reason is None:
+            return found
+        config = self._default_config(found.signature, args, kwargs)
+        _warn_once(
+            f"variant:{found.key}:{name}",
+            f"pallas-autotune: {self.spec.name} {found.key.signature}: the {found.source} "
+            f"entry chose {name}, which cannot run here ({reason}); calling {config[PARAM]}",
+        )
+        return Resolution(config, "default", found.key, found.signature)
 
     def _default_config(
         self, sig: Signature, args: Sequence[Any], kwargs: Mapping[str, Any]
@@ -228,5 +250,11 @@ def variants(name: str, members: Sequence[Member | Callable]) -> VariantGroup:
     the member tuned fastest for the call (`autotune.tune(group, args)`), or, untuned, the
     first member that can run here."""
     group = VariantGroup(name, members)
+    taken = registry.registered().get(name)
+    if name in group.members or (taken is not None and not isinstance(taken, VariantGroup)):
+        raise KernelError(
+            f"variant group {name!r} would hide the kernel of that name: name the group for the "
+            "op, e.g. 'matmul_variants'"
+        )
     registry.add(group)
     return group

@@ -130,7 +130,8 @@ def test_db_list_shipped_and_db_check_read_the_shipped_tables(library, capsys, d
     db_line, table_line, problem = out.splitlines()
     assert rc == 1 and db_line.endswith("no problems found")
     assert table_line == "shipped tables: 1 entries: 1 problem(s)"
-    assert "entry 1 (shipped_scale f32[48,128] on cpu)" in problem and "block_rows=5" in problem
+    assert f"{library.spec.tuned}: shipped_scale f32[48,128] on cpu: config not served" in problem
+    assert "block_rows=5" in problem
 
 
 def test_an_overlay_of_something_else_is_refused_with_what_to_give():

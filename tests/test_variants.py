@@ -75,6 +75,18 @@ def test_an_untuned_group_serves_its_first_member_that_can_run_under_jit_and_gra
     np.testing.assert_allclose(jax.jit(jax.grad(loss))(x), 2 * (x @ y) @ y.T, rtol=1e-6)
 
 
+def test_a_chosen_member_that_cannot_run_here_gives_way_with_one_warning(caplog):
+    group = autotune.variants("picky_dot", [only_16_bit, autotune.Member(jnp.dot, name="xla")])
+    x, y = jnp.ones((4, 3)), jnp.ones((3, 2))
+    entry = {**group.explain(x, y)["key"], "config": {"variant": "only_16_bit"}, "time_s": 1e-6}
+    with autotune.overlay([entry]), caplog.at_level("WARNING", logger="autotune.runtime"):
+        got = group.explain(x, y)
+        np.testing.assert_allclose(group(x, y), x @ y)
+    assert (got["variant"], got["source"]) == ("xla", "default")
+    (warning,) = [r.getMessage() for r in caplog.records if "picky_dot" in r.getMessage()]
+    assert "the overlay entry chose only_16_bit, which cannot run here" in warning
+
+
 def test_a_group_with_no_member_that_can_run_says_why_each_cannot():
     group = autotune.variants("sixteen_bit_only", [only_16_bit])
     with pytest.raises(KernelError, match="no member of variant group 'sixteen_bit_only'.*only 16"):
@@ -92,6 +104,12 @@ def test_a_group_with_no_member_that_can_run_says_why_each_cannot():
 def test_a_bad_group_is_refused_with_the_fix(members, message):
     with pytest.raises(KernelError, match=message):
         autotune.variants("bad_group", members)
+
+
+def test_a_group_may_not_hide_a_kernel_of_its_name():
+    with pytest.raises(KernelError, match="would hide the kernel of that name"):
+        autotune.variants("matmul", [matmul, jnp.dot])
+    assert autotune.registry.resolve("matmul") is matmul
 
 
 def test_the_shipped_groups_skip_mosaic_gpu_here_and_reconcile_layouts():

@@ -200,29 +200,26 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def shipped_entries(filters: dict[str, Any]) -> list[dict[str, Any]]:
-    """The entries of the registered kernels' shipped tables that match `filters`, each with
-    `served`: "yes", or why the runtime would not serve it."""
-    from autotune.dbcheck import served_problems
-    from autotune.registry import registered
+    """The shipped tables' entries that match `filters`, each with `served`: "yes", or why the
+    runtime would not serve it. A table that cannot be read is an error."""
+    from autotune.dbcheck import shipped_entries as entries
     from autotune.signature import parse_args, short_dtype
-    from autotune.tables import shipped_table
 
-    dtype = filters.pop("dtype", None)
-    rows = []
-    for name, kernel in registered().items():
-        if kernel.spec.tuned is None or filters["kernel"] not in (None, name):
+    rows, unreadable = entries(filters.pop("kernel"))
+    if unreadable:
+        raise AutotuneError(unreadable[0])
+    dtype = filters.pop("dtype")
+    out = []
+    for r in rows:
+        if any(v is not None and r[k] != v for k, v in filters.items()):
             continue
-        for e in shipped_table(kernel.spec.tuned).query(**filters):
-            if dtype is not None and short_dtype(dtype) not in {
-                short_dtype(a.dtype) for a in parse_args(e["signature"])
-            }:
-                continue
-            config = {**e, "config": json.dumps(e["config"], sort_keys=True)}
-            problems = served_problems({"default_time_s": None, "speedup": None, **config})
-            rows.append(
-                {**e, "table": str(kernel.spec.tuned), "served": "; ".join(problems) or "yes"}
-            )
-    return rows
+        if dtype is not None and short_dtype(dtype) not in {
+            short_dtype(a.dtype) for a in parse_args(r["signature"])
+        }:
+            continue
+        problems = r.pop("problems")
+        out.append({**r, "served": "; ".join(problems) or "yes"})
+    return out
 
 
 def cmd_check(args: argparse.Namespace) -> int:
