@@ -147,8 +147,8 @@ def tune(
         from autotune.variant_tuning import tune_group
 
         return tune_group(
-            kernel, args, kwargs=kwargs, settings=settings, db=db, store=store,
-            progress=progress, worker=worker,
+            kernel, args, target=fn if isinstance(fn, str) else None, kwargs=kwargs,
+            settings=settings, db=db, store=store, progress=progress, worker=worker,
         )  # fmt: skip
     spec = kernel.spec
     kwargs = dict(kwargs or {})

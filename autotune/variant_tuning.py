@@ -2,15 +2,18 @@
 its best configuration side by side, by one timer, and store which one won.
 
 Each autotuned member is tuned as on its own (`autotune.tune`: its entry is stored under its
-own key); a plain member has nothing to tune. The winners are then compiled in this process,
-checked against one another (a member whose output differs is dropped, with the reason) and
-timed interleaved as the finalists of one kernel are (autotune.finalists): ties within the
-noise go to the member listed first. The group's entry, under its own key, holds the winning
-member's name as its config, with one trial per member timed.
+own key); a plain member has nothing to tune. The group is then measured as a kernel whose
+candidates are its members, each pinned to its best configuration ({"variant": NAME, ...}),
+by the same kind of worker as any tuning task (in this process, or a device worker under
+isolation): each is checked against one oracle (the first member's plain-JAX reference, or the
+first plain member), timed, and the finalists are re-measured interleaved
+(autotune.finalists); ties within the noise go to the first member. The group's entry, under
+its own key, holds the winning member's name as its config, with one trial per member.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import time
@@ -22,13 +25,12 @@ from typing import Any
 from autotune import registry
 from autotune.device import current_device
 from autotune.errors import AutotuneError, KernelError
-from autotune.finalists import MAX_REPS, ROUND_S, ROUNDS, Finalist, rank
-from autotune.measure import compile_ahead, interleaved, summarise, time_compiled
+from autotune.finalists import remeasure
 from autotune.trial import TrialRecord
 from autotune.tune_settings import TuneSettings
 from autotune.tuner import TuneResult, _open_db, random_inputs, tune
 from autotune.variants import PARAM, Member, VariantGroup
-from autotune.verify import compare
+from autotune.worker import DeviceWorker, InProcessWorker
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +42,7 @@ class GroupTuneResult(TuneResult):
 
     members: dict[str, TuneResult | None] = field(default_factory=dict)  # None: a plain member
     skipped: dict[str, str] = field(default_factory=dict)  # member -> why it did not compete
+    device: Any = None  # the DeviceInfo the members were measured on
 
     @property
     def winner(self) -> str:
@@ -56,74 +59,58 @@ def tune_group(
     group: VariantGroup,
     args: Sequence[Any],
     *,
+    target: str | None = None,
     kwargs: Mapping[str, Any] | None = None,
     settings: TuneSettings | None = None,
     db: Any = None,
     store: bool = True,
     progress: Callable[[TrialRecord, int, int], None] | None = None,
-    worker: Any = None,
+    worker: DeviceWorker | None = None,
 ) -> GroupTuneResult:
     """Tune `group` for these arguments (see the module docstring); `settings` apply to each
-    member's tuning, and `worker` (a DeviceWorker) measures them if given."""
+    member's tuning and to the side-by-side measurement. Under isolation one device worker
+    (`worker` if given) measures both. `target` is what a device worker imports the group by
+    (default: its registered name)."""
     settings = settings or TuneSettings()
     start = time.perf_counter()
     kwargs = dict(kwargs or {})
     args = random_inputs(args, 0 if settings.seed is None else settings.seed)
+    target = target or group.spec.name
+    owned: Any = None
+    if worker is None and settings.isolate:
+        worker = owned = DeviceWorker(
+            target,
+            args,
+            kwargs,
+            settings.policy,
+            settings.limits,
+            settings.worker_platforms,
+            settings.compile_workers,
+        )
     handle = _open_db(db) if store else None
     try:
-        device = current_device()
-        sig = group.spec.signature(args, kwargs, device)
-        key = group.spec.key(sig, device)
-        members, skipped = group.runnable(args, kwargs)
-        tuned: dict[str, TuneResult | None] = {}
-        configs: dict[str, dict[str, Any]] = {}
-        # each member's study is named for its own key: a job names the group's
-        member_settings = settings.replace(study_name=None)
-        for member in members:
-            if member.kernel is None:
-                tuned[member.name], configs[member.name] = None, {}
-                continue
-            try:
-                result = tune(
-                    member.kernel,
-                    args,
-                    kwargs=kwargs,
-                    settings=member_settings,
-                    db=handle,
-                    store=store,
-                    progress=progress,
-                    worker=worker,
-                )
-            except AutotuneError as e:
-                skipped[member.name] = f"tuning failed: {e}"
-                continue
-            tuned[member.name], configs[member.name] = result, result.best_config
+        with owned or contextlib.nullcontext():  # a worker given stays open
+            # which members can run is judged for the device they will run on
+            device = worker.device if worker is not None else current_device()
+            members, skipped = group.runnable(args, kwargs, device)
+            tuned, configs = _tune_members(
+                members, args, kwargs, settings, handle, progress, worker, skipped
+            )
+            finalists_start = time.perf_counter()
+            if worker is None:
+                with InProcessWorker(
+                    group.spec, args, kwargs, settings.policy, settings.compile_workers
+                ) as here:
+                    result = _side_by_side(group, here, configs, args, kwargs, skipped)
+            else:
+                worker.device = worker.set_task(target, args, kwargs, settings.policy)
+                result = _side_by_side(group, worker, configs, args, kwargs, skipped)
+        result.members = tuned
+        result.finalists_s = time.perf_counter() - finalists_start
         for name, reason in skipped.items():
             log.info("variant group %s: %s skipped: %s", group.spec.name, name, reason)
-        finalists_start = time.perf_counter()
-        ranked, records = _side_by_side(group, configs, tuned, args, kwargs, settings, skipped)
-        if not ranked:
-            raise KernelError(
-                f"no member of variant group {group.spec.name!r} can run {sig.text} here: "
-                + "; ".join(f"{n}: {r}" for n, r in skipped.items())
-            )
-        default = next(f for f in ranked if f.distance == min(g.distance for g in ranked))
-        result = GroupTuneResult(
-            kernel=group.spec.name,
-            key=key,
-            best_config=ranked[0].config,
-            best_time_s=ranked[0].time_s,
-            default_config=default.config,
-            default_time_s=default.time_s,
-            trials=records,
-            run_id=uuid.uuid4().hex,
-            finalists=ranked,
-            finalists_s=time.perf_counter() - finalists_start,
-            members=tuned,
-            skipped=skipped,
-        )
         if handle is not None:
-            _store(handle, result, device)
+            _store(handle, result)
             result.db_url = handle.url
             registry.entry_stored()
     finally:
@@ -133,77 +120,117 @@ def tune_group(
     return result
 
 
+def _tune_members(
+    members: Sequence[Member],
+    args: list[Any],
+    kwargs: dict[str, Any],
+    settings: TuneSettings,
+    handle: Any,
+    progress: Callable[[TrialRecord, int, int], None] | None,
+    worker: DeviceWorker | None,
+    skipped: dict[str, str],
+) -> tuple[dict[str, TuneResult | None], dict[str, dict[str, Any]]]:
+    """Each member's tune result (None for a plain member) and its pinned configuration
+    ({"variant": NAME, **best}); a member whose tuning fails goes to `skipped`, with why."""
+    tuned: dict[str, TuneResult | None] = {}
+    configs: dict[str, dict[str, Any]] = {}
+    # each member's study is named for its own key: a job names the group's
+    member_settings = settings.replace(study_name=None)
+    for member in members:
+        if member.kernel is None:
+            tuned[member.name], configs[member.name] = None, {PARAM: member.name}
+            continue
+        try:
+            result = tune(
+                member.kernel,
+                args,
+                kwargs=kwargs,
+                settings=member_settings,
+                db=handle,
+                store=handle is not None,
+                progress=progress,
+                worker=worker,
+            )
+        except AutotuneError as e:
+            skipped[member.name] = f"tuning failed: {e}"
+            continue
+        tuned[member.name] = result
+        configs[member.name] = {PARAM: member.name, **result.best_config}
+    return tuned, configs
+
+
 def _side_by_side(
     group: VariantGroup,
+    worker: Any,
     configs: Mapping[str, dict[str, Any]],
-    tuned: Mapping[str, TuneResult | None],
+    args: list[Any],
+    kwargs: dict[str, Any],
+    skipped: dict[str, str],
+) -> GroupTuneResult:
+    """The members, each pinned to its configuration, measured on `worker` (set to the group's
+    task) as one kernel's candidates and re-measured side by side; KernelError if none ran."""
+    oracle, oracle_name = _oracle(group, configs, args, kwargs)
+    worker.set_oracle(oracle)
+    trials = []
+    for config in configs.values():
+        record = worker.measure(config)
+        if record.status == "ok":
+            trials.append(record)
+        else:
+            skipped[config[PARAM]] = f"{record.status}: {record.error}"
+    if not trials:
+        raise KernelError(
+            f"no member of variant group {group.spec.name!r} can run this call here: "
+            + "; ".join(f"{n}: {r}" for n, r in skipped.items())
+        )
+    default = trials[0].config  # the first member that ran
+    ranked = remeasure(worker, trials, default, n=len(trials))
+    device = worker.device
+    key = group.spec.key(group.spec.signature(args, kwargs, device), device)
+    records = []
+    for t in trials:  # stored under the group's key: the member's name is its config there
+        record = TrialRecord(**{**t.as_dict(), "config": {PARAM: t.config[PARAM]}})
+        record.is_default, record.oracle = t.config == default, oracle_name
+        records.append(record)
+    by_name = {f.config[PARAM]: f for f in ranked}
+    return GroupTuneResult(
+        kernel=group.spec.name,
+        key=key,
+        best_config={PARAM: ranked[0].config[PARAM]},
+        best_time_s=ranked[0].time_s,
+        default_config={PARAM: default[PARAM]},
+        default_time_s=by_name[default[PARAM]].time_s,
+        trials=records,
+        run_id=uuid.uuid4().hex,
+        finalists=ranked,
+        skipped=skipped,
+        device=device,
+    )
+
+
+def _oracle(
+    group: VariantGroup,
+    configs: Mapping[str, dict[str, Any]],
     args: Sequence[Any],
     kwargs: Mapping[str, Any],
-    settings: TuneSettings,
-    skipped: dict[str, str],
-) -> tuple[list[Finalist], list[TrialRecord]]:
-    """Each member at its configuration compiled, checked against the first autotuned member
-    (else the first) and timed interleaved: the finalists, winner first, and one trial each."""
-    order = list(group.members)
-    compiled: dict[str, Any] = {}
-    outputs: dict[str, Any] = {}
-    for name, config in configs.items():
+) -> tuple[Any, str]:
+    """The output every member must match, computed in this process, and the oracle's name
+    (autotune.oracle's): the first member's plain-JAX reference, or the first plain member's
+    output (XLA); else the first member's output in interpret mode."""
+    import jax
+
+    for name in configs:
         member: Member = group.members[name]
-        fn = (
-            member.kernel.spec.bound_function(config, interpret=True)
-            if member.kernel
-            else member.fn
-        )
-        try:
-            compiled[name], _ = compile_ahead(functools.partial(fn, **kwargs), args)
-            outputs[name] = compiled[name](*args)
-        except Exception as e:  # a member that fails here does not compete
-            skipped[name] = f"{type(e).__name__}: {e}".splitlines()[0]
-            compiled.pop(name, None)
-    checked = [n for n in compiled if tuned.get(n) is not None] or list(compiled)
-    if checked:
-        reference = checked[0]
-        for name in list(compiled):
-            verdict = compare(outputs[name], outputs[reference], kwargs.get("precision"))
-            if not verdict.ok:
-                skipped[name] = f"its output differs from {reference}'s: {verdict.message}"
-                del compiled[name]
-    names = list(compiled)
-    if not names:
-        return [], []
-    first = {}
-    for name in names:
-        result = tuned.get(name)
-        first[name] = (
-            result.best_time_s
-            if result is not None
-            else time_compiled(compiled[name], args, settings.policy).median_s
-        )
-    timings: list[Any] = [None] * len(names)
-    timer = "wall"
-    if len(names) > 1:
-        reps = max(1, min(MAX_REPS, int(ROUND_S / max(min(first.values()), 1e-9))))
-        samples, timer = interleaved(
-            [compiled[n] for n in names], [list(args)], ROUNDS, reps, settings.policy
-        )
-        timings = [summarise(s, timer) for s in samples]
-    finalists = [
-        Finalist(config={PARAM: n}, first_s=first[n], timing=t, distance=float(order.index(n)))
-        for n, t in zip(names, timings)
-    ]
-    records = [
-        TrialRecord(
-            config={PARAM: n},
-            status="ok",
-            **(t.as_trial_fields() if t else {"time_s": first[n], "timer": timer}),
-            is_default=n == names[0],
-        )
-        for n, t in zip(names, timings)
-    ]
-    return rank(finalists), records
+        reference = member.kernel.spec.reference if member.kernel else member.fn
+        if reference is not None:
+            output = jax.jit(functools.partial(reference, **kwargs))(*args)
+            return jax.block_until_ready(output), "reference"
+    first = group.spec.interpreted(next(iter(configs.values())))
+    output = jax.jit(functools.partial(first, **kwargs))(*args)
+    return jax.block_until_ready(output), "interpret"
 
 
-def _store(handle: Any, result: GroupTuneResult, device: Any) -> None:
+def _store(handle: Any, result: GroupTuneResult) -> None:
     """The members' trials and the group's entry, under the group's key."""
     ids = handle.add_trials(result.key, result.run_id, result.trials)
     for record, db_id in zip(result.trials, ids):
@@ -222,9 +249,9 @@ def _store(handle: Any, result: GroupTuneResult, device: Any) -> None:
             "run_id": result.run_id,
             "strategy": "variants",
             "timer": best.timer or "wall",
-            "jax_version": device.jax_version,
-            "jaxlib_version": device.jaxlib_version,
-            "runtime_version": device.runtime_summary,
+            "jax_version": result.device.jax_version,
+            "jaxlib_version": result.device.jaxlib_version,
+            "runtime_version": result.device.runtime_summary,
         },
     )
     log.info("stored %s %s: %s", result.kernel, result.key.signature, result.best_config)

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from autotune import registry
-from autotune.device import current_device
+from autotune.device import DeviceInfo, current_device
 from autotune.errors import KernelError
 from autotune.platforms import PLATFORMS
 from autotune.registry import KernelSpec
@@ -34,13 +34,13 @@ class Member:
     implementation, a third-party kernel) with no tunables.
 
     `name` defaults to the kernel's registered name or the function's `__name__`; `why_not`,
-    if given, says why the member cannot run in this process (e.g. it needs a Hopper GPU), or
-    returns None where it can.
+    if given, says why the member cannot run on a device (a DeviceInfo: e.g. it needs a Hopper
+    GPU), or returns None where it can.
     """
 
     fn: Callable
     name: str | None = None
-    why_not: Callable[[], str | None] | None = None
+    why_not: Callable[[DeviceInfo], str | None] | None = None
 
     @property
     def kernel(self) -> AutotunedKernel | None:
@@ -73,8 +73,15 @@ class VariantGroup(AutotunedKernel):
         first = next(iter(self.members.values()))
 
         def dispatch(*args: Any, variant: str = names[0], interpret: bool = False, **kwargs: Any):
-            # `interpret` is the runtime's; each member chooses its own interpret mode
-            return self.members[variant].fn(*args, **kwargs)
+            member = self.members[variant]
+            kernel = member.kernel
+            pinned = (
+                {k: kwargs.pop(k) for k in kernel.spec.tunables & kwargs.keys()} if kernel else {}
+            )
+            if pinned:  # a member's configuration given (a group's tuning): no lookup
+                return kernel.spec.bound_function(pinned, interpret=interpret)(*args, **kwargs)
+            # otherwise each member looks up its configuration, and chooses its interpret mode
+            return member.fn(*args, **kwargs)
 
         params = [p for p in _call_parameters(first) if p.kind is not p.VAR_KEYWORD]
         params += [
@@ -107,18 +114,25 @@ class VariantGroup(AutotunedKernel):
 
     # ------------------------------------------------------------------ members
 
-    def why_not(self, member: Member, args: Sequence[Any], kwargs: Mapping[str, Any]) -> str | None:
-        """Why `member` cannot run on this platform or for this call, or None where it can:
-        its own `why_not`, then whether it traces for these arguments (shapes only)."""
+    def why_not(
+        self,
+        member: Member,
+        args: Sequence[Any],
+        kwargs: Mapping[str, Any],
+        device: DeviceInfo | None = None,
+    ) -> str | None:
+        """Why `member` cannot run this call on `device` (default: this process's), or None
+        where it can: its own `why_not`, then whether it traces for these arguments (shapes
+        only, in this process)."""
         import jax
 
-        reason = member.why_not() if member.why_not else None
+        device = device or current_device()
+        reason = member.why_not(device) if member.why_not else None
         if reason:
             return reason
         kernel = member.kernel
-        platform = current_device().platform
-        if kernel is not None and platform not in kernel.spec.spaces:
-            return f"{member.name} has no search space for {platform}"
+        if kernel is not None and device.platform not in kernel.spec.spaces:
+            return f"{member.name} has no search space for {device.platform}"
         at = [i for i, a in enumerate(args) if is_array(a)]
 
         def call(*arrays: Any) -> Any:
@@ -138,13 +152,14 @@ class VariantGroup(AutotunedKernel):
         return None
 
     def runnable(
-        self, args: Sequence[Any], kwargs: Mapping[str, Any]
+        self, args: Sequence[Any], kwargs: Mapping[str, Any], device: DeviceInfo | None = None
     ) -> tuple[list[Member], dict[str, str]]:
-        """The members that can run this call here, in order, and why each other cannot."""
+        """The members that can run this call on `device` (default: this process's), in order,
+        and why each other cannot."""
         kwargs = {k: v for k, v in kwargs.items() if k != PARAM}
         ok, skipped = [], {}
         for member in self.members.values():
-            reason = self.why_not(member, args, kwargs)
+            reason = self.why_not(member, args, kwargs, device)
             if reason is None:
                 ok.append(member)
             else:

@@ -16,10 +16,12 @@ from __future__ import annotations
 
 import importlib.util
 import math
+import re
 
 import jax
 import jax.numpy as jnp
 
+from autotune.device import DeviceInfo
 from autotune.kernels.flash_attention import flash_attention
 from autotune.kernels.matmul import matmul, matmul_reference
 from autotune.kernels.matmul_mgpu import matmul_mgpu
@@ -31,23 +33,25 @@ MGPU_ATTENTION_BLOCK_KV = 128
 MGPU_ATTENTION_STEPS = 2
 
 
-def needs_hopper() -> str | None:
-    """Why a Mosaic GPU kernel cannot run in this process, or None: it needs a Hopper GPU
-    (compute capability 9.x: warpgroup MMA and TMA)."""
-    device = jax.devices()[0]
+# Hopper GPUs by the device kind jax reports (a device worker's device is known by its kind)
+HOPPER = re.compile(r"\bG?H(100|200|800|20)\b")
+
+
+def needs_hopper(device: DeviceInfo) -> str | None:
+    """Why a Mosaic GPU kernel cannot run on `device`, or None: it needs a Hopper GPU
+    (warpgroup MMA and TMA)."""
     if device.platform != "gpu":
-        return f"a Mosaic GPU kernel needs a Hopper GPU; this process runs on {device.platform}"
-    capability = str(getattr(device, "compute_capability", ""))
-    if not capability.startswith("9"):
-        return f"a Mosaic GPU kernel needs a Hopper GPU (compute capability 9.x), not {capability}"
+        return f"a Mosaic GPU kernel needs a Hopper GPU; this call runs on {device.platform}"
+    if not HOPPER.search(device.device_kind):
+        return f"a Mosaic GPU kernel needs a Hopper GPU (H100, H200, H800, GH200), not {device.device_kind}"
     return None
 
 
-def needs_hopper_and_absl() -> str | None:
+def needs_hopper_and_absl(device: DeviceInfo) -> str | None:
     """needs_hopper, and absl-py, which JAX's attention_mgpu module imports."""
     if importlib.util.find_spec("absl") is None:
         return "JAX's attention_mgpu imports absl-py, which is not installed: pip install absl-py"
-    return needs_hopper()
+    return needs_hopper(device)
 
 
 def mosaic_gpu_attention(
