@@ -1,4 +1,5 @@
-"""@autotuned: call -> key -> lookup (memo, database, fallback) -> compiled kernel call.
+"""@autotuned: call -> key -> lookup (memo, overlay, database, shipped table, fallback) ->
+compiled kernel call.
 
 Each kernel has one jitted entry whose body does the lookup, so the lookup runs only while jit
 traces it (once per new shapes, dtypes and static arguments) and a repeated eager call costs what

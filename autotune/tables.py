@@ -85,8 +85,8 @@ def read_entries(path: Path) -> EntryTable:
 
 def entries_of(source: Any) -> EntryTable:
     """An EntryTable from what an overlay is given: a path (file or folder of exported JSON),
-    an export document, a tune result (TuneResult: its best entry), or a list of these or of
-    export entries."""
+    an export document, an entry, a tune result (TuneResult: its best entry; a variant
+    group's, its members' too), or a list or dict of these."""
     if isinstance(source, EntryTable):
         return source
     if isinstance(source, (str, Path)):
@@ -95,28 +95,20 @@ def entries_of(source: Any) -> EntryTable:
         from autotune.db import validate_export
 
         return EntryTable(validate_export(source), "an export document")
-    items = [source] if isinstance(source, Mapping) or hasattr(source, "key") else source
+    if isinstance(source, Mapping) and all(k in source for k in (*KEY_FIELDS, "config")):
+        return EntryTable([source], "an overlay")
+    if hasattr(source, "key") and hasattr(source, "best_config"):  # a TuneResult
+        entry = {**source.key.as_dict(), "config": source.best_config, "time_s": source.best_time_s}
+        members = [m for m in getattr(source, "members", {}).values() if m is not None]
+        return EntryTable([entry, *entries_of(members).entries], "a tune result")
     try:
-        items = list(items)
+        items = list(source.values() if isinstance(source, Mapping) else source)
     except TypeError:
         raise AutotuneError(
             f"cannot overlay {type(source).__name__}: give a path, an export document, a tune "
             "result or a list of them"
         ) from None
-    entries: list[dict[str, Any]] = []
-    for item in items:
-        if hasattr(item, "key") and hasattr(item, "best_config"):  # a TuneResult
-            entries.append(
-                {**item.key.as_dict(), "config": item.best_config, "time_s": item.best_time_s}
-            )
-            # a variant group's result: its members' entries with the group's choice
-            members = getattr(item, "members", {}).values()
-            entries += entries_of([m for m in members if m is not None]).entries
-        elif isinstance(item, Mapping) and all(k in item for k in (*KEY_FIELDS, "config")):
-            entries.append(dict(item))
-        else:
-            entries += entries_of(item).entries
-    return EntryTable(entries, "an overlay")
+    return EntryTable([e for item in items for e in entries_of(item).entries], "an overlay")
 
 
 # a `tuned=` path -> its EntryTable (or the AutotuneError reading it failed with), read once

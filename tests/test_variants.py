@@ -25,7 +25,7 @@ def only_16_bit(x, y):
     return jnp.dot(x, y)
 
 
-def test_a_tuned_group_of_matmul_and_xla_serves_xla_on_a_cpu(db_url):
+def test_a_tuned_group_of_matmul_and_xla_serves_xla_on_a_cpu(db_url, tmp_path):
     group = autotune.variants("matmul_or_dot", [matmul, jnp.dot])
     args = [jax.ShapeDtypeStruct(X_SHAPE, jnp.float32), jax.ShapeDtypeStruct(Y_SHAPE, jnp.float32)]
     result = autotune.tune(group, args, n_trials=2, db=db_url)
@@ -49,6 +49,14 @@ def test_a_tuned_group_of_matmul_and_xla_serves_xla_on_a_cpu(db_url):
     np.testing.assert_allclose(grad, np.broadcast_to(np.asarray(y).sum(1), X_SHAPE), rtol=1e-4)
     forced = group.explain(x, y, variant="matmul")
     assert forced["variant"] == "matmul" and forced["source"] == "caller"
+
+    autotune.configure(db=tmp_path / "elsewhere.db")  # a user without these entries
+    assert group.explain(x, y)["variant"] == "matmul"  # untuned: the first member
+    with autotune.overlay(result):  # the group's choice and its members' entries
+        got = group.explain(x, y, variant="matmul")
+        assert got["member"]["source"] == "overlay"
+        assert got["config"] == result.members["matmul"].best_config
+        assert group.explain(x, y)["variant"] == "dot"
 
 
 def test_an_untuned_group_serves_its_first_member_that_can_run_under_jit_and_grad():
