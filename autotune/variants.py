@@ -73,7 +73,11 @@ class VariantGroup(AutotunedKernel):
         first = next(iter(self.members.values()))
 
         def dispatch(*args: Any, variant: str = names[0], interpret: bool = False, **kwargs: Any):
-            member = self.members[variant]
+            member = self.members.get(variant)
+            if member is None:
+                raise KernelError(
+                    f"variant group {name!r} has no member {variant!r}: give one of {', '.join(names)}"
+                )
             kernel = member.kernel
             pinned = (
                 {k: kwargs.pop(k) for k in kernel.spec.tunables & kwargs.keys()} if kernel else {}
@@ -92,7 +96,6 @@ class VariantGroup(AutotunedKernel):
         dispatch.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
         dispatch.__name__ = dispatch.__qualname__ = name
         dispatch.__doc__ = f"Variant group {name!r} of {', '.join(names)}."
-        dispatch.__module__ = getattr(first.fn, "__module__", __name__)
         hasher = hashlib.sha256()
         for member in self.members.values():
             kernel = member.kernel
