@@ -86,7 +86,8 @@ def read_entries(path: Path) -> EntryTable:
 def entries_of(source: Any) -> EntryTable:
     """An EntryTable from what an overlay is given: a path (file or folder of exported JSON),
     an export document, an entry, a tune result (TuneResult: its best entry; a variant
-    group's, its members' too), or a list or dict of these."""
+    group's, its members' too), a job's outcome (what `tune_program` returns a list of: its
+    result, where it tuned one), or a list or dict of these."""
     if isinstance(source, EntryTable):
         return source
     if isinstance(source, (str, Path)):
@@ -101,6 +102,8 @@ def entries_of(source: Any) -> EntryTable:
         entry = {**source.key.as_dict(), "config": source.best_config, "time_s": source.best_time_s}
         members = [m for m in getattr(source, "members", {}).values() if m is not None]
         return EntryTable([entry, *entries_of(members).entries], "a tune result")
+    if hasattr(source, "status") and hasattr(source, "result"):  # a job's (tune_program's) outcome
+        return entries_of([] if source.result is None else [source.result])
     try:
         items = list(source.values() if isinstance(source, Mapping) else source)
     except TypeError:
