@@ -76,19 +76,19 @@ def tune_group(
     kwargs = dict(kwargs or {})
     args = random_inputs(args, 0 if settings.seed is None else settings.seed)
     target = target or group.spec.name
-    owned: Any = None
-    if worker is None and settings.isolate:
-        worker = owned = DeviceWorker(
-            target,
-            args,
-            kwargs,
-            settings.policy,
-            settings.limits,
-            settings.worker_platforms,
-            settings.compile_workers,
-        )
     handle = _open_db(db) if store else None
     try:
+        owned: Any = None
+        if worker is None and settings.isolate:
+            worker = owned = DeviceWorker(
+                target,
+                args,
+                kwargs,
+                settings.policy,
+                settings.limits,
+                settings.worker_platforms,
+                settings.compile_workers,
+            )
         with owned or contextlib.nullcontext():  # a worker given stays open
             # which members can run is judged for the device they will run on
             device = worker.device if worker is not None else current_device()
