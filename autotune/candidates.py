@@ -38,34 +38,26 @@ from optuna.trial import FrozenTrial, TrialState
 from autotune import gp
 from autotune.valid_set import ListedSet, Position, ValidSet
 
-MODELS = ("tpe", "gp")
 TPE_GAMMA = 0.15  # share of the measured configurations that model the fast region
 TPE_BANDWIDTH = 0.15  # kernel width, in units of a whole ordered range
 _SEEN = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL, TrialState.RUNNING)
 
 
 class CandidateSampler(BaseSampler):
-    """Proposes the unmeasured valid configuration with the best model score (for the first
-    `n_startup` timings, one far from those measured). `valid` holds the configurations, their
-    positions and model inputs; its late features only the "gp" model uses, and only from
-    GP_LATE_FROM timings on. "tpe" needs them listed."""
+    """Proposes the unmeasured valid configuration with the best score of a model (`propose`,
+    one subclass per model); for the first `n_startup` timings, one far from those measured.
+    `valid` holds the configurations, their positions and model inputs."""
 
     def __init__(
         self,
         distributions: Mapping[str, BaseDistribution],
         valid: ValidSet,
         *,
-        model: str = "tpe",
         seed: int | None = None,
         n_startup: int,
     ) -> None:
-        if model not in MODELS:
-            raise ValueError(f"unknown model {model!r}: use one of {', '.join(MODELS)}")
-        if model == "tpe" and not isinstance(valid, ListedSet):
-            raise ValueError("the tpe model scores every valid configuration: list them")
         self.distributions = dict(distributions)
         self.valid = valid
-        self.model = model
         self.n_startup = n_startup
         self.rng = np.random.default_rng(seed)
         self.fallback = RandomSampler(seed=seed)
@@ -73,8 +65,6 @@ class CandidateSampler(BaseSampler):
             self.features = valid.features(valid.rows)  # of every listed one, for distances
         self._pool = np.zeros((0, len(valid.sizes)), dtype=np.int64)  # see _drawn
         self._dist_cols: dict[int, np.ndarray] = {}  # squared distances of all to row i
-        self._gp: gp.Fit | None = None  # the last fits, of times and of failures: the next
-        self._runs: gp.Fit | None = None  # ones start from them
 
     def reseed_rng(self) -> None:
         self.rng = np.random.default_rng()
@@ -117,15 +107,16 @@ class CandidateSampler(BaseSampler):
             return {}
         if len(ok) < self.n_startup:
             pos = self._spread(seen, ok + failed)
-        elif self.model == "gp":
-            pos = self._gp_propose(seen, ok, times, failed)
         else:
-            rows = self.valid.unseen_rows(seen)
-            measured = [self.valid.index[p] for p in ok + failed]
-            dist = np.stack([self._distances(i) for i in measured], axis=1)
-            s = _tpe_score(dist, np.arange(len(ok)), np.log(np.asarray(times)), rows)
-            pos = tuple(self.valid.rows[rows[int(np.argmax(s))]].tolist())
+            pos = self.propose(seen, ok, times, failed)
         return {} if pos is None else self.valid.to_params(pos)
+
+    def propose(
+        self, seen: set[Position], ok: list[Position], times: list[float], failed: list[Position]
+    ) -> Position | None:
+        """The model's best unseen candidate, from the timings `times` of `ok` and the
+        `failed` ones (None: nothing left)."""
+        raise NotImplementedError
 
     def _spread(self, seen: set[Position], measured: list[Position]) -> Position | None:
         """A start-up candidate: at random while nothing is measured, then one of the unseen
@@ -158,11 +149,64 @@ class CandidateSampler(BaseSampler):
             self._dist_cols[i] = col
         return col
 
+    def _drawn(self, seen: set[Position]) -> np.ndarray:
+        """GP_SCORED random valid configurations not `seen`, of a set that is not listed: those
+        of the last proposal less the ones measured since, and GP_SCORED / 8 or more drawn anew
+        in place of the oldest (each drawn one costs constraint checks)."""
+        keep = np.array([r for r in self._pool.tolist() if tuple(r) not in seen], dtype=np.int64)
+        keep = keep.reshape(len(keep), len(self.valid.sizes))
+        k = max(GP_SCORED - len(keep), GP_SCORED // 8)
+        new = self.valid.draw(self.rng, k, seen | set(map(tuple, keep.tolist())))
+        self._pool = np.vstack([keep, new])[-GP_SCORED:]
+        return self._pool
+
+
+class TpeSampler(CandidateSampler):
+    """The "tpe" model: a Parzen-estimator ratio over every listed valid configuration."""
+
+    def __init__(
+        self,
+        distributions: Mapping[str, BaseDistribution],
+        valid: ValidSet,
+        *,
+        seed: int | None = None,
+        n_startup: int,
+    ) -> None:
+        if not isinstance(valid, ListedSet):
+            raise ValueError("the tpe model scores every valid configuration: list them")
+        super().__init__(distributions, valid, seed=seed, n_startup=n_startup)
+
+    def propose(
+        self, seen: set[Position], ok: list[Position], times: list[float], failed: list[Position]
+    ) -> Position | None:
+        rows = self.valid.unseen_rows(seen)
+        measured = [self.valid.index[p] for p in ok + failed]
+        dist = np.stack([self._distances(i) for i in measured], axis=1)
+        s = _tpe_score(dist, np.arange(len(ok)), np.log(np.asarray(times)), rows)
+        return tuple(self.valid.rows[rows[int(np.argmax(s))]].tolist())
+
+
+class GpSampler(CandidateSampler):
+    """The "gp" model: a Gaussian process on log time, and one on ran/failed; its late features
+    only from GP_LATE_FROM timings on."""
+
+    def __init__(
+        self,
+        distributions: Mapping[str, BaseDistribution],
+        valid: ValidSet,
+        *,
+        seed: int | None = None,
+        n_startup: int,
+    ) -> None:
+        super().__init__(distributions, valid, seed=seed, n_startup=n_startup)
+        self._gp: gp.Fit | None = None  # the last fits, of times and of failures: the next
+        self._runs: gp.Fit | None = None  # ones start from them
+
     def _inputs(self, pos: np.ndarray, late: bool) -> np.ndarray:
         x = self.valid.features(pos)
         return np.hstack([x, self.valid.late_features(pos)]) if late else x
 
-    def _gp_propose(
+    def propose(
         self, seen: set[Position], ok: list[Position], times: list[float], failed: list[Position]
     ) -> Position | None:
         late = len(ok) >= GP_LATE_FROM
@@ -194,17 +238,6 @@ class CandidateSampler(BaseSampler):
         if not len(pool):
             return None
         return self._climb(pool, score(pool), score, taken | set(map(tuple, near.tolist())))
-
-    def _drawn(self, seen: set[Position]) -> np.ndarray:
-        """GP_SCORED random valid configurations not `seen`, of a set that is not listed: those
-        of the last proposal less the ones measured since, and GP_SCORED / 8 or more drawn anew
-        in place of the oldest (each drawn one costs constraint checks)."""
-        keep = np.array([r for r in self._pool.tolist() if tuple(r) not in seen], dtype=np.int64)
-        keep = keep.reshape(len(keep), len(self.valid.sizes))
-        k = max(GP_SCORED - len(keep), GP_SCORED // 8)
-        new = self.valid.draw(self.rng, k, seen | set(map(tuple, keep.tolist())))
-        self._pool = np.vstack([keep, new])[-GP_SCORED:]
-        return self._pool
 
     def _climb(
         self,

@@ -23,7 +23,7 @@ DEFAULT_TPU_KIND = "TPU v5 lite"
 DEFAULT_GPU_KIND = "NVIDIA H200"
 DEFAULT_KINDS = {"tpu": DEFAULT_TPU_KIND, "gpu": DEFAULT_GPU_KIND}
 # The backend each platform's check lowers through: those whose lowering runs on this host.
-CHECKED_BACKENDS = {m.PLATFORM: m for m in backends.MODULES if m.LOWERING_PLATFORM}
+CHECKED_BACKENDS = {b.platform: b for b in backends.BACKENDS if b.lowering_platform}
 
 
 def lowering_error(
@@ -42,7 +42,7 @@ def lowering_error(
 
     spec = kernel.spec
     fn = functools.partial(spec.fn, **spec.kernel_kwargs(config), **dict(kwargs or {}))
-    target = CHECKED_BACKENDS[platform].LOWERING_PLATFORM
+    target = CHECKED_BACKENDS[platform].lowering_platform
     try:
         jax.jit(fn).trace(*args).lower(lowering_platforms=(target,))
     except Exception as e:  # the lowerings report bad configs as ValueError, others vary
@@ -88,10 +88,12 @@ def check_space(
     kind = device_kind or DEFAULT_KINDS[platform]
     device = DeviceInfo(platform, kind, backends.default(platform), "", "", "")
     sig = spec.signature(args, kwargs, device)
-    if platform == "gpu" and sig.backend != backends.mosaic_gpu.NAME:
+    backend = backends.get(sig.backend or backends.default(platform))
+    if backend.lowering_platform is None:
+        checked = CHECKED_BACKENDS[platform].title
         raise KernelError(
-            f"{spec.name} lowers through {sig.backend or 'Triton'}, whose GPU lowering needs a "
-            "CUDA driver: only Mosaic GPU kernels can be checked for a GPU on this host"
+            f"{spec.name} lowers through {backend.title}, whose {platform} lowering needs the "
+            f"device's driver: only {checked} kernels can be checked for {platform} on this host"
         )
     space = spec.space(platform)
     configs = list(space.all_configs())

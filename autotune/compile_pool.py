@@ -20,7 +20,7 @@ AHEAD_PER_WORKER = 2  # configs compiled ahead per thread: enough to keep it bus
 
 def default_compile_workers(device: Any) -> int:
     """Compile threads sized to the host: none on the CPU, where they would disturb timing."""
-    return 0 if device.platform == "cpu" else min(MAX_DEFAULT_WORKERS, os.cpu_count() or 1)
+    return 0 if device.interpret else min(MAX_DEFAULT_WORKERS, os.cpu_count() or 1)
 
 
 class CompilePool:

@@ -1,4 +1,5 @@
-"""The tuning database: SQLAlchemy models and the TuningDB facade.
+"""The tuning database: the TuningDB facade (models in autotune.schema, URLs and files in
+autotune.dbconnect, export documents in autotune.dbexport).
 
 Any SQLAlchemy URL works; the default is a SQLite file in the user's cache directory (WAL mode,
 busy timeout), and a PostgreSQL URL serves a team. Configs are stored as JSON text and read back
@@ -13,25 +14,16 @@ on a stale read snapshot.
 
 from __future__ import annotations
 
-import contextlib
-import json
-import math
 import os
 import socket
 import sqlite3
 from collections.abc import Callable, Iterable
 from datetime import datetime, timezone
-from pathlib import Path
 from typing import Any
 
 from sqlalchemy import (
-    Boolean,
-    DateTime,
     Float,
     Integer,
-    String,
-    Text,
-    UniqueConstraint,
     create_engine,
     delete,
     event,
@@ -40,208 +32,38 @@ from sqlalchemy import (
     select,
     update,
 )
-from sqlalchemy.engine import Connection, Engine, make_url
-from sqlalchemy.exc import ArgumentError, IntegrityError, OperationalError, SQLAlchemyError
-from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
+from sqlalchemy.engine import Connection
+from sqlalchemy.exc import IntegrityError, OperationalError, SQLAlchemyError
+from sqlalchemy.orm import Session
 
 from autotune import migrations
+from autotune.dbconnect import (
+    DEFAULT_BUSY_TIMEOUT_S,
+    create_private_file,
+    normalize_url,
+    server_args,
+    sqlite_begin,
+    sqlite_file,
+    sqlite_pragmas,
+    sqlite_reader,
+    writable,
+)
+from autotune.dbexport import EXPORT_FORMAT, PREFER, merge_entries, validate_export
 from autotune.errors import DatabaseError, SignatureError
-from autotune.platforms import PLATFORMS
-from autotune.settings import default_db_path
+from autotune.schema import (
+    KEY_COLUMNS,
+    SCHEMA_VERSION,
+    Base,
+    Miss,
+    Result,
+    SchemaInfo,
+    Trial,
+    decode_config,
+    encode_config,
+    utcnow,
+)
 from autotune.signature import TuningKey, parse_args, short_dtype
 from autotune.trial import TrialRecord
-
-# The newest revision of autotune/migrations/versions (a test holds the two equal), known here
-# without Alembic so that opening a current database stays cheap. v1: the first released
-# schema (tests/fixtures/v1.db); v2: the tables are prefixed (`autotune_trials`, ...), and each
-# trial records the oracle that judged it (`oracle`).
-SCHEMA_VERSION = 2
-DEFAULT_BUSY_TIMEOUT_S = 30.0  # tools wait this long for another writer; the runtime much less
-KEY_COLUMNS = (
-    "kernel",
-    "kernel_version",
-    "platform",
-    "device_kind",
-    "backend",
-    "signature",
-    "static",
-)
-TRIAL_STATUSES = (
-    "ok",
-    "rejected",
-    "compile_error",
-    "runtime_error",
-    "pruned",
-    "crashed",
-    "timeout",
-)
-
-
-def utcnow() -> datetime:
-    return datetime.now(timezone.utc)
-
-
-def table_names(version: int) -> dict[str, str]:
-    """The tables of schema `version`, by what they hold: results, trials, misses."""
-    prefix = "autotune_" if version >= 2 else ""
-    return {role: prefix + role for role in ("results", "trials", "misses")}
-
-
-TABLES = table_names(SCHEMA_VERSION)
-
-
-class Base(DeclarativeBase):
-    pass
-
-
-class _KeyColumns:
-    kernel: Mapped[str] = mapped_column(String(200), index=True)
-    kernel_version: Mapped[str] = mapped_column(String(64))
-    platform: Mapped[str] = mapped_column(String(16))
-    device_kind: Mapped[str] = mapped_column(String(200))
-    backend: Mapped[str] = mapped_column(String(32))
-    signature: Mapped[str] = mapped_column(String(1000))
-    static: Mapped[str] = mapped_column(String(1000), default="{}")
-
-
-class SchemaInfo(Base):
-    __tablename__ = "schema_info"
-    id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    version: Mapped[int] = mapped_column(Integer)
-
-
-class Trial(_KeyColumns, Base):
-    """One measured (or failed) candidate of a tuning run."""
-
-    __tablename__ = TABLES["trials"]
-    id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    run_id: Mapped[str] = mapped_column(String(64), index=True)
-    config: Mapped[str] = mapped_column(Text)
-    status: Mapped[str] = mapped_column(String(32))
-    is_default: Mapped[bool] = mapped_column(Boolean, default=False)
-    time_s: Mapped[float | None] = mapped_column(Float, nullable=True)  # median
-    time_min_s: Mapped[float | None] = mapped_column(Float, nullable=True)
-    time_p10_s: Mapped[float | None] = mapped_column(Float, nullable=True)
-    time_p90_s: Mapped[float | None] = mapped_column(Float, nullable=True)
-    n_reps: Mapped[int | None] = mapped_column(Integer, nullable=True)
-    timer: Mapped[str | None] = mapped_column(String(32), nullable=True)
-    compile_s: Mapped[float | None] = mapped_column(Float, nullable=True)
-    max_error: Mapped[float | None] = mapped_column(Float, nullable=True)
-    error: Mapped[str | None] = mapped_column(Text, nullable=True)
-    # which oracle judged it: "interpret" or "reference" (autotune.oracle); v2
-    oracle: Mapped[str | None] = mapped_column(String(32), nullable=True)
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
-
-
-class Result(_KeyColumns, Base):
-    """The best configuration of one key, with its provenance."""
-
-    __tablename__ = TABLES["results"]
-    __table_args__ = (UniqueConstraint(*KEY_COLUMNS, name="uq_results_key"),)
-    id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    config: Mapped[str] = mapped_column(Text)
-    time_s: Mapped[float] = mapped_column(Float)
-    default_time_s: Mapped[float | None] = mapped_column(Float, nullable=True)
-    speedup: Mapped[float | None] = mapped_column(Float, nullable=True)
-    n_trials: Mapped[int] = mapped_column(Integer)
-    n_rejected: Mapped[int] = mapped_column(Integer)
-    trial_id: Mapped[int | None] = mapped_column(Integer, nullable=True)
-    run_id: Mapped[str] = mapped_column(String(64))
-    strategy: Mapped[str] = mapped_column(String(32))
-    timer: Mapped[str] = mapped_column(String(32))
-    jax_version: Mapped[str] = mapped_column(String(32))
-    jaxlib_version: Mapped[str] = mapped_column(String(32))
-    runtime_version: Mapped[str] = mapped_column(String(200), default="")
-    host: Mapped[str] = mapped_column(String(200), default="")
-    tuned_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
-
-
-class Miss(_KeyColumns, Base):
-    """A key that model code asked for and the database did not have."""
-
-    __tablename__ = TABLES["misses"]
-    __table_args__ = (UniqueConstraint(*KEY_COLUMNS, name="uq_misses_key"),)
-    id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    count: Mapped[int] = mapped_column(Integer, default=1)
-    first_seen: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
-    last_seen: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
-
-
-def normalize_url(url: str | os.PathLike | None) -> str:
-    """An SQLAlchemy URL from a URL, a file path, or None ($PALLAS_AUTOTUNE_DB, else the
-    default per-user file)."""
-    url = url if url is not None else os.environ.get("PALLAS_AUTOTUNE_DB") or None
-    if url is None:
-        path = default_db_path()
-        _make_private_dir(path.parent)
-        return sqlite_url(path)
-    url = os.fspath(url)
-    if url.startswith(("postgresql://", "postgres://")):
-        # the driver of the `postgres` extra; SQLAlchemy 2.0 would pick psycopg2 for a bare URL
-        return "postgresql+psycopg://" + url.split("://", 1)[1]
-    if "://" in url:
-        return url
-    return sqlite_url(Path(url).expanduser().resolve())
-
-
-def sqlite_url(path: Path) -> str:
-    """The SQLAlchemy URL of exactly this SQLite file: SQLAlchemy reads `%` in a URL as an
-    escape, `?` as the start of a query and `#` as a fragment, so those are escaped."""
-    text = str(path).replace("%", "%25").replace("?", "%3F").replace("#", "%23")
-    return f"sqlite:///{text}"
-
-
-def check_url(url: str, what: str = "--db") -> None:
-    """Refuse a database URL whose kind is unknown or whose driver is not installed, without
-    connecting or creating anything."""
-    try:
-        create_engine(normalize_url(url)).dispose()  # loads the driver; connects to nothing
-    except ImportError as e:
-        raise DatabaseError(
-            f"{what} {url}: its database driver is not installed ({e}): install it, or use a "
-            "file path or a postgresql:// URL (pip install 'pallas-autotune[postgres]')"
-        ) from None
-    except ArgumentError as e:
-        raise DatabaseError(
-            f"{what} {url} is not a database URL ({e}): give a file path, sqlite:///FILE or "
-            "postgresql://USER@HOST/NAME"
-        ) from None
-
-
-def _make_private_dir(path: Path) -> None:
-    path.mkdir(parents=True, exist_ok=True, mode=0o700)
-    os.chmod(path, 0o700)
-
-
-def _sqlite_file(url: str) -> Path | None:
-    """The file of a SQLite URL (None: not SQLite, or in memory)."""
-    try:
-        parsed = make_url(url)
-    except ArgumentError:
-        return None
-    if parsed.get_backend_name() != "sqlite" or parsed.database in (None, "", ":memory:"):
-        return None
-    return Path(parsed.database)
-
-
-def sqlite_reader(file: Path, busy_timeout_s: float = DEFAULT_BUSY_TIMEOUT_S) -> Engine:
-    """An engine that only reads `file`. WAL mode reads through the -shm file; in a folder
-    that cannot be written (a read-only mount, a database baked into an image) SQLite cannot
-    create it, so a database without one is opened immutable: nothing can be writing to it."""
-    shm = file.with_name(file.name + "-shm")
-    mode = "mode=ro" if shm.exists() or os.access(file.parent, os.W_OK) else "immutable=1"
-    uri = f"{file.absolute().as_uri()}?{mode}"  # as_uri escapes what a URI would misread
-
-    def connect() -> sqlite3.Connection:
-        return sqlite3.connect(uri, uri=True, timeout=busy_timeout_s, check_same_thread=False)
-
-    return create_engine(sqlite_url(file), creator=connect)
-
-
-def _writable(file: Path) -> bool:
-    """Whether SQLite can write `file`: the file itself (if it exists) and, for the -wal and
-    -shm files beside it, its folder."""
-    return os.access(file.parent, os.W_OK) and (not file.exists() or os.access(file, os.W_OK))
 
 
 def _row(obj: Base) -> dict[str, Any]:
@@ -266,18 +88,6 @@ def _is_number(value: Any) -> bool:
     return value is None or (isinstance(value, (int, float)) and not isinstance(value, bool))
 
 
-def decode_config(text: Any) -> Any:
-    """JSON text to a value; anything undecodable comes back as None (never executed)."""
-    try:
-        return json.loads(text)
-    except (TypeError, ValueError):
-        return None
-
-
-def encode_config(config: dict[str, Any]) -> str:
-    return json.dumps(config, sort_keys=True, separators=(",", ":"))
-
-
 class TuningDB:
     """The tuning database behind any SQLAlchemy URL (default: the per-user SQLite file)."""
 
@@ -288,7 +98,7 @@ class TuningDB:
         busy_timeout_s: float = DEFAULT_BUSY_TIMEOUT_S,
     ) -> None:
         self.url = normalize_url(url)
-        file = _sqlite_file(self.url)
+        file = sqlite_file(self.url)
         self.read_only = False  # a SQLite file that this process cannot write: served as is
         try:
             if file is not None:
@@ -296,22 +106,20 @@ class TuningDB:
                     raise DatabaseError(
                         f"database directory {file.parent} does not exist: create it or pick another --db"
                     )
-                self.read_only = file.exists() and not _writable(file)
+                self.read_only = file.exists() and not writable(file)
                 if self.read_only:
                     self.engine = sqlite_reader(file, busy_timeout_s)
                 else:
-                    _create_private_file(file)
+                    create_private_file(file)
                     self.engine = create_engine(self.url, connect_args={"timeout": busy_timeout_s})
-                event.listen(
-                    self.engine, "connect", _sqlite_pragmas(busy_timeout_s, self.read_only)
-                )
-                event.listen(self.engine, "begin", _sqlite_begin)
+                event.listen(self.engine, "connect", sqlite_pragmas(busy_timeout_s, self.read_only))
+                event.listen(self.engine, "begin", sqlite_begin)
                 self._writer = self.engine.execution_options(sqlite_begin="IMMEDIATE")
             else:
                 self.engine = create_engine(
                     self.url,
                     pool_pre_ping=True,
-                    connect_args=_server_args(self.url, busy_timeout_s),
+                    connect_args=server_args(self.url, busy_timeout_s),
                 )
                 self._writer = self.engine
             self._prepare()
@@ -484,25 +292,8 @@ class TuningDB:
         if prefer not in PREFER:
             raise DatabaseError(f"unknown preference {prefer!r}: use one of {', '.join(PREFER)}")
         entries = validate_export(doc)
-        counts = {"added": 0, "replaced": 0, "kept": 0}
         with self._session(write=True) as s:
-            for e in entries:
-                key = {k: e[k] for k in KEY_COLUMNS}
-                fields = {k: v for k, v in e.items() if k in Result.__table__.columns}
-                fields["config"] = encode_config(e["config"])
-                fields["tuned_at"] = _parse_time(e.get("tuned_at"))
-                row = s.scalars(select(Result).filter_by(**key)).first()
-                if row is None:
-                    s.add(Result(**{**fields, **key}))
-                    counts["added"] += 1
-                elif _better(fields, row, prefer):
-                    for k, v in fields.items():
-                        setattr(row, k, v)
-                    row.trial_id = None  # its trials live in the other database
-                    counts["replaced"] += 1
-                else:
-                    counts["kept"] += 1
-        return counts
+            return merge_entries(s, entries, prefer)
 
     def delete_entries(self, ids: Iterable[int], with_trials: bool = True) -> int:
         """Delete best entries by id (and the trials stored under their keys); returns how many."""
@@ -578,59 +369,6 @@ def _answer_miss(s: Session, key: TuningKey) -> None:
     s.execute(delete(Miss).filter_by(**key.as_dict()))
 
 
-EXPORT_FORMAT = "pallas-autotune-export"
-PREFER = ("faster", "newer")
-_EXPORT_TYPES = {
-    **{k: str for k in KEY_COLUMNS},
-    "config": dict,
-    "time_s": (int, float),
-    "n_trials": int,
-    "n_rejected": int,
-}
-
-
-def validate_export(doc: Any) -> list[dict[str, Any]]:
-    """The entries of an exported document, or a DatabaseError naming what is wrong."""
-    if not isinstance(doc, dict) or doc.get("format") != EXPORT_FORMAT:
-        raise DatabaseError(f'not a pallas-autotune export (no "format": "{EXPORT_FORMAT}")')
-    entries = doc.get("entries")
-    if not isinstance(entries, list):
-        raise DatabaseError('export has no list of "entries"')
-    for n, e in enumerate(entries, 1):
-        if not isinstance(e, dict):
-            raise DatabaseError(f"export entry {n} is not an object")
-        for name, kind in _EXPORT_TYPES.items():
-            if not isinstance(e.get(name), kind) or isinstance(e.get(name), bool):
-                raise DatabaseError(f"export entry {n}: field {name!r} is missing or malformed")
-        if not e["time_s"] > 0:
-            raise DatabaseError(f"export entry {n}: time_s must be positive, got {e['time_s']}")
-        if e["platform"] not in PLATFORMS:
-            raise DatabaseError(f"export entry {n}: unknown platform {e['platform']!r}")
-        try:
-            parse_args(e["signature"])
-        except SignatureError as err:
-            raise DatabaseError(f"export entry {n}: {err}") from None
-        bad = sorted(k for k in e if k not in Result.__table__.columns)
-        if bad:
-            raise DatabaseError(f"export entry {n}: unknown field(s) {', '.join(bad)}")
-    return entries
-
-
-def _parse_time(text: Any) -> datetime:
-    try:
-        t = datetime.fromisoformat(str(text))
-    except ValueError:
-        return utcnow()
-    return t if t.tzinfo else t.replace(tzinfo=timezone.utc)
-
-
-def _better(new: dict[str, Any], row: Result, prefer: str) -> bool:
-    if prefer == "newer":
-        old = row.tuned_at if row.tuned_at.tzinfo else row.tuned_at.replace(tzinfo=timezone.utc)
-        return new["tuned_at"] > old
-    return new["time_s"] < row.time_s
-
-
 def _best_fields(entry: dict[str, Any]) -> dict[str, Any]:
     fields = {
         k: v for k, v in entry.items() if k in Result.__table__.columns and k not in KEY_COLUMNS
@@ -696,39 +434,3 @@ class _GuardedSession:
 def _reason(e: BaseException) -> str:
     orig = getattr(e, "orig", None)
     return str(orig or e).splitlines()[0]
-
-
-def _create_private_file(file: Path) -> None:
-    """Create a new database file 0600 before SQLite opens it (its -wal and -shm files copy
-    the mode); an empty file is a valid empty SQLite database."""
-    with contextlib.suppress(FileExistsError):
-        os.close(os.open(file, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
-
-
-def _sqlite_pragmas(busy_timeout_s: float, read_only: bool) -> Callable[[Any, Any], None]:
-    def on_connect(dbapi_conn: Any, _record: Any) -> None:
-        # transactions are begun by _sqlite_begin, not by the driver (SQLAlchemy's recipe)
-        dbapi_conn.isolation_level = None
-        cur = dbapi_conn.cursor()
-        cur.execute(f"PRAGMA busy_timeout={int(busy_timeout_s * 1000)}")  # an int we computed
-        if not read_only:  # switching the journal mode is a write
-            cur.execute("PRAGMA journal_mode=WAL")
-        cur.close()
-
-    return on_connect
-
-
-def _sqlite_begin(conn: Connection) -> None:
-    mode = conn.get_execution_options().get("sqlite_begin", "DEFERRED")
-    conn.exec_driver_sql("BEGIN IMMEDIATE" if mode == "IMMEDIATE" else "BEGIN")
-
-
-def _server_args(url: str, busy_timeout_s: float) -> dict[str, Any]:
-    """PostgreSQL: wait at most the busy timeout for a lock, and for the server to answer."""
-    if not url.startswith("postgresql+psycopg"):
-        return {}
-    ms = int(busy_timeout_s * 1000)
-    return {
-        "connect_timeout": max(2, math.ceil(busy_timeout_s)),
-        "options": f"-c lock_timeout={ms}",
-    }

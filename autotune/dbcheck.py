@@ -5,19 +5,18 @@ from __future__ import annotations
 
 from typing import Any
 
+from autotune import backends
 from autotune.backends import PLATFORM_BACKENDS
-from autotune.db import (
-    KEY_COLUMNS,
-    SCHEMA_VERSION,
-    _sqlite_file,
-    decode_config,
-    encode_config,
-    normalize_url,
-    sqlite_reader,
-    table_names,
-)
+from autotune.dbconnect import normalize_url, sqlite_file, sqlite_reader
 from autotune.errors import AutotuneError
 from autotune.platforms import PLATFORMS
+from autotune.schema import (
+    KEY_COLUMNS,
+    SCHEMA_VERSION,
+    decode_config,
+    encode_config,
+    table_names,
+)
 
 TIMES = ("time_s", "default_time_s", "speedup")  # positive numbers; only time_s is required
 # the columns read, by name: what the first released schema (v1) already had
@@ -30,7 +29,7 @@ def check_database(url: Any) -> tuple[list[str], dict[str, int]]:
     from sqlalchemy import create_engine, func, inspect, select, table, text
 
     url = normalize_url(url)
-    file = _sqlite_file(url)
+    file = sqlite_file(url)
     if file is not None:
         if not file.is_file():
             return [f"{file} does not exist or is not a file"], {}
@@ -125,9 +124,7 @@ def served_problems(r: dict[str, Any]) -> list[str]:
         problems.append(f"unknown platform {_text(platform)!r}")
     elif backend not in PLATFORM_BACKENDS[platform]:
         problems.append(f"backend {_text(backend)!r} does not belong to platform {platform}")
-    elif (platform == "cpu" and kind != "cpu") or (
-        platform == "tpu" and not str(kind).startswith("TPU")
-    ):
+    elif not str(kind).startswith(backends.of_platform(platform).kind_prefix):
         problems.append(f"device kind {_text(kind)!r} is not a {platform} device")
     config = decode_config(r["config"])
     try:

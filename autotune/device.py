@@ -29,7 +29,9 @@ class DeviceInfo:
     @property
     def interpret(self) -> bool:
         """True where Pallas kernels can only run in interpret mode."""
-        return self.platform == "cpu"
+        from autotune import backends
+
+        return backends.interprets(self.platform)
 
 
 @functools.cache

@@ -36,3 +36,7 @@ class SettingsError(AutotuneError):
     def naming(self, names: Mapping[str, str]) -> SettingsError:
         """The same refusal, naming the setting `names[name]` (a flag, a job file's key)."""
         return SettingsError(names.get(self.name, self.name), self.problem)
+
+
+class JobError(AutotuneError):
+    """A job file, a shard or a task cannot be carried out as written."""

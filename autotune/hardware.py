@@ -63,18 +63,18 @@ def tpu_vmem_bytes(device_kind: str) -> int:
     return TPU_SCOPED_VMEM
 
 
+def by_kind(table: dict[str, int], device_kind: str, default: int) -> int:
+    """The figure of the first name in `table` (more specific names first) that `device_kind`
+    contains, else `default`: the one device-kind lookup of the chip tables."""
+    return next((value for name, value in table.items() if name in device_kind), default)
+
+
 def gpu_smem_bytes(device_kind: str) -> int:
-    for name, size in GPU_SMEM.items():
-        if name in device_kind:
-            return size
-    return GPU_SMEM_DEFAULT
+    return by_kind(GPU_SMEM, device_kind, GPU_SMEM_DEFAULT)
 
 
 def gpu_l2_bytes(device_kind: str) -> int:
-    for name, size in GPU_L2.items():
-        if name in device_kind:
-            return size
-    return GPU_L2_DEFAULT
+    return by_kind(GPU_L2, device_kind, GPU_L2_DEFAULT)
 
 
 def gpu_registers_ok(accumulator_elems: int, num_warps: int, bytes_per_elem: int = 4) -> bool:
@@ -117,7 +117,9 @@ def next_pow2(n: int) -> int:
 def clamp_block(block: int, dim: int, platform: str) -> int:
     """A block no larger than its dimension needs: the dimension itself, or on GPU, where
     Triton blocks are powers of two, the power of two that covers it."""
-    return min(block, next_pow2(dim) if platform == "gpu" else dim)
+    from autotune import backends  # below the backends, which import these tables
+
+    return min(block, next_pow2(dim) if backends.of_platform(platform).pow2_blocks else dim)
 
 
 def kernel_platform(interpret: bool) -> str:

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from autotune import backends
 from autotune.device import DeviceInfo, current_device
-from autotune.hardware import gpu_l2_bytes
+from autotune.policies import DEFAULT_POLICY, TIMERS, TimingPolicy
 from autotune.trial import Config, ConfigId, TrialRecord, config_id
 from autotune.verify import compare
 
@@ -30,24 +30,6 @@ if TYPE_CHECKING:
     from autotune.registry import KernelSpec
 
 log = logging.getLogger(__name__)
-
-TIMERS = ("cupti", "trace", "wall")
-
-
-@dataclass(frozen=True)
-class TimingPolicy:
-    """How long to time a candidate: repetitions until the spread is small or time runs out."""
-
-    warmup: int = 2  # calls before timing
-    warmup_s: float = 0.025  # and, with a device timer, at least this long (clocks ramp up)
-    min_reps: int = 5  # samples per batch; a candidate gets at least one batch
-    max_reps: int = 200
-    target_spread: float = 0.05  # (p90 - p10) / median at which more samples add little
-    max_time_s: float = 1.0  # per candidate, timed part only
-    timer: str = "auto"  # "auto" (the best available, see timer_order), or one of TIMERS
-
-
-DEFAULT_POLICY = TimingPolicy()
 
 
 @dataclass(frozen=True)
@@ -436,4 +418,4 @@ def cache_bytes(device: DeviceInfo) -> int:
     """The cache that could flatter a repeated call's inputs: the GPU's L2. TPUs stream inputs
     from HBM into VMEM on every call, and on the CPU (interpret mode) figures are never served,
     so neither rotates."""
-    return gpu_l2_bytes(device.device_kind) if device.platform == "gpu" else 0
+    return backends.of_platform(device.platform).cache_bytes(device.device_kind)

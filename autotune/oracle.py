@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from autotune.backends import mosaic_gpu
+from autotune import backends
 from autotune.errors import KernelError
 from autotune.signature import is_array
 from autotune.verify import compare
@@ -48,7 +48,7 @@ class Oracle:
 
 def interpret_affordable(backend: str | None, args: Sequence[Any]) -> bool:
     """Whether interpret mode can judge a kernel of `backend` at these arguments' shapes."""
-    if backend != mosaic_gpu.NAME:
+    if not backends.get(backend).slow_interpret:
         return True
     return sum(int(np.prod(a.shape)) for a in args if is_array(a)) <= GPU_INTERPRET_MAX_ELEMENTS
 

@@ -1,10 +1,47 @@
-"""The progress display of a tuning job, on a rich console."""
+"""A tuning job's progress: its state as it goes, and its display on a rich console."""
 
 from __future__ import annotations
 
+import time
+from dataclasses import dataclass, field
 from typing import Any
 
-from autotune.jobs import JobProgress, Outcome
+from autotune.task import Task
+
+
+@dataclass
+class Outcome:
+    task: Task
+    status: str  # tuned | skipped | failed
+    detail: str = ""
+    result: Any = None
+
+
+@dataclass
+class JobProgress:
+    """What a job reports as it goes; `show` receives it after every trial and task."""
+
+    n_tasks: int
+    task_index: int = 0
+    task: Task | None = None
+    trial: int = 0
+    n_trials: int = 0
+    best_s: float | None = None
+    started: float = field(default_factory=time.monotonic)
+    trials_done: int = 0
+    budget_left: int = 0  # trials of the tasks after the current one
+
+    @property
+    def elapsed_s(self) -> float:
+        return time.monotonic() - self.started
+
+    @property
+    def eta_s(self) -> float | None:
+        """Remaining time at the mean pace so far (skipped tasks take none)."""
+        if not self.trials_done:
+            return None
+        left = max(self.n_trials - self.trial, 0) + self.budget_left
+        return self.elapsed_s / self.trials_done * left
 
 
 class Display:

@@ -126,7 +126,7 @@ class KernelSpec:
         backend = ""
         # which backend matters on a GPU (Triton or Mosaic GPU: the key says which) and on the
         # CPU for a kernel run under its backend's interpret mode
-        if device.platform == "gpu" or (device.platform == "cpu" and not self.takes_interpret):
+        if backends.backend_matters(device.platform, self.takes_interpret):
             backend = self.compiles_through(args, kwargs) or ""
         return Signature(tuple(arrays), static, device.platform, device.device_kind, backend)
 
@@ -428,3 +428,19 @@ def resolve(target: str) -> Any:
             f"unknown kernel {target!r} (registered: {known}); or give 'package.module:function'"
         )
     return kernels[target]
+
+
+def import_path(kernel: Any) -> str:
+    """The 'module:function' a worker process imports `kernel` by, checked here."""
+    fn = kernel.spec.fn
+    path = f"{fn.__module__}:{fn.__qualname__}"
+    try:
+        found = resolve(path)
+    except KernelError:
+        found = None
+    if getattr(found, "spec", None) is None or found.spec.name != kernel.spec.name:
+        raise KernelError(
+            f"a device worker cannot import kernel {kernel.spec.name!r} as {path}: pass its "
+            "registered name or 'package.module:function' to tune(), or isolate=False"
+        )
+    return path

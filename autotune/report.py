@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from autotune.errors import AutotuneError
+from autotune.trial import config_text
 
 log = logging.getLogger(__name__)
 W, H, PAD = 480, 260, 44  # chart size and margin, in px
@@ -37,7 +38,7 @@ class Chart:
 
 def build(db: Any, kernel: str | None = None) -> list[tuple[dict[str, Any], list[Chart]]]:
     """The charts of every best entry (and one speedup chart per kernel, keyed by None)."""
-    from autotune.db import KEY_COLUMNS
+    from autotune.schema import KEY_COLUMNS
 
     sections: list[tuple[dict[str, Any], list[Chart]]] = []
     entries = db.query(kernel=kernel)
@@ -243,11 +244,7 @@ def write(db: Any, out: str | Path, kernel: str | None = None) -> tuple[Path, li
     for entry, charts in sections:
         if "signature" in entry:
             config = entry["config"]
-            config = (
-                " ".join(f"{k}={v}" for k, v in sorted(config.items()))
-                if isinstance(config, dict)
-                else "(unreadable config)"
-            )
+            config = config_text(config) if isinstance(config, dict) else "(unreadable config)"
             speedup = f"{entry['speedup']:.2f}x" if entry["speedup"] else "n/a"
             time = f"{entry['time_s'] * 1e3:.4f} ms" if entry["time_s"] else "n/a"
             parts.append(

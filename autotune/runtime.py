@@ -123,10 +123,11 @@ def _warn_once(cause: str, message: str) -> None:
 def _database() -> Any:
     """The runtime's TuningDB, opened on first use; None if it cannot be opened (warned once)."""
     if _STATE.db is None:
-        from autotune.db import TuningDB, _sqlite_file, normalize_url
+        from autotune.db import TuningDB
+        from autotune.dbconnect import normalize_url, sqlite_file
 
         try:
-            file = _sqlite_file(normalize_url(_STATE.settings.db_url))
+            file = sqlite_file(normalize_url(_STATE.settings.db_url))
             missing = file is not None and not file.exists()
             _STATE.db = TuningDB(_STATE.settings.db_url, busy_timeout_s=RUNTIME_BUSY_TIMEOUT_S)
         except Exception as e:  # whatever the database does, model code goes on
@@ -165,6 +166,17 @@ def _as_autotune_error(e: Exception) -> AutotuneError:
     )
 
 
+def _is_option(p: inspect.Parameter) -> bool:
+    """A keyword-only parameter with a default that is no array: a default other than None, or
+    None under an annotation that names no array (`sm_scale: float | None = None`); an
+    unannotated None default may stand for an optional array (`bias=None`)."""
+    if p.kind is not p.KEYWORD_ONLY or p.default is p.empty:
+        return False
+    if p.default is not None:
+        return True
+    return p.annotation is not p.empty and "array" not in str(p.annotation).lower()
+
+
 class AutotunedKernel:
     """A kernel wrapper that calls its function with the tuned configuration."""
 
@@ -180,14 +192,14 @@ class AutotunedKernel:
         options = {p.name for p in params if p.kind is p.KEYWORD_ONLY or p.default is not p.empty}
         self._static_names = frozenset(options | spec.tunables | {"interpret"})
         # A signature whose every argument is an array (positional, no default) or an option
-        # (keyword-only, a default other than None) says how calls split: they go straight to
-        # the entry, which splits them as jax.jit(fn, static_argnames=<options>) would (so a
-        # Python scalar in an array's place is traced, an array in an option's is refused).
+        # (keyword-only with a default: see _is_option) says how calls split: they go straight
+        # to the entry, which splits them as jax.jit(fn, static_argnames=<options>) would (so
+        # a Python scalar in an array's place is traced, an array in an option's is refused).
         # Any other (e.g. `bias=None`, `causal=False` positional) has each call checked first,
         # so that every non-array value is static and every array traced.
         self._direct = all(
             (p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty)
-            or (p.kind is p.KEYWORD_ONLY and p.default is not p.empty and p.default is not None)
+            or _is_option(p)
             for p in params
         )
         self._drop_entry()

@@ -29,21 +29,15 @@ import optuna
 from optuna.distributions import BaseDistribution, CategoricalDistribution, IntDistribution
 from optuna.trial import TrialState
 
-from autotune.candidates import CandidateSampler
 from autotune.errors import SpaceError
 from autotune.signature import Signature
 from autotune.space import Param, Space
-from autotune.strategies import DEFAULT_STRATEGY, STRATEGIES
+from autotune.strategies import DEFAULT_STRATEGY, SAMPLERS, STRATEGIES
 from autotune.studies import SharedStudy
-from autotune.trial import config_id
+from autotune.trial import Evaluation, config_id
 from autotune.valid_set import DRAWS_PER_WANTED, DrawnSet, ListedSet, Position, ValidSet
 
 log = logging.getLogger(__name__)
-# Random proposals before a model takes over. Fixed (not a share of the budget) so that a run
-# with budget n is the first n trials of a run with a larger budget, as the benchmark assumes.
-# 4 rather than 8: on the recorded landscapes both models gain at every budget (see
-# benchmarks/README.md); fewer than 4 leaves the GP too little to fit its length scales.
-STARTUP_TRIALS = 4
 # Queued configurations told to `upcoming` per trial: more than a measurer compiles ahead, and
 # few enough that reading the queue stays cheap on a large grid.
 LOOKAHEAD = 16
@@ -51,16 +45,6 @@ LOOKAHEAD = 16
 # random as the search needs them (autotune.valid_set), and only `gp` and `random` search it.
 # Listing costs a constraint check and a dict per grid point (about 1 s and 100 MB for 10^5).
 LISTED_UP_TO = 100_000
-
-
-@dataclass(frozen=True)
-class Evaluation:
-    """What `evaluate` reports: the objective (lower is better) or None for a failure."""
-
-    config: dict[str, Any]
-    value: float | None
-    status: str = "ok"
-    detail: Any = None  # the caller's own record (e.g. the full trial)
 
 
 class _Encoding:
@@ -103,27 +87,10 @@ class _Encoding:
 def make_sampler(
     strategy: str, seed: int | None, enc: _Encoding, valid: ValidSet
 ) -> optuna.samplers.BaseSampler:
-    if strategy in ("tpe", "gp"):
-        return CandidateSampler(
-            enc.distributions, valid, model=strategy, seed=seed, n_startup=STARTUP_TRIALS
-        )
-    if strategy == "cmaes":
-        try:
-            import cmaes  # noqa: F401
-        except ImportError:
-            raise SpaceError(
-                "strategy 'cmaes' needs the cmaes package: pip install 'pallas-autotune[cmaes]', "
-                "or use strategy 'tpe'"
-            ) from None
-        # CMA-ES models the ordered (integer) parameters; categories fall back to random
-        return optuna.samplers.CmaEsSampler(
-            seed=seed,
-            n_startup_trials=STARTUP_TRIALS,
-            independent_sampler=optuna.samplers.RandomSampler(seed=seed),
-        )
-    if strategy in ("random", "grid"):  # grid: every valid config is enqueued; sampler unused
-        return optuna.samplers.RandomSampler(seed=seed)
-    raise SpaceError(f"unknown strategy {strategy!r}: use one of {', '.join(STRATEGIES)}")
+    """The sampler of `strategy` (autotune.strategies.SAMPLERS) over the encoded space."""
+    if strategy not in SAMPLERS:
+        raise SpaceError(f"unknown strategy {strategy!r}: use one of {', '.join(STRATEGIES)}")
+    return SAMPLERS[strategy](enc.distributions, valid, seed)
 
 
 def run_search(
@@ -160,34 +127,14 @@ def run_search(
     With `storage` (an Optuna RDB URL) the study `study_name` is created or resumed there:
     configurations it already measured are not measured again and count against `n_trials`,
     which is then the budget of the whole study, shared by every worker that joins it. The
-    result then holds every measured trial of the study (Evaluation.detail as stored), and
-    `evaluate`'s `detail` must be JSON-serialisable.
+    result then holds every measured trial of the study, each with its record as stored.
 
     `upcoming`, where given, is called before each `evaluate` with the configurations queued to
     be measured after it, in order (see `_queued`), so that a measurer can compile them
     meanwhile. A model-based sampler's proposals are not known before they are asked for, so
     they are never among them; nor does the call change what is measured, or in what order.
     """
-    where = f" fits {sig.text} on {sig.platform}" if sig is not None else " is valid"
-    if valid is None and sig is None:
-        raise SpaceError("run_search needs a signature or the list of valid configurations")
-    if valid is None and space.size > LISTED_UP_TO:
-        vset: ValidSet = DrawnSet(space, sig)
-        if strategy in ("grid", "tpe"):
-            raise SpaceError(
-                f"strategy {strategy!r} needs every valid configuration listed, and the space has "
-                f"{space.size:,} (more than {LISTED_UP_TO:,}): use 'gp' or 'random'"
-            )
-        if not len(vset.draw(np.random.default_rng(seed), 1, set())):
-            raise SpaceError(
-                f"no configuration of the space{where} among {DRAWS_PER_WANTED * 64} drawn at "
-                f"random from its {space.size:,}: check its constraints"
-            )
-    else:
-        valid = space.valid_configs(sig) if valid is None else valid
-        if not valid:
-            raise SpaceError(f"no configuration of the space{where}")
-        vset = ListedSet(space, valid)
+    vset = _valid_set(space, sig, valid, strategy, seed)
     budget = n_trials if vset.count is None else min(n_trials, vset.count)
     deadline = None if time_limit_s is None else time.monotonic() + time_limit_s
     enc = _Encoding(space)
@@ -197,18 +144,7 @@ def run_search(
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     shared = SharedStudy(storage, study_name, sampler) if storage else None
     study = shared.study if shared else optuna.create_study(direction="minimize", sampler=sampler)
-    first = [dict(c) for c in initial if vset.contains(c)]
-    if valid is not None and (strategy == "grid" or len(valid) <= n_trials):
-        order = list(valid)
-        if strategy != "grid":  # exhaustive anyway; a seeded order finds good ones early on average
-            random.Random(seed).shuffle(order)
-        first += order
-    queued = set()
-    for c in first:
-        if config_id(c) not in queued:
-            queued.add(config_id(c))
-            # skip_if_exists: workers joining a shared study do not queue the same list again
-            study.enqueue_trial(enc.encode(c), skip_if_exists=shared is not None)
+    _queue_first(study, enc, vset, initial, strategy, n_trials, seed, shared is not None)
 
     results: list[Evaluation] = []
     measured: dict[tuple, Evaluation] = {}
@@ -217,7 +153,7 @@ def run_search(
     since_best = 0
     while True:
         if shared:
-            measured, claimed = _refresh(shared, enc)
+            measured, claimed = shared.refresh(enc)
             for cid in (*measured, *claimed):
                 pos = vset.position(dict((k, v) for k, _, v in cid))
                 if pos is not None and vset.is_valid(pos):
@@ -263,8 +199,7 @@ def run_search(
         measured[cid] = ev
         results.append(ev)
         if shared:
-            trial.set_user_attr("status", ev.status)
-            trial.set_user_attr("detail", ev.detail)
+            shared.keep(trial, ev)
         if ev.value is None:
             # failures teach "not here" without a fake timing: TPE puts pruned trials among
             # the bad ones, and no sampler fits a value to them
@@ -274,15 +209,75 @@ def run_search(
             study.tell(trial, ev.value)
             since_best = 0 if ev.value < best * (1 - noise) or best == np.inf else since_best + 1
             best = min(best, ev.value)
-    if shared:  # every worker's trials, once those still being measured are in
-        measured, claimed = _refresh(shared, enc)
-        while claimed:
-            time.sleep(0.5)
-            measured, claimed = _refresh(shared, enc)
-        if len(measured) >= budget:  # spent for every worker (a time limit is this one's own)
-            shared.close_queue()
-        return list(measured.values())
-    return results
+    return _every_workers(shared, enc, budget) if shared else results
+
+
+def _valid_set(
+    space: Space,
+    sig: Signature | None,
+    valid: list[dict[str, Any]] | None,
+    strategy: str,
+    seed: int | None,
+) -> ValidSet:
+    """The valid configurations `run_search` searches: `valid` listed, else those of `space`
+    that `sig` admits, listed up to LISTED_UP_TO and drawn beyond; refused where none is."""
+    where = f" fits {sig.text} on {sig.platform}" if sig is not None else " is valid"
+    if valid is None and sig is None:
+        raise SpaceError("run_search needs a signature or the list of valid configurations")
+    if valid is None and space.size > LISTED_UP_TO:
+        drawn = DrawnSet(space, sig)
+        if strategy in ("grid", "tpe"):
+            raise SpaceError(
+                f"strategy {strategy!r} needs every valid configuration listed, and the space has "
+                f"{space.size:,} (more than {LISTED_UP_TO:,}): use 'gp' or 'random'"
+            )
+        if not len(drawn.draw(np.random.default_rng(seed), 1, set())):
+            raise SpaceError(
+                f"no configuration of the space{where} among {DRAWS_PER_WANTED * 64} drawn at "
+                f"random from its {space.size:,}: check its constraints"
+            )
+        return drawn
+    valid = space.valid_configs(sig) if valid is None else valid
+    if not valid:
+        raise SpaceError(f"no configuration of the space{where}")
+    return ListedSet(space, valid)
+
+
+def _queue_first(
+    study: optuna.Study,
+    enc: _Encoding,
+    vset: ValidSet,
+    initial: Iterable[Mapping[str, Any]],
+    strategy: str,
+    n_trials: int,
+    seed: int | None,
+    shared: bool,
+) -> None:
+    """Queue what is measured first: the `initial` configurations that are valid, then, for a
+    grid or a listed space no larger than the budget, every valid one."""
+    first = [dict(c) for c in initial if vset.contains(c)]
+    if isinstance(vset, ListedSet) and (strategy == "grid" or vset.count <= n_trials):
+        order = list(vset.configs)
+        if strategy != "grid":  # exhaustive anyway; a seeded order finds good ones early on average
+            random.Random(seed).shuffle(order)
+        first += order
+    queued = set()
+    for c in first:
+        if config_id(c) not in queued:
+            queued.add(config_id(c))
+            # skip_if_exists: workers joining a shared study do not queue the same list again
+            study.enqueue_trial(enc.encode(c), skip_if_exists=shared)
+
+
+def _every_workers(shared: SharedStudy, enc: _Encoding, budget: int) -> list[Evaluation]:
+    """Every worker's measurements of a shared study, once those still running are in."""
+    measured, claimed = shared.refresh(enc)
+    while claimed:
+        time.sleep(0.5)
+        measured, claimed = shared.refresh(enc)
+    if len(measured) >= budget:  # spent for every worker (a time limit is this one's own)
+        shared.close_queue()
+    return list(measured.values())
 
 
 def _queued(
@@ -302,11 +297,6 @@ def _queued(
             if len(out) == LOOKAHEAD:
                 break
     return out
-
-
-def _refresh(shared: SharedStudy, enc: _Encoding) -> tuple[dict[tuple, Evaluation], set[tuple]]:
-    measured, claimed = shared.refresh(enc)
-    return {cid: Evaluation(*fields) for cid, fields in measured.items()}, claimed
 
 
 # ---------------------------------------------------------------------------- replay

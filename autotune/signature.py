@@ -12,8 +12,6 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
 from autotune.errors import SignatureError
 
 # Short dtype names, as XLA prints them; anything else is spelled as numpy names it.
@@ -92,6 +90,8 @@ def static_value(name: str, value: Any) -> Any:
         return value
     if isinstance(value, (tuple, list)):
         return [static_value(name, v) for v in value]
+    import numpy as np  # loaded with JAX already: only a dtype or a wrong value gets here
+
     if isinstance(value, (type, np.dtype)):
         return dtype_name(value)
     raise SignatureError(

@@ -1,4 +1,6 @@
-"""Optuna studies in an RDB storage shared by several workers (and by a resumed run).
+"""A tuning task's Optuna study, its whole life: its name (one per tuning key), its storage
+(beside a SQLite tuning database by default), its creation or resumption, shared by several
+workers, and its deletion (a fresh start).
 
 The search loop (autotune.search) asks and tells; this module holds what sharing adds: claims
 on configurations being measured, heartbeats, and the release of dead workers' claims.
@@ -8,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import hashlib
 import os
 import socket
 import threading
@@ -19,8 +22,10 @@ import optuna
 import sqlalchemy
 from optuna.trial import TrialState
 
+from autotune.dbconnect import create_private_file, normalize_url, sqlite_file, sqlite_url
 from autotune.errors import SpaceError
-from autotune.trial import config_id
+from autotune.signature import TuningKey
+from autotune.trial import Evaluation, TrialRecord, config_id
 
 HEARTBEAT_S = 30  # a shared study's running trial whose worker is silent 3x this long is failed
 # Heartbeats are how a shared study releases the claims of dead workers; Optuna marks them
@@ -46,12 +51,10 @@ class SharedStudy:
     def __init__(self, storage: str, study_name: str | None, sampler: Any) -> None:
         if not study_name:
             raise SpaceError("a study in a storage needs a study_name")
-        from autotune.db import _create_private_file, _sqlite_file
-
         self.worker = f"{socket.gethostname()}:{os.getpid()}"
-        file = _sqlite_file(optuna_url(storage))
+        file = sqlite_file(optuna_url(storage))
         if file is not None and file.parent.is_dir():
-            _create_private_file(file)  # as private as the tuning database beside it
+            create_private_file(file)  # as private as the tuning database beside it
         for attempt in range(5):
             try:
                 self.storage = optuna.storages.RDBStorage(
@@ -80,11 +83,11 @@ class SharedStudy:
         trials = self.study.get_trials(deepcopy=False, states=states)
         return sum("status" in t.user_attrs for t in trials)
 
-    def refresh(self, enc: Any) -> tuple[dict[tuple, tuple], set[tuple]]:
-        """The study's measured configs (config, value, status, detail of the first
-        measurement of each) and its live claims."""
+    def refresh(self, enc: Any) -> tuple[dict[tuple, Evaluation], set[tuple]]:
+        """The study's measured configs (the first measurement of each, its record read back)
+        and its live claims."""
         self._release_dead()
-        measured: dict[tuple, tuple] = {}
+        measured: dict[tuple, Evaluation] = {}
         claimed: set[tuple] = set()
         for t in self.study.get_trials(deepcopy=False):
             if (
@@ -94,14 +97,15 @@ class SharedStudy:
             ):
                 claimed.add(config_id(enc.decode(t.params)))
             elif t.state in (TrialState.COMPLETE, TrialState.PRUNED) and "status" in t.user_attrs:
-                cid = config_id(enc.decode(t.params))
+                config = enc.decode(t.params)
+                record = t.user_attrs.get("detail")
                 measured.setdefault(
-                    cid,
-                    (
-                        enc.decode(t.params),
+                    config_id(config),
+                    Evaluation(
+                        config,
                         t.value if t.state == TrialState.COMPLETE else None,
                         t.user_attrs["status"],
-                        t.user_attrs.get("detail"),
+                        None if record is None else TrialRecord.from_dict(record),
                     ),
                 )
         return measured, claimed - set(measured)
@@ -127,6 +131,12 @@ class SharedStudy:
             ):
                 return True
         return False
+
+    def keep(self, trial: optuna.Trial, ev: Evaluation) -> None:
+        """Keep a measured trial's status and record in the study, where every worker (and a
+        resumed run) reads them back (refresh)."""
+        trial.set_user_attr("status", ev.status)
+        trial.set_user_attr("detail", None if ev.record is None else ev.record.as_dict())
 
     def heartbeat(self, trial: optuna.Trial) -> _Heartbeat:
         return _Heartbeat(self.storage, trial._trial_id)
@@ -202,7 +212,38 @@ def optuna_url(url: str) -> str:
     if "://" not in url:
         from pathlib import Path
 
-        from autotune.db import sqlite_url
-
         return sqlite_url(Path(url).expanduser().resolve())
     return url
+
+
+def default_storage(db_url: str) -> str | None:
+    """The study storage beside a SQLite tuning database (tuning.db -> tuning-studies.db)."""
+    file = sqlite_file(normalize_url(db_url))
+    return sqlite_url(file.with_name(file.stem + "-studies.db")) if file else None
+
+
+def delete_study(storage: str, name: str) -> None:
+    """Delete a study (a fresh start for its key); nothing happens if there is none."""
+    import optuna
+
+    from autotune.studies import optuna_url
+
+    with contextlib.suppress(KeyError):  # no such study yet
+        optuna.delete_study(study_name=name, storage=optuna_url(storage))
+
+
+def study_name_of(key: TuningKey) -> str:
+    """The Optuna study of a key: every worker tuning that key on that device kind joins it."""
+    name = "/".join(
+        (
+            f"{key.kernel}@{key.kernel_version}",
+            key.platform,
+            key.device_kind,
+            key.backend,
+            key.signature,
+            key.static,
+        )
+    )
+    if len(name) <= 500:  # Optuna's limit is 512 characters
+        return name
+    return f"{key.kernel}@{key.kernel_version}/" + hashlib.sha256(name.encode()).hexdigest()

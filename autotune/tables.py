@@ -62,7 +62,7 @@ class EntryTable:
 def read_entries(path: Path) -> EntryTable:
     """The entries of an exported JSON file, or of every *.json file in a folder (sorted by
     name); an AutotuneError names the file that is missing, unreadable or not an export."""
-    from autotune.db import validate_export
+    from autotune.dbexport import validate_export
 
     if path.is_dir():
         files = sorted(path.glob("*.json"))
@@ -93,7 +93,7 @@ def entries_of(source: Any) -> EntryTable:
     if isinstance(source, (str, Path)):
         return read_entries(Path(source))
     if isinstance(source, Mapping) and "entries" in source:
-        from autotune.db import validate_export
+        from autotune.dbexport import validate_export
 
         return EntryTable(validate_export(source), "an export document")
     if isinstance(source, Mapping) and all(k in source for k in (*KEY_FIELDS, "config")):

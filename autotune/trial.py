@@ -2,7 +2,9 @@
 
 A trial keeps one form from the worker that measures it to the database that stores it: the
 worker returns a `TrialRecord` (pickled across the process boundary), the tuner annotates it,
-`TuningDB.add_trials` stores it.
+the search carries it in an `Evaluation`, `TuningDB.add_trials` stores it. A shared study keeps
+it as data among its trial's attributes (`as_dict`, read back by `from_dict`: the one place it
+is serialised), so every worker's trials come back as records too.
 """
 
 from __future__ import annotations
@@ -13,6 +15,11 @@ from typing import Any
 
 Config = dict[str, Any]  # tunable parameter name -> value: what a candidate is
 ConfigId = tuple  # config_id's result
+
+
+def config_text(config: Mapping[str, Any]) -> str:
+    """'block_k=64 block_m=128': a config as one line of text, its parameters sorted."""
+    return " ".join(f"{k}={v}" for k, v in sorted(config.items()))
 
 
 def config_id(config: Mapping[str, Any]) -> ConfigId:
@@ -41,5 +48,21 @@ class TrialRecord:
     db_id: int | None = None  # its row in the trials table, once stored
 
     def as_dict(self) -> dict[str, Any]:
-        """Its fields, for JSON (a shared study keeps each trial's record among its attributes)."""
+        """Its fields as JSON data, the form a shared study keeps (autotune.studies)."""
         return dict(self.__dict__)
+
+    @classmethod
+    def from_dict(cls, fields: Mapping[str, Any]) -> TrialRecord:
+        """The record `as_dict` wrote."""
+        return cls(**fields)
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """What a search's `evaluate` reports: the objective (lower is better) or None for a
+    failure, and the trial's record (None where there is none: a replayed landscape)."""
+
+    config: Config
+    value: float | None
+    status: str = "ok"
+    record: TrialRecord | None = None

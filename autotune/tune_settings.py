@@ -15,9 +15,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from autotune.errors import SettingsError
-from autotune.measure import DEFAULT_POLICY, TimingPolicy
+from autotune.policies import DEFAULT_LIMITS, DEFAULT_POLICY, TimingPolicy, WorkerLimits
 from autotune.strategies import DEFAULT_STRATEGY, STRATEGIES
-from autotune.worker import DEFAULT_LIMITS, WorkerLimits
 
 MAX_SEED = 2**32 - 1  # the samplers' seeds are unsigned 32-bit
 
@@ -83,7 +82,7 @@ class TuneSettings:
 
     study_name: str | None = None
     """The study's name in `storage`; None: derived from the tuning key, so that workers tuning
-    the same key meet in one study (autotune.tuner.study_name_of)."""
+    the same key meet in one study (autotune.studies.study_name_of)."""
 
     def __post_init__(self) -> None:
         # in the order the CLI has always checked its flags
@@ -145,3 +144,6 @@ def checked(names: Mapping[str, str], **values: Any) -> TuneSettings:
         return TuneSettings(**values)
     except SettingsError as e:
         raise e.naming(names) from None
+
+
+DEFAULTS = TuneSettings()  # below the checks its construction runs

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import logging
 import time
 import uuid
@@ -17,10 +16,11 @@ from autotune import registry
 from autotune.errors import KernelError, SignatureError, SpaceError
 from autotune.finalists import Finalist, remeasure
 from autotune.oracle import make_oracle
-from autotune.search import LISTED_UP_TO, Evaluation, run_search
-from autotune.signature import TuningKey, is_array
-from autotune.studies import SharedStudy
-from autotune.trial import Config, TrialRecord
+from autotune.search import LISTED_UP_TO, run_search
+from autotune.signature import TuningKey
+from autotune.studies import SharedStudy, study_name_of
+from autotune.task import Task, task_of_call
+from autotune.trial import Config, Evaluation, TrialRecord, config_text
 from autotune.tune_settings import TuneSettings
 from autotune.warmstart import warm_starts
 from autotune.worker import DeviceWorker, InProcessWorker, Worker
@@ -67,9 +67,8 @@ class TuneResult:
         if not faster:
             return None
         f = min(faster, key=lambda f: f.first_s)
-        config = " ".join(f"{k}={v}" for k, v in sorted(f.config.items()))
         return (
-            f"{config} measured faster at first ({f.first_s * 1e3:.4f} ms against the default's "
+            f"{config_text(f.config)} measured faster at first ({f.first_s * 1e3:.4f} ms against the default's "
             f"{default.first_s * 1e3:.4f} ms), but side by side with the default "
             f"({f.time_s * 1e3:.4f} ms against {default.time_s * 1e3:.4f} ms) not beyond the "
             "noise, so the default was kept"
@@ -93,10 +92,6 @@ def random_inputs(args: Sequence[Any], seed: int = 0) -> list[Any]:
     rng = np.random.default_rng(seed)
     out = []
     for a in args:
-        if not is_array(a):
-            raise SignatureError(
-                f"tune() takes arrays (or jax.ShapeDtypeStruct) as args, got {type(a).__name__}: pass static arguments in kwargs="
-            )
         if isinstance(a, jax.ShapeDtypeStruct):
             dt = jnp.dtype(a.dtype)
             if jnp.issubdtype(dt, jnp.floating):
@@ -139,32 +134,61 @@ def tune(
     one start-up; it implies isolation.
     """
     settings = (settings or TuneSettings()).replace(**overrides)
-    start = time.perf_counter()
+    kernel = _kernel(fn)
+    task = task_of_call(fn, args, kwargs, settings)
+    return _tune_task(kernel, task, args, settings, db, store, progress, worker)
+
+
+def tune_task(
+    task: Task,
+    settings: TuneSettings | None = None,
+    *,
+    db: Any = None,
+    store: bool = True,
+    progress: Callable[[TrialRecord, int, int], None] | None = None,
+    worker: DeviceWorker | None = None,
+) -> TuneResult:
+    """Tune a Task (autotune.task: from the command line, a job file, a recorded miss or a
+    program's call) on random inputs of its shapes and dtypes, with `settings` and the task's
+    own budget, strategy and seed; the rest as in `tune`."""
+    settings = task.settings(settings or TuneSettings())
+    kernel = _kernel(task.kernel)
+    return _tune_task(kernel, task, task.inputs(), settings, db, store, progress, worker)
+
+
+def _kernel(fn: Any) -> Any:
     kernel = registry.resolve(fn) if isinstance(fn, str) else fn
     if not isinstance(getattr(kernel, "spec", None), registry.KernelSpec):
         raise KernelError(f"{fn!r} is not an autotuned kernel: decorate it with @autotuned(...)")
+    return kernel
+
+
+def _tune_task(
+    kernel: Any,
+    task: Task,
+    args: Sequence[Any],
+    settings: TuneSettings,
+    db: Any,
+    store: bool,
+    progress: Callable[[TrialRecord, int, int], None] | None,
+    worker: DeviceWorker | None,
+) -> TuneResult:
     if hasattr(kernel, "members"):  # a variant group: each member, then side by side
         from autotune.variant_tuning import tune_group
 
-        return tune_group(
-            kernel, args, target=fn if isinstance(fn, str) else None, kwargs=kwargs,
-            settings=settings, db=db, store=store, progress=progress, worker=worker,
-        )  # fmt: skip
-    spec = kernel.spec
-    kwargs = dict(kwargs or {})
+        return tune_group(kernel, task, args, settings, db, store, progress, worker)
+    start = time.perf_counter()
     args = random_inputs(args, 0 if settings.seed is None else settings.seed)
     worker_start = time.perf_counter()
     isolated = settings.isolate or worker is not None  # a worker given implies isolation
-    target = fn if isinstance(fn, str) else import_path(kernel) if isolated else None
     owned: Any = None
     restarts_before = worker.restarts if worker is not None else 0
     if worker is not None:
-        worker.device = worker.set_task(target, args, kwargs, settings.policy)
+        worker.device = worker.set_task(task, args, settings.policy)
     elif settings.isolate:
         worker = owned = DeviceWorker(
-            target,
+            task,
             args,
-            kwargs,
             settings.policy,
             settings.limits,
             settings.worker_platforms,
@@ -172,31 +196,15 @@ def tune(
         )
     else:
         worker = owned = InProcessWorker(
-            spec, args, kwargs, settings.policy, settings.compile_workers
+            kernel.spec, task, args, settings.policy, settings.compile_workers
         )
-    start_s = time.perf_counter() - worker_start if target else 0.0
+    start_s = time.perf_counter() - worker_start if isolated else 0.0
     with owned or contextlib.nullcontext():
-        result = _tune(spec, worker, args, kwargs, settings, db, store, progress)
+        result = _tune(kernel.spec, worker, args, task.static_dict, settings, db, store, progress)
     result.worker_start_s = start_s
     result.restarts = worker.restarts - restarts_before
     result.wall_s = time.perf_counter() - start
     return result
-
-
-def import_path(kernel: Any) -> str:
-    """The 'module:function' a worker process imports `kernel` by, checked here."""
-    fn = kernel.spec.fn
-    path = f"{fn.__module__}:{fn.__qualname__}"
-    try:
-        found = registry.resolve(path)
-    except KernelError:
-        found = None
-    if getattr(found, "spec", None) is None or found.spec.name != kernel.spec.name:
-        raise KernelError(
-            f"a device worker cannot import kernel {kernel.spec.name!r} as {path}: pass its "
-            "registered name or 'package.module:function' to tune(), or isolate=False"
-        )
-    return path
 
 
 def _tune(
@@ -214,13 +222,7 @@ def _tune(
     sig = spec.signature(args, kwargs, device)
     key = spec.key(sig, device)
     space = spec.space(device.platform)
-    # a space too large to list is drawn from by the search instead (search.LISTED_UP_TO)
-    valid = space.valid_configs(sig) if space.size <= LISTED_UP_TO else None
-    if valid == []:
-        raise SpaceError(
-            f"no configuration of {spec.name}'s {device.platform} space ({space.size} candidates) "
-            f"fits {sig.text}: widen search_spaces/{spec.name}.toml or check its constraints"
-        )
+    valid = _valid_configs(spec, sig, space)
     default = spec.default_config(sig)
     oracle_start = time.perf_counter()
     oracle = make_oracle(spec, default, args, kwargs, sig.backend or None)
@@ -249,9 +251,7 @@ def _tune(
         if progress:
             progress(record, measured, n_trials if valid is None else min(n_trials, len(valid)))
         value = record.time_s if record.status == "ok" else None
-        # a shared study keeps each record as JSON among its trial's attributes
-        detail = record.as_dict() if storage else record
-        return Evaluation(config, value, record.status, detail=detail)
+        return Evaluation(config, value, record.status, record)
 
     warm = warm_starts(handle or db, key, sig, space) if settings.warm_start else []
     try:
@@ -271,27 +271,14 @@ def _tune(
             upcoming=worker.prefetch,
         )
         # with a storage, these are every worker's trials of the study, resumed ones included
-        trials = [TrialRecord(**ev.detail) if storage else ev.detail for ev in evaluations]
-        # another worker of the study may have stored its winner: re-measured beside ours, the
-        # entry is decided from side-by-side figures, not from two machines' lucky samples
-        stored = handle.best(key) if handle is not None and storage else None
-        rival = stored if stored and stored["trial_id"] in {t.db_id for t in trials} else None
-        for _ in range(MAX_ROUNDS):
-            result = _result(
+        trials = [ev.record for ev in evaluations]
+
+        def winner(rival: dict[str, Any] | None) -> TuneResult:
+            return _result(
                 spec, sig, key, trials, default, measure, run_id, worker, settings.finalists, rival
             )
-            if handle is None:
-                break
-            # another worker may have stored its winner since: judge it side by side, as above
-            rival = _store(handle, result, settings.strategy, device, storage is not None, rival)
-            if rival is None:
-                break
-        else:
-            log.warning(
-                "%s %s: other workers of the study kept storing new winners; theirs was kept",
-                spec.name,
-                sig.text,
-            )
+
+        result = _decide_and_store(winner, key, trials, handle, settings, device)
         result.oracle_s, result.oracle, result.resumed = oracle_s, oracle.name, resumed
         if handle is not None:
             result.db_url = handle.url
@@ -302,21 +289,46 @@ def _tune(
     return result
 
 
-def study_name_of(key: TuningKey) -> str:
-    """The Optuna study of a key: every worker tuning that key on that device kind joins it."""
-    name = "/".join(
-        (
-            f"{key.kernel}@{key.kernel_version}",
-            key.platform,
-            key.device_kind,
-            key.backend,
-            key.signature,
-            key.static,
+def _valid_configs(spec: registry.KernelSpec, sig: Any, space: Any) -> list[Config] | None:
+    """The valid configurations of `space` for `sig`; None for a space too large to list,
+    which the search draws from instead (search.LISTED_UP_TO)."""
+    valid = space.valid_configs(sig) if space.size <= LISTED_UP_TO else None
+    if valid == []:
+        raise SpaceError(
+            f"no configuration of {spec.name}'s {sig.platform} space ({space.size} candidates) "
+            f"fits {sig.text}: widen search_spaces/{spec.name}.toml or check its constraints"
         )
+    return valid
+
+
+def _decide_and_store(
+    winner: Callable[[dict[str, Any] | None], TuneResult],
+    key: TuningKey,
+    trials: list[TrialRecord],
+    handle: Any,
+    settings: TuneSettings,
+    device: Any,
+) -> TuneResult:
+    """The winner (`winner(rival)`: the finalists re-measured, `rival` among them), stored
+    unless `handle` is None. Another worker of the study may have stored its winner: it is
+    re-measured beside ours, so the entry is decided from side-by-side figures, not from two
+    machines' lucky samples; and so is one stored meanwhile, up to MAX_ROUNDS times."""
+    shared = settings.storage is not None
+    stored = handle.best(key) if handle is not None and shared else None
+    rival = stored if stored and stored["trial_id"] in {t.db_id for t in trials} else None
+    for _ in range(MAX_ROUNDS):
+        result = winner(rival)
+        if handle is None:
+            return result
+        rival = _store(handle, result, settings.strategy, device, shared, rival)
+        if rival is None:
+            return result
+    log.warning(
+        "%s %s: other workers of the study kept storing new winners; theirs was kept",
+        key.kernel,
+        key.signature,
     )
-    if len(name) <= 500:  # Optuna's limit is 512 characters
-        return name
-    return f"{key.kernel}@{key.kernel_version}/" + hashlib.sha256(name.encode()).hexdigest()
+    return result
 
 
 def _open_db(db: Any) -> Any:

@@ -26,6 +26,7 @@ from autotune import registry
 from autotune.device import current_device
 from autotune.errors import AutotuneError, KernelError
 from autotune.finalists import remeasure
+from autotune.task import Task
 from autotune.trial import TrialRecord
 from autotune.tune_settings import TuneSettings
 from autotune.tuner import TuneResult, _open_db, random_inputs, tune
@@ -57,33 +58,28 @@ class GroupTuneResult(TuneResult):
 
 def tune_group(
     group: VariantGroup,
+    task: Task,
     args: Sequence[Any],
-    *,
-    target: str | None = None,
-    kwargs: Mapping[str, Any] | None = None,
-    settings: TuneSettings | None = None,
+    settings: TuneSettings,
     db: Any = None,
     store: bool = True,
     progress: Callable[[TrialRecord, int, int], None] | None = None,
     worker: DeviceWorker | None = None,
 ) -> GroupTuneResult:
-    """Tune `group` for these arguments (see the module docstring); `settings` apply to each
-    member's tuning and to the side-by-side measurement. Under isolation one device worker
-    (`worker` if given) measures both. `target` is what a device worker imports the group by
-    (default: its registered name)."""
-    settings = settings or TuneSettings()
+    """Tune `group` for `task` with these arguments (see the module docstring; the tuner's
+    `tune` and `tune_task` come here for a group); `settings` apply to each member's tuning and
+    to the side-by-side measurement. Under isolation one device worker (`worker` if given)
+    measures both."""
     start = time.perf_counter()
-    kwargs = dict(kwargs or {})
+    kwargs = task.static_dict
     args = random_inputs(args, 0 if settings.seed is None else settings.seed)
-    target = target or group.spec.name
     handle = _open_db(db) if store else None
     try:
         owned: Any = None
         if worker is None and settings.isolate:
             worker = owned = DeviceWorker(
-                target,
+                task,
                 args,
-                kwargs,
                 settings.policy,
                 settings.limits,
                 settings.worker_platforms,
@@ -99,11 +95,11 @@ def tune_group(
             finalists_start = time.perf_counter()
             if worker is None:
                 with InProcessWorker(
-                    group.spec, args, kwargs, settings.policy, settings.compile_workers
+                    group.spec, task, args, settings.policy, settings.compile_workers
                 ) as here:
                     result = _side_by_side(group, here, configs, args, kwargs, skipped)
             else:
-                worker.device = worker.set_task(target, args, kwargs, settings.policy)
+                worker.device = worker.set_task(task, args, settings.policy)
                 result = _side_by_side(group, worker, configs, args, kwargs, skipped)
         result.members = tuned
         result.finalists_s = time.perf_counter() - finalists_start

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import inspect
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -268,6 +269,9 @@ def variants(name: str, members: Sequence[Member | Callable]) -> VariantGroup:
     the member tuned fastest for the call (`autotune.tune(group, args)`), or, untuned, the
     first member that can run here."""
     group = VariantGroup(name, members)
+    # a device worker imports the group as MODULE:NAME, where this was called (autotune.registry.
+    # import_path): the shipped groups are module attributes of their own names
+    group.spec.fn.__module__ = sys._getframe(1).f_globals.get("__name__", __name__)
     taken = registry.registered().get(name)
     if name in group.members or (taken is not None and not isinstance(taken, VariantGroup)):
         raise KernelError(

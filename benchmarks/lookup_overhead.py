@@ -44,8 +44,8 @@ CASES = [  # (name, kernel, argument shapes, tuned config)
      {"block_m": 64, "block_n": 64, "block_k": 128}),
     ("matmul f32 256x256 @ 256x256", matmul, [(256, 256), (256, 256)],
      {"block_m": 128, "block_n": 128, "block_k": 128}),
-    # sm_scale=None: a signature whose calls are checked before they enter jit
-    ("flash_attention f32 1x2x128x64 (checked calls)", flash_attention,
+    # sm_scale: float | None = None, an option: its calls too enter jit directly
+    ("flash_attention f32 1x2x128x64", flash_attention,
      [(1, 2, 128, 64)] * 3, {}),
 ]  # fmt: skip
 BATCH = 50  # calls per dispatch timing; --calls N makes N // 10 such timings

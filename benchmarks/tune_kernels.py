@@ -49,6 +49,7 @@ def main() -> int:
         os.environ["JAX_PLATFORMS"] = "cpu"
     import jax
 
+    from autotune.task import task_of_call
     from autotune.tuner import tune
     from autotune.worker import DeviceWorker
 
@@ -63,7 +64,7 @@ def main() -> int:
             inputs = [jax.ShapeDtypeStruct(s, args.dtype) for s in shapes]
             if args.isolate and worker is None:
                 started = time.perf_counter()
-                worker = DeviceWorker(kernel, [], {}, platforms=worker_platforms)
+                worker = DeviceWorker(task_of_call(kernel, []), [], platforms=worker_platforms)
                 start_s = time.perf_counter() - started
             r = tune(
                 kernel,

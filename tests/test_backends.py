@@ -39,7 +39,9 @@ def test_each_platform_has_its_backends_the_default_first():
 
 @pytest.mark.parametrize("module", backends.MODULES, ids=lambda m: m.NAME)
 def test_every_backend_states_the_same_facts(module):
-    assert module.PLATFORM in PLATFORMS and backends.BY_NAME[module.NAME] is module
+    assert module.PLATFORM in PLATFORMS and backends.BY_NAME[module.NAME] == backends.Backend.of(
+        module
+    )
     assert set(module.TIMERS) <= set(TIMERS) and module.TIMERS[-1] == "wall"
     # the timer is chosen by platform: every backend of one shares its device's clocks
     assert backends.timers(module.PLATFORM) == module.TIMERS

@@ -102,7 +102,7 @@ def test_a_finished_shared_study_leaves_nothing_queued_or_running(tmp_path, monk
     valid = [{"b": b} for b in range(12)]
 
     def evaluate(config):
-        return Evaluation(config, 1.0 + config["b"], detail={"b": config["b"]})
+        return Evaluation(config, 1.0 + config["b"])
 
     # a worker killed between asking for a trial and claiming it leaves it RUNNING, unclaimed
     monkeypatch.setattr(studies, "HEARTBEAT_S", 0.5)

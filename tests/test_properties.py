@@ -12,7 +12,6 @@ from hypothesis import strategies as st
 
 from autotune.cli import main
 from autotune.errors import SignatureError, SpaceError
-from autotune.jobs import parse_dtypes, parse_shapes
 from autotune.signature import (
     _SHORT,
     ArgSpec,
@@ -24,6 +23,7 @@ from autotune.signature import (
 )
 from autotune.space import load_space_file
 from autotune.strategies import STRATEGIES
+from autotune.task import parse_dtypes, parse_shapes
 
 FEW = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 DTYPES = sorted(_SHORT)

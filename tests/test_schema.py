@@ -17,7 +17,7 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import inspect
 
 from autotune import db as dbmod
-from autotune import migrations
+from autotune import migrations, schema
 from autotune.db import TuningDB
 from autotune.errors import DatabaseError
 
@@ -27,7 +27,7 @@ ROLES = ("trials", "results", "misses")
 
 def raw_rows(path, version=1):
     """Every row of a schema-`version` file, by table role (and schema_info)."""
-    names = {**dbmod.table_names(version), "schema_info": "schema_info"}
+    names = {**schema.table_names(version), "schema_info": "schema_info"}
     conn = sqlite3.connect(path)
     conn.row_factory = sqlite3.Row
     out = {
@@ -56,9 +56,9 @@ def v1_copy(tmp_path):
 def schema_drift(conn):
     """How the database's schema differs from the models (Alembic's autogenerate comparison);
     tables that are not ours (Optuna's) are left out."""
-    ours = set(dbmod.Base.metadata.tables)
+    ours = set(schema.Base.metadata.tables)
     opts = {"include_name": lambda name, kind, _parent: kind != "table" or name in ours}
-    return compare_metadata(MigrationContext.configure(conn, opts=opts), dbmod.Base.metadata)
+    return compare_metadata(MigrationContext.configure(conn, opts=opts), schema.Base.metadata)
 
 
 @pytest.fixture

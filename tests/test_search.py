@@ -22,7 +22,6 @@ from autotune.candidates import (
 from autotune.errors import SpaceError
 from autotune.search import (
     LOOKAHEAD,
-    STARTUP_TRIALS,
     STRATEGIES,
     Evaluation,
     _Encoding,
@@ -32,6 +31,7 @@ from autotune.search import (
     run_search,
 )
 from autotune.space import Param, Space
+from autotune.strategies import STARTUP_TRIALS
 from autotune.valid_set import ListedSet
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "landscapes"

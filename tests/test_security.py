@@ -22,7 +22,7 @@ FORBIDDEN = re.compile(
 SQL_CALLS = {"execute", "exec_driver_sql", "executescript", "text", "DDL"}
 # SQL built from our own identifiers, never from data: (file, enclosing function) -> why
 ALLOWED_DYNAMIC_SQL = {
-    ("db.py", "on_connect"): "PRAGMA busy_timeout takes no parameter; the value is an int",
+    ("dbconnect.py", "on_connect"): "PRAGMA busy_timeout takes no parameter; the value is an int",
 }
 
 

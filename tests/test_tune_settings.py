@@ -62,3 +62,13 @@ def test_the_settings_load_neither_optuna_nor_sqlalchemy():
     )
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_the_settings_load_no_worker_and_no_measurement():
+    script = (
+        "import sys, autotune; autotune.TuneSettings(); "
+        "print(sorted(m for m in sys.modules if m.startswith(('autotune.worker', "
+        "'autotune.measure', 'numpy'))))"
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"

@@ -13,6 +13,7 @@ import autotune
 from autotune import TuningDB
 from autotune.errors import KernelError
 from autotune.measure import TimingPolicy
+from autotune.task import task_of_call
 from autotune.worker import DeviceWorker, WorkerLimits
 
 FAST = TimingPolicy(warmup=1, min_reps=3, max_reps=20, max_time_s=0.05)
@@ -62,7 +63,8 @@ def test_isolated_tuning_finds_the_kernel_by_its_import_path(db_url):
 
 def test_a_worker_that_cannot_import_the_kernel_is_a_clear_error():
     with pytest.raises(KernelError, match="cannot set up 'no_such_module:kernel'"):
-        DeviceWorker("no_such_module:kernel", [make_input()], {}, FAST, LIMITS)
+        x = make_input()
+        DeviceWorker(task_of_call("no_such_module:kernel", [x]), [x], FAST, LIMITS)
 
 
 def test_kernel_defined_where_a_worker_cannot_import_it_is_refused():
@@ -75,7 +77,7 @@ def test_kernel_defined_where_a_worker_cannot_import_it_is_refused():
 
 
 def test_one_worker_serves_several_tasks_and_survives_a_crash_between(db_url):
-    with DeviceWorker("toy_kernels:scale", [], {}, FAST, LIMITS) as worker:
+    with DeviceWorker(task_of_call("toy_kernels:scale", []), [], FAST, LIMITS) as worker:
         pid = worker._proc.pid
         first = autotune.tune(
             "toy_kernels:scale", [make_input(rows=32)], n_trials=3, db=db_url, worker=worker
@@ -98,8 +100,10 @@ def test_one_worker_serves_several_tasks_and_survives_a_crash_between(db_url):
 
 PARENT = """
 from toy_kernels import make_input
+from autotune.task import task_of_call
 from autotune.worker import DeviceWorker
-w = DeviceWorker("toy_kernels:fragile_scale", [make_input(rows=32)], {})
+x = make_input(rows=32)
+w = DeviceWorker(task_of_call("toy_kernels:fragile_scale", [x]), [x])
 print(w._proc.pid, flush=True)
 w.measure({"block_rows": 32})  # hangs for an hour in the worker
 """
@@ -134,7 +138,8 @@ def _alive(pid):
 
 def test_a_worker_killed_between_trials_is_replaced_and_the_candidate_measured():
     # an OOM kill or a crash in a compile thread ends the worker while it waits for a request
-    with DeviceWorker("toy_kernels:scale", [make_input(rows=32)], {}, FAST, LIMITS) as worker:
+    x = make_input(rows=32)
+    with DeviceWorker(task_of_call("toy_kernels:scale", [x]), [x], FAST, LIMITS) as worker:
         worker.set_oracle(make_input(rows=32) * 2)
         assert worker.measure({"block_rows": 8}).status == "ok"
         os.killpg(worker._proc.pid, signal.SIGKILL)

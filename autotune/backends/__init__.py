@@ -11,26 +11,77 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
 from autotune.backends import interpret, mosaic_gpu, mosaic_tpu, triton
 from autotune.platforms import PLATFORMS
 
-# Each module holds one backend's facts under the same names: NAME, PLATFORM, MARKER (the
-# jax._src.pallas module its compiler parameters and meshes come from), LOWERING_PLATFORM,
-# TIMERS (best first), COMPILER_PARAMS and KNOBS, interpret_mode() and reset_interpret_state().
-# Listed with each platform's default first.
+
+def _no_cache(device_kind: str) -> int:
+    return 0
+
+
+@dataclass(frozen=True)
+class Backend:
+    """One Pallas backend's facts: what the rest of the package asks of a platform, answered
+    here instead of by `platform == "gpu"` tests. Each backend module states them under the
+    same names (`Backend.of`); those with defaults only where they differ."""
+
+    name: str  # NAME: how keys and kernels name it
+    title: str  # TITLE: how messages name it
+    platform: str  # PLATFORM: the device platform it compiles for (cpu, tpu, gpu)
+    marker: str | None  # MARKER: the jax._src.pallas module its compiler params come from
+    lowering_platform: str | None  # LOWERING_PLATFORM: lowered on this host for it (None: not)
+    timers: tuple[str, ...]  # TIMERS: best first
+    compiler_params: str | None  # COMPILER_PARAMS: the class its knobs go in
+    knobs: tuple[str, ...]  # KNOBS: compiler parameters a space may tune
+    interpret_mode: Callable[[], contextlib.AbstractContextManager]
+    reset_interpret_state: Callable[[], None]
+    # SLOW_INTERPRET: its interpret mode simulates the device (threads, barriers), too slow to
+    # judge candidates at every shape (autotune.oracle)
+    slow_interpret: bool = False
+    # POW2_BLOCKS: its blocks are powers of two (autotune.hardware.clamp_block)
+    pow2_blocks: bool = False
+    # KIND_PREFIX: how its platform's device kinds begin ("TPU v5 lite"; "": any)
+    kind_prefix: str = ""
+    # cache_bytes(device_kind): the cache a repeated call's inputs could stay in between
+    # timed calls, so timing rotates copies of smaller inputs (autotune.measure)
+    cache_bytes: Callable[[str], int] = _no_cache
+
+    @classmethod
+    def of(cls, module: ModuleType) -> Backend:
+        return cls(
+            name=module.NAME,
+            title=module.TITLE,
+            platform=module.PLATFORM,
+            marker=module.MARKER,
+            lowering_platform=module.LOWERING_PLATFORM,
+            timers=module.TIMERS,
+            compiler_params=module.COMPILER_PARAMS,
+            knobs=module.KNOBS,
+            interpret_mode=module.interpret_mode,
+            reset_interpret_state=module.reset_interpret_state,
+            slow_interpret=getattr(module, "SLOW_INTERPRET", False),
+            pow2_blocks=getattr(module, "POW2_BLOCKS", False),
+            kind_prefix=getattr(module, "KIND_PREFIX", ""),
+            cache_bytes=getattr(module, "cache_bytes", _no_cache),
+        )
+
+
+# The backend modules, each platform's default first.
 MODULES: tuple[ModuleType, ...] = (interpret, mosaic_tpu, triton, mosaic_gpu)
-BY_NAME = {m.NAME: m for m in MODULES}
+BACKENDS: tuple[Backend, ...] = tuple(Backend.of(m) for m in MODULES)
+BY_NAME = {b.name: b for b in BACKENDS}
 
 # The backends a Pallas kernel may compile through on each platform, the default first.
-PLATFORM_BACKENDS = {p: tuple(m.NAME for m in MODULES if p == m.PLATFORM) for p in PLATFORMS}
+PLATFORM_BACKENDS = {p: tuple(b.name for b in BACKENDS if p == b.platform) for p in PLATFORMS}
 KNOWN = frozenset(BY_NAME)
 
 # Recognition's precedence where a function traces to several backends: the Mosaic ones first,
 # since a Mosaic kernel runs on a CPU only under its own interpret mode, which the backend picks.
-RECOGNISED = (mosaic_gpu, mosaic_tpu, triton)
+RECOGNISED = tuple(BY_NAME[m.NAME] for m in (mosaic_gpu, mosaic_tpu, triton))
 
 
 def default(platform: str) -> str:
@@ -39,10 +90,34 @@ def default(platform: str) -> str:
     return PLATFORM_BACKENDS.get(platform, (platform,))[0]
 
 
+def of_platform(platform: str) -> Backend:
+    """The default backend of `platform`, whose facts are the device's (a platform's backends
+    share its clocks and caches); the interpreter's where the platform is unknown."""
+    return BY_NAME.get(default(platform), BY_NAME[interpret.NAME])
+
+
+def get(name: str | None) -> Backend:
+    """The backend named `name`; the interpreter's for None (a plain `pallas_call`)."""
+    return BY_NAME.get(name, BY_NAME[interpret.NAME])
+
+
 def timers(platform: str) -> tuple[str, ...]:
-    """The timers `platform`'s device has, best first (those of its default backend: a
-    platform's backends share its device's clocks); the wall clock alone where unknown."""
-    return BY_NAME.get(default(platform), interpret).TIMERS
+    """The timers `platform`'s device has, best first; the wall clock alone where unknown."""
+    return of_platform(platform).timers
+
+
+def interprets(platform: str) -> bool:
+    """Whether Pallas kernels on `platform` run only in interpret mode (a CPU's)."""
+    return default(platform) == interpret.NAME
+
+
+def backend_matters(platform: str, takes_interpret: bool) -> bool:
+    """Whether which backend a kernel lowers through belongs in its key on `platform`: where
+    the platform has several (Triton or Mosaic GPU on a GPU), and in interpret mode for a kernel
+    run under its backend's interpret mode (one without an `interpret` argument)."""
+    return len(PLATFORM_BACKENDS.get(platform, ())) > 1 or (
+        interprets(platform) and not takes_interpret
+    )
 
 
 def key_backend(declared: str | None, platform: str) -> str:
@@ -67,12 +142,12 @@ def interpret_mode(backend: str | None) -> contextlib.AbstractContextManager:
     """The interpret mode that runs a kernel of `backend` without an `interpret` argument on
     a CPU: GPU interpret mode for Mosaic GPU, TPU interpret mode otherwise (a plain
     `pallas_call`, None here, runs under either)."""
-    return BY_NAME.get(backend, interpret).interpret_mode()
+    return get(backend).interpret_mode()
 
 
 def reset_interpret_state(backend: str | None) -> None:
     """Clear what that interpret mode keeps after a kernel raised, for the next kernel."""
-    BY_NAME.get(backend, interpret).reset_interpret_state()
+    get(backend).reset_interpret_state()
 
 
 def recognise(fn: Callable, args: Sequence[Any]) -> str | None:
@@ -81,7 +156,7 @@ def recognise(fn: Callable, args: Sequence[Any]) -> str | None:
     where nothing says (a plain `pallas_call` runs on any backend's default)."""
     import jax
 
-    found: set[ModuleType] = set()
+    found: set[Backend] = set()
 
     def walk(jaxpr: Any) -> None:
         for eqn in jaxpr.eqns:
@@ -92,8 +167,8 @@ def recognise(fn: Callable, args: Sequence[Any]) -> str | None:
                         walk(inner)
                     elif name in ("compiler_params", "mesh", "meshes") and v is not None:
                         module = type(v).__module__
-                        found.update(b for b in RECOGNISED if b.MARKER in module)
+                        found.update(b for b in RECOGNISED if b.marker in module)
 
     abstract = [jax.ShapeDtypeStruct(a.shape, a.dtype) if hasattr(a, "dtype") else a for a in args]
     walk(jax.make_jaxpr(fn)(*abstract).jaxpr)
-    return next((b.NAME for b in RECOGNISED if b in found), None)
+    return next((b.name for b in RECOGNISED if b in found), None)

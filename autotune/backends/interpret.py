@@ -11,12 +11,14 @@ from __future__ import annotations
 from autotune.backends import mosaic_tpu
 
 NAME = "interpret"
+TITLE = "Pallas interpret mode"  # in messages
 PLATFORM = "cpu"
 MARKER = None  # nothing a kernel traces to says "interpret": a CPU has no other backend
 LOWERING_PLATFORM = None  # nothing to lower for: the interpreter runs the kernel's jaxpr
 TIMERS = ("wall",)  # a CPU has no device clock
 COMPILER_PARAMS = None  # no compiler, so no knobs
 KNOBS: tuple[str, ...] = ()
+KIND_PREFIX = "cpu"  # jax calls every CPU device kind "cpu"
 
 # TPU interpret mode is the interpreter that runs any kernel without backend-specific parts.
 interpret_mode = mosaic_tpu.interpret_mode

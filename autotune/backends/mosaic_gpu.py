@@ -14,9 +14,11 @@ from collections.abc import Iterator
 from typing import Any
 
 from autotune.errors import KernelError
+from autotune.hardware import GPU_SMEM, by_kind, gpu_l2_bytes
 from autotune.platforms import platform_of
 
 NAME = "mosaic_gpu"
+TITLE = "Mosaic GPU"  # in messages
 PLATFORM = "gpu"
 MARKER = "pallas.mosaic_gpu"  # where jax._src keeps its compiler parameters and meshes
 LOWERING_PLATFORM = "cuda"  # what `.lower(lowering_platforms=...)` calls a GPU
@@ -24,10 +26,12 @@ LOWERING_PLATFORM = "cuda"  # what `.lower(lowering_platforms=...)` calls a GPU
 TIMERS = ("cupti", "trace", "wall")
 COMPILER_PARAMS = "jax.experimental.pallas.mosaic_gpu.CompilerParams"
 KNOBS = ("max_concurrent_steps",)  # the depth of its pipelines (shared-memory slots)
+SLOW_INTERPRET = True  # GPU interpret mode simulates the GPU's threads and barriers
+cache_bytes = gpu_l2_bytes  # inputs smaller than the L2 are rotated when timing
 
 # Shared memory a block may allocate (the opt-in maximum; Mosaic GPU refuses a kernel that
 # asks for more with "exceeds available shared memory: smem_bytes=N > max_smem_bytes=M").
-SMEM_LIMIT = {"H200": 232_448, "H100": 232_448, "GH200": 232_448}
+# The figures per GPU are hardware.GPU_SMEM's (227 KiB on an H100 or H200); this is the default.
 SMEM_LIMIT_DEFAULT = 232_448  # Hopper: Mosaic GPU's kernels target sm_90a and newer
 # Streaming multiprocessors: a persistent kernel launches one block per SM.
 NUM_SMS = {"H100 PCIe": 114, "H100": 132, "H200": 132, "GH200": 132}
@@ -99,7 +103,7 @@ def swizzle_bytes(minor_bytes: int) -> int | None:
 
 def smem_limit(device_kind: str) -> int:
     """The shared memory one block may allocate on this GPU."""
-    return _by_kind(SMEM_LIMIT, device_kind, SMEM_LIMIT_DEFAULT)
+    return by_kind(GPU_SMEM, device_kind, SMEM_LIMIT_DEFAULT)
 
 
 def num_sms(interpret: bool) -> int:
@@ -111,15 +115,8 @@ def num_sms(interpret: bool) -> int:
 
     device = jax.devices()[0]
     if platform_of(device.platform) == "gpu":
-        return int(getattr(device, "core_count", 0) or _by_kind(NUM_SMS, device.device_kind, 0))
+        return int(getattr(device, "core_count", 0) or by_kind(NUM_SMS, device.device_kind, 0))
     return NUM_SMS_DEFAULT
-
-
-def _by_kind(table: dict[str, int], device_kind: str, default: int) -> int:
-    for name, value in table.items():  # more specific names first
-        if name in device_kind:
-            return value
-    return default
 
 
 def interpreting() -> bool:

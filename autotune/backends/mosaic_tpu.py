@@ -12,6 +12,7 @@ import contextlib
 from collections.abc import Iterator
 
 NAME = "mosaic_tpu"
+TITLE = "Mosaic TPU"  # in messages
 PLATFORM = "tpu"
 MARKER = "pallas.mosaic."  # where jax._src keeps its compiler parameters (not mosaic_gpu's)
 LOWERING_PLATFORM = "tpu"  # what `.lower(lowering_platforms=...)` calls a TPU
@@ -19,6 +20,7 @@ LOWERING_PLATFORM = "tpu"  # what `.lower(lowering_platforms=...)` calls a TPU
 TIMERS = ("trace", "wall")
 COMPILER_PARAMS = "jax.experimental.pallas.tpu.CompilerParams"
 KNOBS = ("vmem_limit_bytes",)  # raises the scoped VMEM limit (see hardware.TPU_SCOPED_VMEM)
+KIND_PREFIX = "TPU"  # "TPU v5 lite", "TPU v6e", ...
 
 
 @contextlib.contextmanager

@@ -11,8 +11,10 @@ in `autotune.hardware`, beside the helpers the kernels import them with.
 from __future__ import annotations
 
 from autotune.backends import interpret
+from autotune.hardware import gpu_l2_bytes
 
 NAME = "triton"
+TITLE = "Triton"  # in messages
 PLATFORM = "gpu"
 MARKER = "pallas.triton"  # where jax._src keeps its compiler parameters
 LOWERING_PLATFORM = None  # its lowering needs a CUDA driver: no check on a CPU-only host
@@ -20,6 +22,8 @@ LOWERING_PLATFORM = None  # its lowering needs a CUDA driver: no check on a CPU-
 TIMERS = ("cupti", "trace", "wall")
 COMPILER_PARAMS = "jax.experimental.pallas.triton.CompilerParams"
 KNOBS = ("num_warps", "num_stages")  # warps per block; software-pipelining depth
+POW2_BLOCKS = True  # Triton's blocks are powers of two
+cache_bytes = gpu_l2_bytes  # inputs smaller than the L2 are rotated when timing
 
 # a kernel recognised as Triton but taking no `interpret` argument gets the general interpreter
 interpret_mode = interpret.interpret_mode

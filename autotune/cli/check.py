@@ -5,10 +5,11 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from autotune import jobs
 from autotune.check import CHECKED_BACKENDS
 from autotune.cli.common import UsageError, add_import_argument, import_user_modules, parse_static
-from autotune.cli.output import config_text, table
+from autotune.cli.output import table
+from autotune.task import check_call, make_task
+from autotune.trial import config_text
 
 
 def add_parser(sub: Any) -> None:
@@ -35,18 +36,14 @@ def add_parser(sub: Any) -> None:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    import jax
-
     from autotune.check import DEFAULT_KINDS, check_space
     from autotune.registry import resolve
 
     import_user_modules(args)
     kernel = resolve(args.kernel)
-    shapes = jobs.parse_shapes(args.shape)
-    dtypes = jobs.parse_dtypes(args.dtype, len(shapes))
-    inputs = [jax.ShapeDtypeStruct(s, d) for s, d in zip(shapes, dtypes)]
-    static = parse_static(args.static)
-    jobs.check_call(kernel, inputs, static, args.shape)
+    task = make_task(args.kernel, args.shape, args.dtype, parse_static(args.static))
+    inputs, static = task.inputs(), task.static_dict
+    check_call(kernel, inputs, static, args.shape)
     kind = args.device_kind or DEFAULT_KINDS[args.platform]
     if args.sample is not None and args.sample < 1:
         raise UsageError(f"--sample {args.sample}: give a positive number of candidates")

@@ -7,8 +7,8 @@ import json
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
-from autotune import jobs
 from autotune.errors import AutotuneError, SignatureError
+from autotune.jobfile import import_modules
 
 DB_HELP = "SQLAlchemy URL or file (default: $PALLAS_AUTOTUNE_DB or the user cache)"
 
@@ -36,7 +36,7 @@ def add_import_argument(p: Any) -> None:
 
 
 def import_user_modules(args: argparse.Namespace) -> None:
-    jobs.import_modules(getattr(args, "imports", ()))
+    import_modules(getattr(args, "imports", ()))
 
 
 def parse_static(items: Sequence[str]) -> dict[str, Any]:

@@ -17,15 +17,11 @@ from typing import Any
 
 from autotune.cli.common import DB_HELP, Parser, add_import_argument, import_user_modules
 from autotune.cli.output import FORMATS, render
-from autotune.db import (
-    KEY_COLUMNS,
-    PREFER,
-    TuningDB,
-    check_url,
-    normalize_url,
-    validate_export,
-)
+from autotune.db import TuningDB
+from autotune.dbconnect import check_url, normalize_url
+from autotune.dbexport import PREFER, validate_export
 from autotune.errors import AutotuneError
+from autotune.schema import KEY_COLUMNS
 
 
 def _filters(q: argparse.ArgumentParser) -> None:

@@ -7,6 +7,8 @@ import io
 import json
 from typing import Any
 
+from autotune.trial import config_text
+
 FORMATS = ("table", "json", "csv")
 
 
@@ -68,10 +70,6 @@ def _table_row(r: dict[str, Any]) -> dict[str, Any]:
             v = f"{v:.2f}x"
         out[k] = "" if v is None else v
     return out
-
-
-def config_text(config: dict[str, Any]) -> str:
-    return " ".join(f"{k}={v}" for k, v in sorted(config.items()))
 
 
 def table(rows: list[dict[str, Any]]) -> str:

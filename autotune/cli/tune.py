@@ -8,7 +8,7 @@ import os
 import sys
 from typing import Any
 
-from autotune import jobs
+from autotune import jobfile, jobs, studies
 from autotune.cli.common import (
     DB_HELP,
     UsageError,
@@ -16,11 +16,12 @@ from autotune.cli.common import (
     import_user_modules,
     parse_static,
 )
-from autotune.cli.output import config_text
-from autotune.db import check_url
+from autotune.dbconnect import check_url
+from autotune.policies import WorkerLimits
 from autotune.strategies import STRATEGIES
+from autotune.task import check_task, make_task
+from autotune.trial import config_text
 from autotune.tune_settings import TuneSettings, checked
-from autotune.worker import WorkerLimits
 
 DEFAULTS = TuneSettings()  # the flags' defaults, but --no-isolate: the CLI isolates by default
 
@@ -149,10 +150,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
     if args.job or args.pending:
         return cmd_tune_job(args, settings)
 
-    import jax
-
-    from autotune.registry import resolve
-    from autotune.tuner import study_name_of, tune
+    from autotune.tuner import tune_task
 
     if args.kernel is None or args.shape is None:
         raise UsageError(
@@ -163,16 +161,20 @@ def cmd_tune(args: argparse.Namespace) -> int:
         raise UsageError("--shard and --force apply to --job and --pending")
     if "" not in sys.path:  # import paths name the user's modules, found from where they stand
         sys.path.insert(0, "")
-    kernel = args.kernel
-    shapes = jobs.parse_shapes(args.shape)
-    dtypes = jobs.parse_dtypes(args.dtype, len(shapes))
     static = parse_static(args.static)
-    inputs = [jax.ShapeDtypeStruct(s, d) for s, d in zip(shapes, dtypes)]
-    jobs.check_inputs_fit(shapes, dtypes)
-    jobs.check_call(resolve(kernel), inputs, static, args.shape)
+    one = make_task(
+        args.kernel,
+        args.shape,
+        args.dtype,
+        static,
+        settings.n_trials,
+        settings.strategy,
+        settings.seed,
+    )
+    check_task(one, args.shape)
     # without --storage, a study beside a SQLite database: a rerun after a crash resumes it,
     # and a finished run deletes it, so the next run tunes afresh
-    storage = args.storage or jobs.default_storage(args.db)
+    storage = args.storage or studies.default_storage(args.db)
 
     def progress(trial: Any, i: int, n: int) -> None:
         time = f"{trial.time_s * 1e3:9.4f} ms" if trial.time_s is not None else " " * 12
@@ -181,15 +183,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
         )
 
     try:
-        result = tune(
-            kernel,
-            inputs,
-            kwargs=static,
-            settings=settings,
-            db=args.db,
-            progress=progress,
-            storage=storage,
-        )
+        result = tune_task(one, settings.replace(storage=storage), db=args.db, progress=progress)
     except TypeError as e:  # the kernel's own signature refused the arguments
         raise UsageError(
             f"{args.kernel} cannot be called with --shape {args.shape} --static {static}: {e}"
@@ -199,7 +193,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
     if storage and not args.storage:
         members = getattr(result, "members", {}).values()  # a variant group's tuned members
         for key in [result.key, *(m.key for m in members if m is not None)]:
-            jobs.delete_study(storage, study_name_of(key))
+            studies.delete_study(storage, studies.study_name_of(key))
     if result.resumed:
         print(f"resumed: {jobs.resumed_text(result)}")
     print(
@@ -222,7 +216,9 @@ def cmd_tune_job(args: argparse.Namespace, settings: TuneSettings) -> int:
     from rich.console import Console
 
     from autotune.db import TuningDB
+    from autotune.pending import pending_tasks
     from autotune.progress import Display
+    from autotune.worker.parent import tuning_device
 
     if args.job and args.pending:
         raise UsageError("give --job FILE or --pending, not both")
@@ -232,13 +228,11 @@ def cmd_tune_job(args: argparse.Namespace, settings: TuneSettings) -> int:
             "drop the kernel and --shape (with --pending, --kernel K picks one kernel)"
         )
     shard = jobs.parse_shard(args.shard) if args.shard else None
-    tasks = jobs.load_job(args.job) if args.job else []  # every task checked before the database
+    tasks = jobfile.load_job(args.job) if args.job else []  # every task checked before the database
     with TuningDB(args.db) as db:
-        device = jobs.tuning_device(settings)  # the worker's: this process keeps to the CPU
+        device = tuning_device(settings)  # the worker's: this process keeps to the CPU
         if args.pending:
-            tasks, unknown = jobs.pending_tasks(
-                db, device, kernel=args.only_kernel, trials=args.trials
-            )
+            tasks, unknown = pending_tasks(db, device, kernel=args.only_kernel, trials=args.trials)
             for name, count in unknown.items():
                 print(
                     f"skipped {count} pending miss(es) of kernel {name!r}: not registered here "
@@ -246,7 +240,7 @@ def cmd_tune_job(args: argparse.Namespace, settings: TuneSettings) -> int:
                 )
         if shard:
             tasks = jobs.shard(tasks, *shard)
-        storage = args.storage or jobs.default_storage(db.url)
+        storage = args.storage or studies.default_storage(db.url)
         console = Console(highlight=False)
         console.print(
             f"{len(tasks)} task(s); database {db.url}; studies {storage or 'in memory'}",

@@ -12,12 +12,12 @@ one by one, on the caller's connection and inside its transaction, never through
 environment (no env.py, no alembic.ini): a failure leaves the old schema untouched.
 
 To change the schema:
-1. change the models in autotune/db.py (and `table_names` if a table is renamed: the read-only
+1. change the models in autotune/schema.py (and `table_names` if a table is renamed: the read-only
    `db check` reads an older schema by its own names);
 2. add `versions/vN_<what>.py` with `revision = "N"`, `down_revision = "N-1"` and `upgrade()`,
    naming tables and columns as they are at that revision, not through the models (which move
    on); there is no downgrade(), since a newer schema is refused, never rewritten;
-3. set `SCHEMA_VERSION = N` in autotune/db.py.
+3. set `SCHEMA_VERSION = N` in autotune/schema.py.
 tests/test_schema.py then checks that the newest revision is SCHEMA_VERSION and that the v1
 fixture, upgraded, has exactly the models' schema (Alembic's autogenerate comparison, which
 names what a missing upgrade step should do), on SQLite and on PostgreSQL.

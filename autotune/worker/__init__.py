@@ -3,7 +3,7 @@
 Both workers implement `Worker`, so the tuner and the finalists never ask which one they have:
 
 - `InProcessWorker` (inprocess.py) measures in this process, without isolation: interactive use
-  and tune-on-miss.
+  (`tune()`'s default).
 - `DeviceWorker` (parent.py) measures in a child process that owns the device (child.py; the
   two speak protocol.py): a candidate that crashes or hangs it becomes a `crashed` / `timeout`
   trial under `WorkerLimits`, and a fresh child takes the next one.
@@ -15,11 +15,13 @@ current one is timed (autotune.compile_pool).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any, Protocol
 
 from autotune.device import DeviceInfo
+from autotune.policies import DEFAULT_LIMITS, WorkerLimits
 from autotune.trial import Config, TrialRecord
+from autotune.worker.inprocess import InProcessWorker
+from autotune.worker.parent import DeviceWorker
 
 
 class Worker(Protocol):
@@ -49,20 +51,5 @@ class Worker(Protocol):
 
     def __exit__(self, *exc: object) -> None: ...
 
-
-@dataclass(frozen=True)
-class WorkerLimits:
-    """Per-candidate time limits of a device worker, in seconds."""
-
-    compile_s: float = 300.0  # tracing, lowering and compiling one candidate
-    run_s: float = 120.0  # the verifying run and every timed repetition of one candidate
-    start_s: float = 300.0  # starting a worker: importing JAX and the kernel, taking the inputs
-
-
-DEFAULT_LIMITS = WorkerLimits()
-
-# below the definitions above: parent.py imports WorkerLimits and DEFAULT_LIMITS from here
-from autotune.worker.inprocess import InProcessWorker  # noqa: E402
-from autotune.worker.parent import DeviceWorker  # noqa: E402
 
 __all__ = ["DEFAULT_LIMITS", "DeviceWorker", "InProcessWorker", "Worker", "WorkerLimits"]

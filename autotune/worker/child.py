@@ -59,9 +59,9 @@ def _load(setup: Setup) -> InProcessWorker:
 
     from autotune import registry
 
-    spec = registry.resolve(setup.target).spec
+    spec = registry.resolve(setup.task.kernel).spec
     args = [jax.device_put(a) for a in setup.args]
-    worker = InProcessWorker(spec, args, setup.kwargs, setup.policy, setup.compile_workers)
+    worker = InProcessWorker(spec, setup.task, args, setup.policy, setup.compile_workers)
     worker.set_oracle(setup.oracle)
     return worker
 

@@ -1,9 +1,9 @@
-"""Measuring candidates in this process: no isolation, no start-up cost (interactive use,
-tune-on-miss; and, inside a device worker's child, the measuring itself)."""
+"""Measuring candidates in this process: no isolation, no start-up cost (interactive use; and,
+inside a device worker's child, the measuring itself)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from autotune.compile_pool import CompilePool, default_compile_workers
@@ -18,11 +18,13 @@ from autotune.measure import (
     rotation_sets,
 )
 from autotune.registry import KernelSpec
+from autotune.task import Task
 from autotune.trial import Config, ConfigId, TrialRecord
 
 
 class InProcessWorker:
-    """Measures candidates of `spec` in this process, on the device it runs on.
+    """Measures candidates of `spec` for `task` with the inputs `args`, in this process, on the
+    device it runs on.
 
     The candidates the search will measure next (`prefetch`) compile in a `CompilePool` of
     `compile_workers` threads while the current one is timed (None: sized to the host, see
@@ -32,12 +34,12 @@ class InProcessWorker:
     def __init__(
         self,
         spec: KernelSpec,
+        task: Task,
         args: Sequence[Any],
-        kwargs: Mapping[str, Any],
         policy: TimingPolicy = DEFAULT_POLICY,
         compile_workers: int | None = None,
     ) -> None:
-        self.spec, self.args, self.kwargs = spec, list(args), dict(kwargs)
+        self.spec, self.args, self.kwargs = spec, list(args), task.static_dict
         self.oracle: Any = None
         self.policy = policy
         self.device = current_device()

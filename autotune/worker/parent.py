@@ -10,6 +10,7 @@ one.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import select
@@ -18,17 +19,20 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from autotune.compile_pool import AHEAD_PER_WORKER, default_compile_workers
-from autotune.device import DeviceInfo
+from autotune.device import DeviceInfo, current_device
 from autotune.errors import KernelError
-from autotune.measure import DEFAULT_POLICY, TimingPolicy
+from autotune.policies import DEFAULT_LIMITS, DEFAULT_POLICY, TimingPolicy, WorkerLimits
+from autotune.task import Task
 from autotune.trial import Config, ConfigId, TrialRecord, config_id
-from autotune.worker import DEFAULT_LIMITS, WorkerLimits
 from autotune.worker.protocol import Kind, Setup, pack, unpack
+
+if TYPE_CHECKING:
+    from autotune.tune_settings import TuneSettings
 
 
 class _Died(Exception):
@@ -42,10 +46,11 @@ class _Died(Exception):
 class DeviceWorker:
     """A worker process that owns the device; restarted after each crash or timeout.
 
-    `target` is what the worker imports: a registered kernel name or 'package.module:function'.
-    `args` and the oracle (given once known: `set_oracle`) travel as NumPy arrays; `device` is
-    the worker's DeviceInfo. The child sees this process's `sys.path` (so it imports what this
-    process imports) and `JAX_PLATFORMS=platforms` where given.
+    The child imports `task`'s kernel by its 'package.module:function' path (worker_task).
+    `args`, the inputs the task is measured with, and the oracle (given once known:
+    `set_oracle`) travel as NumPy arrays; `device` is the worker's DeviceInfo. The child sees
+    this process's `sys.path` (so it imports what this process imports) and
+    `JAX_PLATFORMS=platforms` where given.
 
     A compile running ahead in the child's pool can crash it while another candidate is
     measured: that candidate is then measured again alone in a fresh worker, and the configs
@@ -55,9 +60,8 @@ class DeviceWorker:
 
     def __init__(
         self,
-        target: str,
+        task: Task,
         args: Sequence[Any],
-        kwargs: Mapping[str, Any],
         policy: TimingPolicy = DEFAULT_POLICY,
         limits: WorkerLimits = DEFAULT_LIMITS,
         platforms: str | None = None,
@@ -66,7 +70,7 @@ class DeviceWorker:
         self.limits = limits
         self.platforms = platforms
         self.restarts = 0
-        self._setup = Setup.of(target, args, kwargs, policy, compile_workers)
+        self._setup = Setup.of(worker_task(task), args, policy, compile_workers)
         self._proc: subprocess.Popen | None = None
         self._stderr: Any = None
         self._prefetched: set[ConfigId] = set()  # sent to this child to compile ahead, not measured
@@ -80,15 +84,11 @@ class DeviceWorker:
     # ---------------------------------------------------------------- requests
 
     def set_task(
-        self,
-        target: str,
-        args: Sequence[Any],
-        kwargs: Mapping[str, Any],
-        policy: TimingPolicy = DEFAULT_POLICY,
+        self, task: Task, args: Sequence[Any], policy: TimingPolicy = DEFAULT_POLICY
     ) -> Any:
-        """Measure another kernel or call from now on, in the same worker (no new start-up);
-        returns the worker's DeviceInfo."""
-        self._setup = Setup.of(target, args, kwargs, policy, self._setup.compile_workers)
+        """Measure another task from now on, in the same worker (no new start-up); returns
+        the worker's DeviceInfo."""
+        self._setup = Setup.of(worker_task(task), args, policy, self._setup.compile_workers)
         self._suspects = set()  # configs of the task before
         if self._proc is None:
             self.restarts += 1
@@ -215,10 +215,12 @@ class DeviceWorker:
             self._send(Kind.SETUP, self._setup)
             kind, value = self._recv(time.monotonic() + self.limits.start_s, stage)
         except _Died as d:
-            raise KernelError(f"the device worker for {self._setup.target!r} {d}") from None
+            raise KernelError(f"the device worker for {self._setup.task.kernel!r} {d}") from None
         if kind is not Kind.READY:
             self._kill()
-            raise KernelError(f"the device worker cannot set up {self._setup.target!r}: {value}")
+            raise KernelError(
+                f"the device worker cannot set up {self._setup.task.kernel!r}: {value}"
+            )
         return value
 
     def _kill(self) -> None:
@@ -279,6 +281,17 @@ class DeviceWorker:
         return f"; stderr: {' | '.join(lines[-3:])[-600:]}" if lines else ""
 
 
+def worker_task(task: Task) -> Task:
+    """`task` with its kernel named as a worker child imports it: 'package.module:function' as
+    given, else the import path of the kernel registered here under that name (the child
+    imports no module that registered it here), checked here."""
+    from autotune.registry import import_path, resolve
+
+    if ":" in task.kernel:
+        return task
+    return dataclasses.replace(task, kernel=import_path(resolve(task.kernel)))
+
+
 def child_env(platforms: str | None) -> dict[str, str]:
     """A worker child's environment: this process's `sys.path` (so that it imports what this
     process imports) and `JAX_PLATFORMS=platforms` where given."""
@@ -317,3 +330,12 @@ def worker_device(platforms: str | None, timeout_s: float) -> DeviceInfo:
         raise KernelError(f"a device worker cannot start (exit code {proc.returncode}): {tail}")
     fields = json.loads(proc.stdout)
     return DeviceInfo(**{**fields, "packages": tuple(map(tuple, fields["packages"]))})
+
+
+def tuning_device(settings: TuneSettings) -> DeviceInfo:
+    """The device that tasks run with `settings` are measured on, which keys them: a device
+    worker's where the workers keep to other platforms than this process (the CLI keeps itself
+    to the CPU while they own the accelerator), else this process's."""
+    if settings.isolate and settings.worker_platforms is not None:
+        return worker_device(settings.worker_platforms, settings.limits.start_s)
+    return current_device()

@@ -16,11 +16,12 @@ from __future__ import annotations
 import enum
 import pickle
 import struct
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, BinaryIO
 
-from autotune.measure import TimingPolicy
+from autotune.policies import TimingPolicy
+from autotune.task import Task
 
 _LENGTH = struct.Struct("<Q")
 
@@ -44,12 +45,11 @@ class Kind(enum.Enum):
 
 @dataclass(frozen=True)
 class Setup:
-    """A task for the child: the kernel it imports, the call's inputs (NumPy arrays), and how
-    to judge and time candidates."""
+    """A task for the child: the Task (its kernel named as the child imports it), the call's
+    inputs (NumPy arrays), and how to judge and time candidates."""
 
-    target: str  # a registered kernel name or 'package.module:function'
+    task: Task
     args: list[Any]
-    kwargs: dict[str, Any]
     policy: TimingPolicy
     compile_workers: int | None
     oracle: Any = None  # NumPy arrays; None until the parent knows it (then an ORACLE message)
@@ -57,9 +57,8 @@ class Setup:
     @classmethod
     def of(
         cls,
-        target: str,
+        task: Task,
         args: Sequence[Any],
-        kwargs: Mapping[str, Any],
         policy: TimingPolicy,
         compile_workers: int | None,
     ) -> Setup:
@@ -67,7 +66,7 @@ class Setup:
         do not."""
         import numpy as np
 
-        return cls(target, [np.asarray(a) for a in args], dict(kwargs), policy, compile_workers)
+        return cls(task, [np.asarray(a) for a in args], policy, compile_workers)
 
 
 def pack(kind: Kind, *fields: Any) -> bytes:

@@ -1,0 +1,235 @@
+"""A tuning task: the kernel, its arguments' shapes and dtypes, static arguments and the search's
+budget. Every source of tuning work builds its Task here: the command line's and a job file's
+text (`--shape 256x256,256x128`, checked here), a recorded miss, a call in a program."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from autotune.errors import SignatureError
+from autotune.signature import (
+    ArgSpec,
+    dtype_name,
+    format_args,
+    is_array,
+    parse_args,
+    parse_dtype,
+    parse_static,
+)
+from autotune.tune_settings import DEFAULTS, TuneSettings, checked
+
+# a job file's words for the settings a task sets, where they differ from TuneSettings' fields
+_KEYS = {"n_trials": "trials"}
+
+
+def parse_shapes(text: str) -> list[tuple[int, ...]]:
+    """'256x128,128x64' -> [(256, 128), (128, 64)]; '1024' is 1-D; 'scalar' is ()."""
+    shapes = []
+    for part in text.split(","):
+        part = part.strip()
+        if part in ("scalar", "()"):
+            shapes.append(())
+            continue
+        dims = part.lower().split("x")
+        if not part or not all(d.isascii() and d.isdigit() for d in dims):
+            raise SignatureError(
+                f"malformed --shape {text!r}: write e.g. 256x256,256x128 (one per argument)"
+            )
+        shape = tuple(int(d) for d in dims)
+        if 0 in shape:
+            raise SignatureError(
+                f"--shape {text!r}: argument {len(shapes) + 1} ({part}) has a zero dimension: "
+                "every dimension must be at least 1"
+            )
+        shapes.append(shape)
+    return shapes
+
+
+def parse_dtypes(text: str, n: int) -> list[str]:
+    """One dtype for every argument, or one per argument: 'float32' or 'bfloat16,float32'."""
+    import jax
+
+    names = [parse_dtype(t) for t in text.split(",")]
+    wide = [d for d in names if d in ("float64", "int64", "uint64", "complex128")]
+    if wide and not jax.config.jax_enable_x64:
+        # JAX would make the inputs 32-bit and the entry would be stored under the wrong key
+        raise SignatureError(
+            f"--dtype {wide[0]} needs JAX's 64-bit mode: set JAX_ENABLE_X64=1 (without it "
+            "JAX computes in 32 bits)"
+        )
+    if len(names) == 1:
+        return names * n
+    if len(names) != n:
+        raise SignatureError(
+            f"--dtype gives {len(names)} dtypes for {n} shapes: give one, or one per shape"
+        )
+    return names
+
+
+INPUT_MEMORY_SHARE = 0.5  # the inputs' share of host memory; the oracle and outputs need the rest
+
+
+def check_inputs_fit(shapes: Sequence[tuple[int, ...]], dtypes: Sequence[str]) -> None:
+    """Refuse inputs that cannot fit in this machine's memory, before anything is allocated."""
+    import os
+
+    import jax.numpy as jnp
+
+    size = sum(math.prod(s) * jnp.dtype(d).itemsize for s, d in zip(shapes, dtypes))
+    try:
+        memory = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):  # not a POSIX host: no check
+        return
+    if size > INPUT_MEMORY_SHARE * memory:
+        raise SignatureError(
+            f"the inputs take {size / 2**30:.1f} GiB, more than this machine can hold beside "
+            f"the oracle ({memory / 2**30:.1f} GiB of memory): give smaller shapes"
+        )
+
+
+def check_call(kernel: Any, inputs: Sequence[Any], static: dict[str, Any], shape: str) -> None:
+    """Refuse shapes and static arguments the kernel's own signature does not take, saying
+    how many arrays it takes."""
+    import inspect
+
+    signature = inspect.signature(kernel.spec.fn)
+    positional = [
+        p
+        for p in signature.parameters.values()
+        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.name not in static
+    ]
+    required = [p.name for p in positional if p.default is p.empty]
+    varargs = any(p.kind == p.VAR_POSITIONAL for p in signature.parameters.values())
+    if len(inputs) < len(required) or (len(inputs) > len(positional) and not varargs):
+        count = (
+            f"{len(required)}"
+            if len(required) == len(positional)
+            else (f"{len(required)} to {len(positional)}")
+        )
+        names = ", ".join(p.name for p in positional)
+        raise SignatureError(
+            f"{kernel.spec.name} takes {count} array argument(s) ({names}): --shape {shape!r} "
+            f"gives {len(inputs)}; give one shape per argument, separated by commas"
+        )
+    try:
+        signature.bind_partial(*inputs, **static)  # tunables without defaults come later
+    except TypeError as e:
+        raise SignatureError(
+            f"{kernel.spec.name} cannot be called with --shape {shape} --static {static}: {e}"
+        ) from None
+
+
+@dataclass(frozen=True)
+class Task:
+    """One tuning task: a kernel, the shapes and dtypes of its arguments, its static arguments,
+    and the search's budget, strategy and seed. Every source of tuning work builds one here
+    (make_task: CLI flags and job files; task_of_miss: a recorded miss; task_of_call: a call
+    in a program), and tune_task, the protocol and both workers take it."""
+
+    kernel: str  # a registered name, or 'package.module:function'
+    shapes: tuple[tuple[int, ...], ...]
+    dtypes: tuple[str, ...]  # canonical names: "float32", "bfloat16"
+    static: tuple[tuple[str, Any], ...] = ()  # sorted items, so a Task is hashable
+    trials: int = DEFAULTS.n_trials
+    strategy: str = DEFAULTS.strategy
+    seed: int | None = DEFAULTS.seed
+
+    @property
+    def static_dict(self) -> dict[str, Any]:
+        return dict(self.static)
+
+    @property
+    def label(self) -> str:
+        args = format_args(tuple(ArgSpec(s, d) for s, d in zip(self.shapes, self.dtypes)))
+        static = f" {json.dumps(self.static_dict, sort_keys=True)}" if self.static else ""
+        return f"{self.kernel} {args}{static}"
+
+    def inputs(self) -> list[Any]:
+        """The arguments as jax.ShapeDtypeStruct (autotune.tuner.random_inputs fills them)."""
+        import jax
+
+        return [jax.ShapeDtypeStruct(s, d) for s, d in zip(self.shapes, self.dtypes)]
+
+    def settings(self, run: TuneSettings) -> TuneSettings:
+        """The run's settings with this task's budget, strategy and seed."""
+        return run.replace(n_trials=self.trials, strategy=self.strategy, seed=self.seed)
+
+
+def make_task(
+    kernel: str,
+    shape: str,
+    dtype: str = "float32",
+    static: dict[str, Any] | None = None,
+    trials: int = DEFAULTS.n_trials,
+    strategy: str = DEFAULTS.strategy,
+    seed: int | None = DEFAULTS.seed,
+) -> Task:
+    """The task of a command line's or a job file's text: `--shape 256x256,256x128`,
+    `--dtype bfloat16`; budget, strategy and seed checked as a job file names them."""
+    checked(_KEYS, n_trials=trials, strategy=strategy, seed=seed)
+    shapes = parse_shapes(shape)
+    return Task(
+        kernel=kernel,
+        shapes=tuple(shapes),
+        dtypes=tuple(parse_dtypes(dtype, len(shapes))),
+        static=_items(static or {}),
+        trials=trials,
+        strategy=strategy,
+        seed=seed,
+    )
+
+
+def task_of_miss(miss: Mapping[str, Any], trials: int = DEFAULTS.n_trials) -> Task:
+    """The task of a recorded miss (a row of TuningDB.misses: kernel, signature, static)."""
+    args = parse_args(miss["signature"])
+    return Task(
+        kernel=miss["kernel"],
+        shapes=tuple(a.shape for a in args),
+        dtypes=tuple(a.dtype for a in args),
+        static=_items(parse_static(miss["static"])),
+        trials=trials,
+    )
+
+
+def task_of_call(
+    kernel: Any,
+    args: Sequence[Any],
+    kwargs: Mapping[str, Any] | None = None,
+    settings: TuneSettings = DEFAULTS,
+) -> Task:
+    """The task of a call `kernel(*args, **kwargs)`: an autotuned kernel (or its registered
+    name, or 'package.module:function'), arrays or jax.ShapeDtypeStruct as its arguments,
+    static arguments in `kwargs`; the budget, strategy and seed of `settings`."""
+    for a in args:
+        if not is_array(a):
+            raise SignatureError(
+                f"tune() takes arrays (or jax.ShapeDtypeStruct) as args, got "
+                f"{type(a).__name__}: pass static arguments in kwargs="
+            )
+    return Task(
+        kernel=kernel if isinstance(kernel, str) else kernel.spec.name,
+        shapes=tuple(tuple(int(d) for d in a.shape) for a in args),
+        dtypes=tuple(dtype_name(a.dtype) for a in args),
+        static=_items(kwargs or {}),
+        trials=settings.n_trials,
+        strategy=settings.strategy,
+        seed=settings.seed,
+    )
+
+
+def _items(static: Mapping[str, Any]) -> tuple[tuple[str, Any], ...]:
+    return tuple(sorted(static.items()))
+
+
+def check_task(task: Task, shape: str) -> None:
+    """Refuse a task that cannot run: an unknown kernel, inputs too large for this machine,
+    shapes or static arguments the kernel does not take (`shape`: the text they came from)."""
+    from autotune import registry
+
+    kernel = registry.resolve(task.kernel)
+    check_inputs_fit(task.shapes, task.dtypes)
+    check_call(kernel, task.inputs(), task.static_dict, shape)
