@@ -1,6 +1,6 @@
 """pallas-autotune: find, verify, store and serve the best block sizes for Pallas kernels.
 
-The runtime surface (``autotuned``, ``register``, ``configure``) is cheap to import; ``tune`` and
+The runtime surface (``autotuned``, ``register``, ``configure``, ``variants``, ``overlay``) is cheap to import; ``tune`` and
 ``TuningDB`` load the tuner (Optuna) and the database layer (SQLAlchemy) on first use, and
 ``TuneSettings`` the measurement's settings (neither).
 """
@@ -17,13 +17,16 @@ from autotune.errors import (
     SignatureError,
     SpaceError,
 )
+from autotune.overlays import overlay
 from autotune.runtime import AutotunedKernel, autotuned, configure, register
+from autotune.variants import Member, variants
 
 __all__ = [
     "AutotuneError",
     "AutotunedKernel",
     "DatabaseError",
     "KernelError",
+    "Member",
     "SignatureError",
     "SettingsError",
     "SpaceError",
@@ -33,9 +36,11 @@ __all__ = [
     "autotuned",
     "calls_in",
     "configure",
+    "overlay",
     "register",
     "tune",
     "tune_program",
+    "variants",
 ]
 
 _LAZY = {

@@ -11,7 +11,13 @@ from autotune.backends import PLATFORM_BACKENDS
 from autotune.dbconnect import normalize_url, sqlite_file, sqlite_reader
 from autotune.errors import AutotuneError
 from autotune.platforms import PLATFORMS
-from autotune.schema import KEY_COLUMNS, SCHEMA_VERSION, decode_config, table_names
+from autotune.schema import (
+    KEY_COLUMNS,
+    SCHEMA_VERSION,
+    decode_config,
+    encode_config,
+    table_names,
+)
 
 TIMES = ("time_s", "default_time_s", "speedup")  # positive numbers; only time_s is required
 # the columns read, by name: what the first released schema (v1) already had
@@ -136,6 +142,12 @@ def _text(value: Any, limit: int = 60) -> str:
 
 def _entry_problems(r: dict[str, Any], trials: dict[int, dict[str, Any]]) -> list[str]:
     """Why the runtime would not serve this best entry (or would not trust where it came from)."""
+    return served_problems(r) + _entry_trial_problems(r, trials)
+
+
+def served_problems(r: dict[str, Any]) -> list[str]:
+    """Why the runtime would not serve this entry (a database row or a shipped entry): its
+    times, its key, its kernel's version, its config in the kernel's space and constraints."""
     from autotune import registry
     from autotune.signature import Signature, parse_args, parse_static
 
@@ -175,6 +187,11 @@ def _entry_problems(r: dict[str, Any], trials: dict[int, dict[str, Any]]) -> lis
             problem = f"breaks {', '.join(broken)} for its own shape" if broken else None
         if problem:
             problems.append(f"config not served: {problem}")
+    return problems
+
+
+def _entry_trial_problems(r: dict[str, Any], trials: dict[int, dict[str, Any]]) -> list[str]:
+    problems: list[str] = []
     if r["trial_id"] is None:  # imported or merged: its trials stayed in the other database
         return problems
     trial = trials.get(r["trial_id"])
@@ -184,7 +201,7 @@ def _entry_problems(r: dict[str, Any], trials: dict[int, dict[str, Any]]) -> lis
         problems.append(f"points at trial {r['trial_id']} of status {trial['status']!r}")
     elif any(trial[k] != r[k] for k in KEY_COLUMNS):
         problems.append(f"points at trial {r['trial_id']} of another key")
-    elif decode_config(trial["config"]) != config:
+    elif decode_config(trial["config"]) != decode_config(r["config"]):
         problems.append(f"config differs from that of its trial {r['trial_id']}")
     return problems
 
@@ -196,3 +213,39 @@ def format_report(url: str, problems: list[str], counts: dict[str, int]) -> str:
         return f"{head}: no problems found"
     lines = [f"{head}: {len(problems)} problem(s)"] + [f"  - {p}" for p in problems]
     return "\n".join(lines)
+
+
+def shipped_entries(kernel: str | None = None) -> tuple[list[dict[str, Any]], list[str]]:
+    """The entries of the tables shipped with the registered kernels (`tuned=`), or with
+    `kernel` only, each with `table` (its path) and `problems` (why the runtime would not serve
+    it); and a sentence per table that cannot be read."""
+    from autotune import registry
+    from autotune.tables import shipped_table
+
+    rows: list[dict[str, Any]] = []
+    unreadable: list[str] = []
+    for name, k in registry.registered().items():
+        if k.spec.tuned is None or kernel not in (None, name):
+            continue
+        try:
+            table = shipped_table(k.spec.tuned)
+        except AutotuneError as e:
+            unreadable.append(str(e))
+            continue
+        for e in table.entries:
+            row = {**{t: e.get(t) for t in TIMES}, **e, "config": encode_config(e["config"])}
+            problems = served_problems(row)
+            if e["kernel"] != name:
+                problems.insert(0, f"is for kernel {_text(e['kernel'])}, not {name}: never served")
+            rows.append({**e, "table": str(table.where), "problems": problems})
+    return rows, unreadable
+
+
+def check_shipped() -> tuple[list[str], int]:
+    """Problems of the tables shipped with the registered kernels, and how many entries they
+    hold."""
+    rows, problems = shipped_entries()
+    for r in rows:
+        where = f"{r['table']}: {_text(r['kernel'])} {_text(r['signature'])} on {_text(r['device_kind'])}"
+        problems += [f"{where}: {p}" for p in r["problems"]]
+    return problems, len(rows)

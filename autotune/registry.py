@@ -51,6 +51,7 @@ class KernelSpec:
     bound_names: frozenset[str]  # the kernel's parameters that the config fills
     takes_interpret: bool
     backend: str | None = None  # "mosaic_gpu", "mosaic_tpu", "triton"; None: recognised
+    tuned: Path | None = None  # the tuned table shipped with the kernel (autotune.tables)
     _recognised: dict[str, str | None] = field(default_factory=dict, repr=False)
 
     @property
@@ -206,6 +207,7 @@ def make_spec(
     defaults: Mapping[str, Any] | None = None,
     bind: Callable[[dict[str, Any]], dict[str, Any]] | Mapping[str, Any] | None = None,
     backend: str | None = None,
+    tuned: str | Path | None = None,
 ) -> KernelSpec:
     if not isinstance(name, str) or not name:
         raise KernelError("a kernel needs a non-empty name: autotuned(name='my_kernel', ...)")
@@ -282,7 +284,23 @@ def make_spec(
         bound_names=bound_names,
         takes_interpret="interpret" in params,
         backend=backend,
+        tuned=_tuned_path(name, tuned, module_dir),
     )
+
+
+def _tuned_path(name: str, tuned: str | Path | None, module_dir: Path | None) -> Path | None:
+    """`tuned=` as a path: relative to the kernel's module, read on the first lookup."""
+    if tuned is None:
+        return None
+    path = Path(tuned)
+    if not path.is_absolute():
+        if module_dir is None:
+            raise KernelError(
+                f"{name}: tuned={str(tuned)!r} is relative, but the kernel has no module file to "
+                "resolve it against: give an absolute path"
+            )
+        path = module_dir / path
+    return path
 
 
 def structured_bind(

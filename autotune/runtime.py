@@ -1,4 +1,5 @@
-"""@autotuned: call -> key -> lookup (memo, database, fallback) -> compiled kernel call.
+"""@autotuned: call -> key -> lookup (memo, overlay, database, shipped table, fallback) ->
+compiled kernel call.
 
 Each kernel has one jitted entry whose body does the lookup, so the lookup runs only while jit
 traces it (once per new shapes, dtypes and static arguments) and a repeated eager call costs what
@@ -21,7 +22,7 @@ import logging
 import operator
 import threading
 import weakref
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,10 +30,12 @@ from typing import Any
 from autotune import registry
 from autotune.device import current_device
 from autotune.errors import AutotuneError, DatabaseError
+from autotune.overlays import active_overlays, overlay_entry
 from autotune.registry import KernelSpec, make_spec
 from autotune.settings import Settings
 from autotune.signature import Signature, TuningKey, is_array, parse_args, shape_distance
 from autotune.space import Constraint
+from autotune.tables import shipped_table
 
 log = logging.getLogger(__name__)
 
@@ -46,13 +49,19 @@ RUNTIME_BUSY_TIMEOUT_S = 0.5
 REOPEN_FIRST_S = 1.0
 REOPEN_MAX_S = 60.0
 
+# Where a call's configuration comes from, asked in this order: an active overlay
+# (autotune.overlays), the user's database, the table shipped with the kernel (`tuned=`, see
+# autotune.tables); then the fallback policy: the nearest tuned shape, or the default.
+LOOKUP_ORDER = ("overlay", "db", "shipped", "nearest", "default")
+_STORED = {"overlay": "overlaid", "db": "stored", "shipped": "shipped"}  # in warnings
+
 
 @dataclass(frozen=True)
 class Resolution:
     """The configuration a call uses, and where it came from."""
 
     config: dict[str, Any]
-    source: str  # "db", "nearest" or "default"
+    source: str  # "overlay", "db", "shipped", "nearest" or "default" (see LOOKUP_ORDER)
     key: TuningKey
     signature: Signature
     detail: str = ""  # e.g. the signature a nearest entry was tuned for
@@ -312,7 +321,8 @@ class AutotunedKernel:
 
     def _resolution(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Resolution:
         """resolve(), memoised per call shape: the database is read once per key per process."""
-        memo_key = (self, _call_shape(args, kwargs))
+        # an active overlay changes the answer: calls inside and outside one differ
+        memo_key = (self, _call_shape(args, kwargs), active_overlays())
         try:
             hit = _STATE.memo.get(memo_key)
         except TypeError:  # an unhashable static argument: resolve without the memo
@@ -326,8 +336,8 @@ class AutotunedKernel:
         return hit
 
     def explain(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
-        """What a call with these arguments would use: config, source ("db", "nearest",
-        "default"), key (a dict) and signature."""
+        """What a call with these arguments would use: config, source (one of LOOKUP_ORDER,
+        or "caller" for a configuration passed in the call), key (a dict) and signature."""
         overrides = {k: kwargs.pop(k) for k in self.spec.tunables & kwargs.keys()}
         r = self.resolve(args, kwargs, record_miss=False)  # a question, not a call to count
         config = {**r.config, **overrides}
@@ -368,19 +378,18 @@ class AutotunedKernel:
         space = self.spec.space(device.platform)
         settings = _STATE.settings
         db = _database()
-        entry = _db_call("lookup", lambda: db.best(key)) if db else None
-        if entry is not None:
+        for source, entry in self._entries(key, db):
             problem = space.check_stored(entry["config"]) or _broken(space, entry["config"], sig)
             if problem is None:
-                return Resolution(dict(entry["config"]), "db", key, sig)
-            message = f"stored config of {key.kernel} {key.signature} ignored: {problem}"
+                return Resolution(dict(entry["config"]), source, key, sig)
+            message = f"{_STORED[source]} config of {key.kernel} {key.signature} ignored: {problem}"
             if settings.strict:
                 raise AutotuneError(
                     f"{message} (strict mode): re-tune it, or check it with `autotune db check`"
                 )
-            _warn_once(f"invalid:{key}", f"pallas-autotune: {message}; using the fallback")
+            _warn_once(f"invalid:{source}:{key}", f"pallas-autotune: {message}; using the fallback")
         miss = bool(db) and record_miss
-        default = _default_resolution(self.spec, space, key, sig)
+        default = _default_resolution(space, key, sig, self._default_config(sig, args, kwargs))
         if settings.strict:
             if miss and not default.refused:  # the call will not run: counted now
                 _record_miss(key)
@@ -393,6 +402,47 @@ class AutotunedKernel:
             if near is not None:
                 return dataclasses.replace(near, miss=miss)
         return dataclasses.replace(default, miss=miss and not default.refused)
+
+    def _default_config(
+        self, sig: Signature, args: Sequence[Any], kwargs: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        """The configuration a call without a tuned entry uses (a variant group overrides it)."""
+        return self.spec.default_config(sig)
+
+    def _entries(self, key: TuningKey, db: Any) -> Iterator[tuple[str, dict[str, Any]]]:
+        """The tuned entries of `key`, in the lookup order (LOOKUP_ORDER), each with its
+        source; each is read only if the ones before it were not served."""
+        entry = overlay_entry(key)
+        if entry is not None:
+            yield "overlay", entry
+        entry = _db_call("lookup", lambda: db.best(key)) if db else None
+        if entry is not None:
+            yield "db", entry
+        entry = self._shipped_entry(key)
+        if entry is not None:
+            yield "shipped", entry
+
+    def _shipped_entry(self, key: TuningKey) -> dict[str, Any] | None:
+        """The entry of `key` in the kernel's shipped table (`tuned=`), if it has one; a table
+        that cannot be read, or that has the key only for another kernel version, warns once."""
+        if self.spec.tuned is None:
+            return None
+        try:
+            table = shipped_table(self.spec.tuned)
+        except AutotuneError as e:
+            if _STATE.settings.strict:
+                raise
+            _warn_once(f"shipped:{self.spec.tuned}", f"pallas-autotune: {self.spec.name}: {e}")
+            return None
+        entry = table.best(key)
+        if entry is None and (stale := table.stale(key)) is not None:
+            _warn_once(
+                f"stale-shipped:{key}",
+                f"pallas-autotune: the table shipped with {key.kernel} ({table.where}) has "
+                f"{key.signature} only for kernel version {stale['kernel_version']}, not "
+                f"{key.kernel_version}; not served: ship a table tuned for this version",
+            )
+        return entry
 
     def _nearest(self, db: Any, key: TuningKey, sig: Signature, space: Any) -> Resolution | None:
         """The entry of the nearest tuned shape on this device whose config fits this call.
@@ -446,16 +496,15 @@ def _record_miss(key: TuningKey) -> None:
         _db_call("recording a miss", lambda: db.record_miss(key))
 
 
-def _default_resolution(spec: KernelSpec, space: Any, key: TuningKey, sig: Signature) -> Resolution:
+def _default_resolution(space: Any, key: TuningKey, sig: Signature, config: dict) -> Resolution:
     """The default configuration of a call, refused (never run) where it breaks a constraint:
     then no candidate of the space fits the call, and the kernel would compute garbage."""
-    config = spec.default_config(sig)
     broken = _broken(space, config, sig)
     if broken is None or any(0 in shape for shape in sig.shapes):  # empty: nothing to get wrong
         return Resolution(config, "default", key, sig)
     given = ", ".join(f"{n}=..." for n in space.names)
     detail = (
-        f"{spec.name} {sig.text}: no configuration of its space fits this call, and the default "
+        f"{key.kernel} {sig.text}: no configuration of its space fits this call, and the default "
         f"{config} {broken}: pass the block sizes explicitly ({given}), or widen its space"
     )
     return Resolution(config, "default", key, sig, detail=detail, refused=True)
@@ -536,6 +585,7 @@ def autotuned(
     defaults: Mapping[str, Any] | None = None,
     bind: Callable[[dict[str, Any]], dict[str, Any]] | Mapping[str, Any] | None = None,
     backend: str | None = None,
+    tuned: str | Path | None = None,
 ) -> Callable[[Callable], AutotunedKernel]:
     """Declare a kernel's tunable parameters and register it under `name`.
 
@@ -543,7 +593,9 @@ def autotuned(
     keyword defaults are the default configuration (or `defaults=` with `bind=`, which maps the
     flat config onto structured arguments such as a tuple or a dataclass of block sizes; a dict
     such as {"block_shape": ("block_m", "block_n"), "block_sizes": BlockSizes} does so
-    declaratively and reads the defaults from the kernel's own).
+    declaratively and reads the defaults from the kernel's own). `tuned` is a tuned table
+    shipped with the kernel: an exported JSON file, or a folder of them, relative to the
+    kernel's module; it serves calls the user's own database has no entry for.
     """
 
     def decorate(fn: Callable) -> AutotunedKernel:
@@ -556,6 +608,7 @@ def autotuned(
             defaults=defaults,
             bind=bind,
             backend=backend,
+            tuned=tuned,
         )
 
     return decorate

@@ -184,6 +184,10 @@ def _tune_task(
     progress: Callable[[TrialRecord, int, int], None] | None,
     worker: DeviceWorker | None,
 ) -> TuneResult:
+    if hasattr(kernel, "members"):  # a variant group: each member, then side by side
+        from autotune.variant_tuning import tune_group
+
+        return tune_group(kernel, task, args, settings, db, store, progress, worker)
     start = time.perf_counter()
     args = random_inputs(args, 0 if settings.seed is None else settings.seed)
     worker_start = time.perf_counter()

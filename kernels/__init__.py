@@ -1,6 +1,6 @@
 """The Pallas kernels shipped with pallas-autotune, each decorated with @autotuned.
 
-Importing this package registers them by name.
+Importing this package registers them by name, with the variant groups over them (groups.py).
 """
 
 from autotune.kernels.bmm import bmm, bmm_reference
@@ -11,6 +11,7 @@ from autotune.kernels.flash_attention_bwd import (
     flash_attention_dkv,
     flash_attention_dq,
 )
+from autotune.kernels.groups import attention_variants, matmul_variants
 from autotune.kernels.matmul import matmul, matmul_reference
 from autotune.kernels.matmul_mgpu import matmul_mgpu, matmul_mgpu_reference
 from autotune.kernels.norms import layer_norm, layer_norm_reference, rms_norm, rms_norm_reference
@@ -29,6 +30,7 @@ __all__ = [
     "attention_dkv_reference",
     "attention_dq_reference",
     "attention_reference",
+    "attention_variants",
     "bmm",
     "bmm_reference",
     "flash_attention",
@@ -42,6 +44,7 @@ __all__ = [
     "matmul_mgpu",
     "matmul_mgpu_reference",
     "matmul_reference",
+    "matmul_variants",
     "rms_norm",
     "rms_norm_bwd",
     "rms_norm_bwd_reference",

@@ -85,9 +85,16 @@ def add_parser(sub: Any) -> None:
         ("trials", "every measured trial"),
         ("misses", "lookups model code made that the database could not answer"),
     ):
-        q = _subcommand(dsub, name, help_, _opened(cmd_query))
+        q = _subcommand(dsub, name, help_, cmd_list if name == "list" else _opened(cmd_query))
         _filters(q)
         q.add_argument("--format", choices=FORMATS, default="table")
+        if name == "list":
+            q.add_argument(
+                "--shipped",
+                action="store_true",
+                help="the entries of the tables shipped with the kernels (tuned=), not the database's",
+            )
+            add_import_argument(q)
     q.add_argument("--signature", help="only the misses of this call signature, e.g. f32[64,128]")
     q.add_argument(
         "--delete", action="store_true", help="delete the misses listed (those of the filters)"
@@ -198,15 +205,52 @@ def cmd_query(args: argparse.Namespace, db: TuningDB) -> int:
     return 0
 
 
+def cmd_list(args: argparse.Namespace) -> int:
+    """`db list`: the database's best entries, or with --shipped the shipped tables'."""
+    if not args.shipped:
+        return _opened(cmd_query)(args)
+    import_user_modules(args)
+    check_arguments(args)
+    print(render(shipped_entries(_filter_values(args)), args.format))
+    return 0
+
+
+def shipped_entries(filters: dict[str, Any]) -> list[dict[str, Any]]:
+    """The shipped tables' entries that match `filters`, each with `served`: "yes", or why the
+    runtime would not serve it. A table that cannot be read is an error."""
+    from autotune.dbcheck import shipped_entries as entries
+    from autotune.signature import parse_args, short_dtype
+
+    rows, unreadable = entries(filters.pop("kernel"))
+    if unreadable:
+        raise AutotuneError(unreadable[0])
+    dtype = filters.pop("dtype")
+    out = []
+    for r in rows:
+        if any(v is not None and r[k] != v for k, v in filters.items()):
+            continue
+        if dtype is not None and short_dtype(dtype) not in {
+            short_dtype(a.dtype) for a in parse_args(r["signature"])
+        }:
+            continue
+        problems = r.pop("problems")
+        out.append({**r, "served": "; ".join(problems) or "yes"})
+    return out
+
+
 def cmd_check(args: argparse.Namespace) -> int:
-    """Exit 0 when the database is sound, 1 when it has problems (each printed on a line)."""
-    from autotune.dbcheck import check_database, format_report
+    """Exit 0 when the database and the shipped tables are sound, 1 when they have problems
+    (each printed on a line)."""
+    from autotune.dbcheck import check_database, check_shipped, format_report
 
     import_user_modules(args)
     url = normalize_url(args.db)
     problems, counts = check_database(url)
     print(format_report(url, problems, counts))
-    return 1 if problems else 0
+    shipped, n = check_shipped()
+    if shipped or n:
+        print(format_report("shipped tables", shipped, {"entries": n}))
+    return 1 if problems or shipped else 0
 
 
 def cmd_show(args: argparse.Namespace, db: TuningDB) -> int:

@@ -51,6 +51,8 @@ _TABLE_COLUMNS = (
     "misses",
     "median_speedup",
     "max_speedup",
+    # db list --shipped
+    "served",
 )
 
 

@@ -201,7 +201,9 @@ def cmd_tune(args: argparse.Namespace) -> int:
     speedup = f"{result.speedup:.2f}x" if result.speedup else "n/a"
     default = f"{result.default_time_s * 1e3:.4f} ms" if result.default_time_s else "failed"
     if storage and not args.storage:
-        studies.delete_study(storage, studies.study_name_of(result.key), unless_in_use=True)
+        members = getattr(result, "members", {}).values()  # a variant group's tuned members
+        for key in [result.key, *(m.key for m in members if m is not None)]:
+            studies.delete_study(storage, studies.study_name_of(key), unless_in_use=True)
     if result.resumed:
         print(f"resumed: {jobs.resumed_text(result)}")
     print(
@@ -216,6 +218,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
         print("  figures: first pass only (the finalists' side-by-side re-measurement failed)")
     if result.why_default_kept:
         print(f"  why 1.00x: {result.why_default_kept}")
+    for line in getattr(result, "member_lines", ()):  # a variant group's members
+        print(f"  {line}")
     return 0
 
 

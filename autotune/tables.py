@@ -1,0 +1,133 @@
+"""Tuned entries kept outside the database: a table shipped with a kernel (`tuned=`), and the
+entries an overlay serves (autotune.overlays).
+
+Both hold entries in the `autotune db export` format, indexed by their key. The runtime checks an
+entry it finds here as it checks a database entry (the key names the kernel version and device
+kind; the config must lie in the space and keep the constraints) before serving it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from autotune.errors import AutotuneError
+from autotune.signature import TuningKey
+
+log = logging.getLogger(__name__)
+
+# the key columns, in TuningKey's order (autotune.db.KEY_COLUMNS, without importing SQLAlchemy)
+KEY_FIELDS = tuple(TuningKey.__dataclass_fields__)
+
+
+class EntryTable:
+    """Tuned entries by key; `where` says where they came from, in messages."""
+
+    def __init__(self, entries: Iterable[Mapping[str, Any]], where: str) -> None:
+        self.where = where
+        self.entries = [dict(e) for e in entries]
+        # a later entry of the same key wins, as a later import into a database would
+        self._by_key = {tuple(e[k] for k in KEY_FIELDS): e for e in self.entries}
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def best(self, key: TuningKey) -> dict[str, Any] | None:
+        """The entry of exactly this key (kernel version and device kind included), or None."""
+        return self._by_key.get(tuple(getattr(key, k) for k in KEY_FIELDS))
+
+    def stale(self, key: TuningKey) -> dict[str, Any] | None:
+        """An entry of this key but for another version of the kernel, or None."""
+        same = {k: getattr(key, k) for k in KEY_FIELDS if k != "kernel_version"}
+        return next(
+            (
+                e
+                for e in self.entries
+                if e["kernel_version"] != key.kernel_version
+                and all(e[k] == v for k, v in same.items())
+            ),
+            None,
+        )
+
+    def query(self, **filters: Any) -> list[dict[str, Any]]:
+        """Entries whose fields equal every filter given (None: any)."""
+        return [
+            e for e in self.entries if all(v is None or e.get(k) == v for k, v in filters.items())
+        ]
+
+
+def read_entries(path: Path) -> EntryTable:
+    """The entries of an exported JSON file, or of every *.json file in a folder (sorted by
+    name); an AutotuneError names the file that is missing, unreadable or not an export."""
+    from autotune.dbexport import validate_export
+
+    if path.is_dir():
+        files = sorted(path.glob("*.json"))
+    elif path.is_file():
+        files = [path]
+    else:
+        raise AutotuneError(f"tuned table {path} does not exist: ship it as package data")
+    entries: list[dict[str, Any]] = []
+    for file in files:
+        try:
+            doc = json.loads(file.read_text())
+            entries += validate_export(doc)
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError, AutotuneError) as e:
+            raise AutotuneError(
+                f"tuned table {file} is not a readable `autotune db export` file ({e}): "
+                "export it again"
+            ) from None
+    return EntryTable(entries, str(path))
+
+
+def entries_of(source: Any) -> EntryTable:
+    """An EntryTable from what an overlay is given: a path (file or folder of exported JSON),
+    an export document, an entry, a tune result (TuneResult: its best entry; a variant
+    group's, its members' too), a job's outcome (what `tune_program` returns a list of: its
+    result, where it tuned one), or a list or dict of these."""
+    if isinstance(source, EntryTable):
+        return source
+    if isinstance(source, (str, Path)):
+        return read_entries(Path(source))
+    if isinstance(source, Mapping) and "entries" in source:
+        from autotune.dbexport import validate_export
+
+        return EntryTable(validate_export(source), "an export document")
+    if isinstance(source, Mapping) and all(k in source for k in (*KEY_FIELDS, "config")):
+        return EntryTable([source], "an overlay")
+    if hasattr(source, "key") and hasattr(source, "best_config"):  # a TuneResult
+        entry = {**source.key.as_dict(), "config": source.best_config, "time_s": source.best_time_s}
+        members = [m for m in getattr(source, "members", {}).values() if m is not None]
+        return EntryTable([entry, *entries_of(members).entries], "a tune result")
+    if hasattr(source, "status") and hasattr(source, "result"):  # a job's (tune_program's) outcome
+        return entries_of([] if source.result is None else [source.result])
+    try:
+        items = list(source.values() if isinstance(source, Mapping) else source)
+    except TypeError:
+        raise AutotuneError(
+            f"cannot overlay {type(source).__name__}: give a path, an export document, a tune "
+            "result or a list of them"
+        ) from None
+    return EntryTable([e for item in items for e in entries_of(item).entries], "an overlay")
+
+
+# a `tuned=` path -> its EntryTable (or the AutotuneError reading it failed with), read once
+_SHIPPED: dict[Path, EntryTable | AutotuneError] = {}
+
+
+def shipped_table(tuned: Path) -> EntryTable:
+    """The table at `tuned` (a kernel's `tuned=`), read on first use and kept; raises the
+    AutotuneError of a table that cannot be read, every time it is asked for."""
+    found = _SHIPPED.get(tuned)
+    if found is None:
+        try:
+            found = read_entries(tuned)
+        except AutotuneError as e:
+            found = e
+        _SHIPPED[tuned] = found
+    if isinstance(found, AutotuneError):
+        raise found
+    return found

@@ -1,0 +1,253 @@
+"""Tuning a variant group: tune each member that can run the call, then time every member at
+its best configuration side by side, by one timer, and store which one won.
+
+Each autotuned member is tuned as on its own (`autotune.tune`: its entry is stored under its
+own key); a plain member has nothing to tune. The group is then measured as a kernel whose
+candidates are its members, each pinned to its best configuration ({"variant": NAME, ...}),
+by the same kind of worker as any tuning task (in this process, or a device worker under
+isolation): each is checked against one oracle (the first member's plain-JAX reference, or the
+first plain member), timed, and the finalists are re-measured interleaved
+(autotune.finalists); ties within the noise go to the first member. The group's entry, under
+its own key, holds the winning member's name as its config, with one trial per member.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import logging
+import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from autotune import registry
+from autotune.device import current_device
+from autotune.errors import AutotuneError, KernelError
+from autotune.finalists import remeasure
+from autotune.task import Task
+from autotune.trial import TrialRecord
+from autotune.tune_settings import TuneSettings
+from autotune.tuner import TuneResult, _open_db, random_inputs, tune
+from autotune.variants import PARAM, Member, VariantGroup
+from autotune.worker import DeviceWorker, InProcessWorker
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class GroupTuneResult(TuneResult):
+    """A group's tuning: `best_config` is {"variant": the winner}; `finalists` every member
+    timed side by side, the winner first."""
+
+    members: dict[str, TuneResult | None] = field(default_factory=dict)  # None: a plain member
+    skipped: dict[str, str] = field(default_factory=dict)  # member -> why it did not compete
+    device: Any = None  # the DeviceInfo the members were measured on
+
+    @property
+    def winner(self) -> str:
+        return self.best_config[PARAM]
+
+    @property
+    def member_lines(self) -> list[str]:
+        """Each member's time side by side (winner first), and why each other did not run."""
+        lines = [f"member   {f.config[PARAM]}  {f.time_s * 1e3:.4f} ms" for f in self.finalists]
+        return lines + [f"skipped  {name}: {why}" for name, why in self.skipped.items()]
+
+
+def tune_group(
+    group: VariantGroup,
+    task: Task,
+    args: Sequence[Any],
+    settings: TuneSettings,
+    db: Any = None,
+    store: bool = True,
+    progress: Callable[[TrialRecord, int, int], None] | None = None,
+    worker: DeviceWorker | None = None,
+) -> GroupTuneResult:
+    """Tune `group` for `task` with these arguments (see the module docstring; the tuner's
+    `tune` and `tune_task` come here for a group); `settings` apply to each member's tuning and
+    to the side-by-side measurement. Under isolation one device worker (`worker` if given)
+    measures both."""
+    start = time.perf_counter()
+    kwargs = task.static_dict
+    args = random_inputs(args, 0 if settings.seed is None else settings.seed)
+    handle = _open_db(db) if store else None
+    try:
+        owned: Any = None
+        if worker is None and settings.isolate:
+            worker = owned = DeviceWorker(
+                task,
+                args,
+                settings.policy,
+                settings.limits,
+                settings.worker_platforms,
+                settings.compile_workers,
+            )
+        with owned or contextlib.nullcontext():  # a worker given stays open
+            # which members can run is judged for the device they will run on
+            device = worker.device if worker is not None else current_device()
+            members, skipped = group.runnable(args, kwargs, device)
+            tuned, configs = _tune_members(
+                members, args, kwargs, settings, handle, progress, worker, skipped
+            )
+            finalists_start = time.perf_counter()
+            if worker is None:
+                with InProcessWorker(
+                    group.spec, task, args, settings.policy, settings.compile_workers
+                ) as here:
+                    result = _side_by_side(group, here, configs, args, kwargs, skipped)
+            else:
+                worker.device = worker.set_task(task, args, settings.policy)
+                result = _side_by_side(group, worker, configs, args, kwargs, skipped)
+        result.members = tuned
+        result.finalists_s = time.perf_counter() - finalists_start
+        for name, reason in skipped.items():
+            log.info("variant group %s: %s skipped: %s", group.spec.name, name, reason)
+        if handle is not None:
+            _store(handle, result)
+            result.db_url = handle.url
+            registry.entry_stored()
+    finally:
+        if handle is not None and handle is not db:
+            handle.close()
+    result.wall_s = time.perf_counter() - start
+    return result
+
+
+def _tune_members(
+    members: Sequence[Member],
+    args: list[Any],
+    kwargs: dict[str, Any],
+    settings: TuneSettings,
+    handle: Any,
+    progress: Callable[[TrialRecord, int, int], None] | None,
+    worker: DeviceWorker | None,
+    skipped: dict[str, str],
+) -> tuple[dict[str, TuneResult | None], dict[str, dict[str, Any]]]:
+    """Each member's tune result (None for a plain member) and its pinned configuration
+    ({"variant": NAME, **best}); a member whose tuning fails goes to `skipped`, with why."""
+    tuned: dict[str, TuneResult | None] = {}
+    configs: dict[str, dict[str, Any]] = {}
+    # each member's study is named for its own key: a job names the group's
+    member_settings = settings.replace(study_name=None)
+    for member in members:
+        if member.kernel is None:
+            tuned[member.name], configs[member.name] = None, {PARAM: member.name}
+            continue
+        try:
+            result = tune(
+                member.kernel,
+                args,
+                kwargs=kwargs,
+                settings=member_settings,
+                db=handle,
+                store=handle is not None,
+                progress=progress,
+                worker=worker,
+            )
+        except AutotuneError as e:
+            skipped[member.name] = f"tuning failed: {e}"
+            continue
+        tuned[member.name] = result
+        configs[member.name] = {PARAM: member.name, **result.best_config}
+    return tuned, configs
+
+
+def _side_by_side(
+    group: VariantGroup,
+    worker: Any,
+    configs: Mapping[str, dict[str, Any]],
+    args: list[Any],
+    kwargs: dict[str, Any],
+    skipped: dict[str, str],
+) -> GroupTuneResult:
+    """The members, each pinned to its configuration, measured on `worker` (set to the group's
+    task) as one kernel's candidates and re-measured side by side; KernelError if none ran."""
+    oracle, oracle_name = _oracle(group, configs, args, kwargs)
+    worker.set_oracle(oracle)
+    trials = []
+    for config in configs.values():
+        record = worker.measure(config)
+        if record.status == "ok":
+            trials.append(record)
+        else:
+            skipped[config[PARAM]] = f"{record.status}: {record.error}"
+    if not trials:
+        raise KernelError(
+            f"no member of variant group {group.spec.name!r} can run this call here: "
+            + "; ".join(f"{n}: {r}" for n, r in skipped.items())
+        )
+    default = trials[0].config  # the first member that ran
+    ranked = remeasure(worker, trials, default, n=len(trials))
+    device = worker.device
+    key = group.spec.key(group.spec.signature(args, kwargs, device), device)
+    records = []
+    for t in trials:  # stored under the group's key: the member's name is its config there
+        record = TrialRecord(**{**t.as_dict(), "config": {PARAM: t.config[PARAM]}})
+        record.is_default, record.oracle = t.config == default, oracle_name
+        records.append(record)
+    by_name = {f.config[PARAM]: f for f in ranked}
+    return GroupTuneResult(
+        kernel=group.spec.name,
+        key=key,
+        best_config={PARAM: ranked[0].config[PARAM]},
+        best_time_s=ranked[0].time_s,
+        default_config={PARAM: default[PARAM]},
+        default_time_s=by_name[default[PARAM]].time_s,
+        trials=records,
+        run_id=uuid.uuid4().hex,
+        finalists=ranked,
+        skipped=skipped,
+        device=device,
+    )
+
+
+def _oracle(
+    group: VariantGroup,
+    configs: Mapping[str, dict[str, Any]],
+    args: Sequence[Any],
+    kwargs: Mapping[str, Any],
+) -> tuple[Any, str]:
+    """The output every member must match, computed in this process, and the oracle's name
+    (autotune.oracle's): the first member's plain-JAX reference, or the first plain member's
+    output (XLA); else the first member's output in interpret mode."""
+    import jax
+
+    for name in configs:
+        member: Member = group.members[name]
+        reference = member.kernel.spec.reference if member.kernel else member.fn
+        if reference is not None:
+            output = jax.jit(functools.partial(reference, **kwargs))(*args)
+            return jax.block_until_ready(output), "reference"
+    first = group.spec.interpreted(next(iter(configs.values())))
+    output = jax.jit(functools.partial(first, **kwargs))(*args)
+    return jax.block_until_ready(output), "interpret"
+
+
+def _store(handle: Any, result: GroupTuneResult) -> None:
+    """The members' trials and the group's entry, under the group's key."""
+    ids = handle.add_trials(result.key, result.run_id, result.trials)
+    for record, db_id in zip(result.trials, ids):
+        record.db_id = db_id
+    best = next(t for t in result.trials if t.config == result.best_config)
+    handle.put_best(
+        result.key,
+        {
+            "config": result.best_config,
+            "time_s": result.best_time_s,
+            "default_time_s": result.default_time_s,
+            "speedup": result.speedup,
+            "n_trials": len(result.trials),
+            "n_rejected": 0,
+            "trial_id": best.db_id,
+            "run_id": result.run_id,
+            "strategy": "variants",
+            "timer": best.timer or "wall",
+            "jax_version": result.device.jax_version,
+            "jaxlib_version": result.device.jaxlib_version,
+            "runtime_version": result.device.runtime_summary,
+        },
+    )
+    log.info("stored %s %s: %s", result.kernel, result.key.signature, result.best_config)

@@ -1,0 +1,141 @@
+"""Tuned tables shipped with a kernel (`tuned=`) and overlays, in the runtime's lookup order:
+an active overlay, the user's database, the shipped table, then the fallback."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import logging
+import shutil
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from test_db_tools import cli, put
+from toy_kernels import make_input
+
+import autotune
+from autotune import TuningDB, registry
+from autotune.device import current_device
+from autotune.runtime import LOOKUP_ORDER
+
+X = make_input(48, 128)  # rows divide 8, 16, 24 and 48; not 32
+
+
+def _key(kernel):
+    device = current_device()
+    return kernel.spec.key(kernel.spec.signature([X], {}, device), device)
+
+
+def _export(kernel, block_rows: int, path: Path) -> None:
+    """The kernel's entry for X at block_rows, written as `autotune db export` writes it."""
+    path.parent.mkdir(exist_ok=True)
+    with TuningDB(path.with_suffix(".db")) as db:  # beside it: a table reads *.json only
+        put(db, _key(kernel), block_rows, 1e-4)
+        doc = db.export(kernel=kernel.spec.name)
+    path.write_text(json.dumps(doc, default=str))
+
+
+@pytest.fixture
+def library(tmp_path, monkeypatch):
+    """tests/toy_shipped.py as an installed library `mylib` whose tuned/cpu.json serves X at
+    block_rows=16; returns the kernel."""
+    package = tmp_path / "site" / "mylib"
+    package.mkdir(parents=True)
+    shutil.copy(Path(__file__).parent / "toy_shipped.py", package / "toy_shipped.py")
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    # registered for this test only: its table (tampered by some tests) leaves with it
+    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
+    spec = importlib.util.spec_from_file_location("mylib.toy_shipped", package / "toy_shipped.py")
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "mylib.toy_shipped", module)
+    spec.loader.exec_module(module)
+    kernel = module.shipped_scale
+    _export(kernel, 16, package / "tuned" / "cpu.json")
+    return kernel
+
+
+def test_the_lookup_order_is_overlay_database_shipped_then_fallback():
+    assert LOOKUP_ORDER == ("overlay", "db", "shipped", "nearest", "default")
+
+
+def test_a_shipped_table_serves_a_user_with_an_empty_database(library, db_url):
+    got = library.explain(X)
+    assert (got["source"], got["config"]) == ("shipped", {"block_rows": 16})
+    np.testing.assert_allclose(library(X), X * 2.0)
+    with TuningDB(db_url) as db:
+        assert db.query() == [] and db.misses() == []  # a served table entry is no miss
+
+
+def test_the_users_own_entry_wins_over_the_shipped_table(library, db_url):
+    with TuningDB(db_url) as db:
+        put(db, _key(library), 24, 1e-4)
+    got = library.explain(X)
+    assert (got["source"], got["config"]) == ("db", {"block_rows": 24})
+
+
+def test_an_overlay_wins_within_its_context_innermost_first(library, tmp_path):
+    outer = tmp_path / "outer.json"
+    _export(library, 8, outer)
+    inner = {**json.loads(outer.read_text())["entries"][0], "config": {"block_rows": 24}}
+    np.testing.assert_allclose(library(X), X * 2.0)  # traced with the shipped entry first
+    with autotune.overlay(outer):
+        assert library.explain(X)["config"] == {"block_rows": 8}
+        with autotune.overlay([inner]):
+            got = library.explain(X)
+            assert (got["source"], got["config"]) == ("overlay", {"block_rows": 24})
+            np.testing.assert_allclose(library(X), X * 2.0)
+        assert library.explain(X)["config"] == {"block_rows": 8}
+    assert library.explain(X)["source"] == "shipped"
+
+
+def test_a_tampered_shipped_entry_falls_back_with_one_warning(library, caplog):
+    table = Path(library.spec.tuned) / "cpu.json"
+    doc = json.loads(table.read_text())
+    doc["entries"][0]["config"] = {"block_rows": 32}  # in the space, but 32 does not divide 48
+    table.write_text(json.dumps(doc))
+    with caplog.at_level(logging.WARNING, logger="autotune.runtime"):
+        assert library.explain(X)["source"] == "default"
+        np.testing.assert_allclose(library(X), X * 2.0)
+        np.testing.assert_allclose(library(X + 1), (X + 1) * 2.0)
+    warnings = [r.getMessage() for r in caplog.records if "shipped_scale" in r.getMessage()]
+    assert len(warnings) == 1
+    assert "shipped config of shipped_scale" in warnings[0] and "rows_divide" in warnings[0]
+
+
+def test_a_table_of_another_kernel_version_is_not_served(library, caplog):
+    table = Path(library.spec.tuned) / "cpu.json"
+    doc = json.loads(table.read_text())
+    doc["entries"][0]["kernel_version"] = "0" * 12
+    table.write_text(json.dumps(doc))
+    with caplog.at_level(logging.WARNING, logger="autotune.runtime"):
+        assert library.explain(X)["source"] == "default"
+    assert "only for kernel version 000000000000" in caplog.text
+
+
+def test_db_list_shipped_and_db_check_read_the_shipped_tables(library, capsys, db_url):
+    imp = ["--import", "mylib.toy_shipped"]
+    rc, out, _ = cli(capsys, "db", "list", "--shipped", "--format", "json", *imp)
+    (row,) = json.loads(out)
+    assert rc == 0 and row["kernel"] == "shipped_scale" and row["config"] == {"block_rows": 16}
+    assert row["served"] == "yes"
+    assert not Path(db_url).exists()  # listing a shipped table opens no database
+
+    table = Path(library.spec.tuned) / "cpu.json"
+    doc = json.loads(table.read_text())
+    doc["entries"][0]["config"] = {"block_rows": 5}
+    table.write_text(json.dumps(doc))
+    autotune.tables._SHIPPED.clear()  # the CLI reads a table once per process, as model code
+    TuningDB(db_url).close()  # a sound, empty database: the problem is the table's
+    rc, out, _ = cli(capsys, "db", "check", "--db", db_url, *imp)
+    db_line, table_line, problem = out.splitlines()
+    assert rc == 1 and db_line.endswith("no problems found")
+    assert table_line == "shipped tables: 1 entries: 1 problem(s)"
+    assert f"{library.spec.tuned}: shipped_scale f32[48,128] on cpu: config not served" in problem
+    assert "block_rows=5" in problem
+
+
+def test_an_overlay_of_something_else_is_refused_with_what_to_give():
+    with pytest.raises(autotune.AutotuneError, match="give a path, an export document"):
+        autotune.overlay(3).__enter__()
