@@ -360,23 +360,43 @@ def ms(t: float | None) -> str:
 README_EXAMPLE = "### JAX's own Hopper matmul, tuned without editing it"
 
 
-def readme_example(timeout_s: float) -> dict[str, Any]:
-    """The README's example that tunes JAX's own Mosaic GPU matmul, run as a user would paste it."""
+# The scripts of hardware_check.EXTRAS (besides the README's example), at the sizes a GPU run
+# gives them: the issues' cases (bf16 4096^3 matmul, 4x16x2048x128 causal attention) for the
+# groups, and a transformer block at batch 2, 1024 tokens, d_model 1024, 8 heads for the step.
+EXTRA_SCRIPTS = {
+    "groups": ["variant_groups.py", "--trials", "16"],
+    "train_step": ["train_step.py", "--batch", "2", "--seq", "1024", "--d-model", "1024",
+                   "--heads", "8", "--trials", "4"],
+}  # fmt: skip
+
+
+def readme_code() -> str:
+    """The README's example that tunes JAX's own Mosaic GPU matmul, as a user would paste it."""
     text = (ROOT / "README.md").read_text()
     section = text[text.index(README_EXAMPLE) :]
-    code = section[
+    return section[
         section.index("```python\n") + 10 : section.index("\n```", section.index("```python"))
     ]
+
+
+def run_extra(extra: str, timeout_s: float) -> dict[str, Any]:
+    """One of hardware_check.EXTRAS in a process of its own: its exit code, time and last lines
+    (a table, for the scripts)."""
+    if extra == "readme":
+        command = [sys.executable, "-c", readme_code()]
+    else:
+        script, *args = EXTRA_SCRIPTS[extra]
+        command = [sys.executable, str(ROOT / "benchmarks" / script), *args]
     start = time.perf_counter()
     try:
-        proc = subprocess.run(
-            [sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout_s
-        )
-        rc, output = proc.returncode, (proc.stdout + proc.stderr).strip().splitlines()[-4:]
+        proc = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s)
+        text = proc.stdout if proc.returncode == 0 else proc.stdout + proc.stderr
+        lines = text.strip().splitlines()
+        rc, output = proc.returncode, lines[-4:] if extra == "readme" else lines[-30:]
     except subprocess.TimeoutExpired:
         rc, output = None, [f"stopped after {timeout_s:.0f} s"]
     wall = time.perf_counter() - start
-    print(f"  README example: rc {rc}, {wall:.1f} s: {' | '.join(output)[:300]}")
+    print(f"  {extra}: rc {rc}, {wall:.1f} s: {' | '.join(output[-4:])[:300]}")
     return {"rc": rc, "wall_s": round(wall, 1), "output": output}
 
 
@@ -394,9 +414,9 @@ def main(job_path: str, result_path: str) -> int:
     import autotune.kernels  # noqa: F401  (registers the shipped kernels)
 
     result["versions"] = versions()
-    if job.get("readme_example_s"):
-        save("README example")
-        result["readme_example"] = readme_example(job["readme_example_s"])
+    if job.get("extra"):
+        save(job["extra"])
+        result["extra"] = run_extra(job["extra"], job["timeout_s"])
         save("done")
         return 0
     save("correctness")

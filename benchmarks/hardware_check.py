@@ -31,7 +31,6 @@ to a throw-away database.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import os
 import signal
@@ -100,10 +99,13 @@ CASES = [  # in order of value: the ones that matter most first, so a tight budg
     Case("matmul_mgpu", _mm(4096, 4096, 4096), None, "bfloat16", share=3.0),
 ]
 
-# The training step of a transformer block, forward and backward, after the kernel cases (on a GPU):
-# benchmarks/train_step.py lists its calls, tunes them and times the step tuned, at the defaults
-# and in plain JAX (cuDNN's attention where jax.nn picks it), in its own process.
-TRAIN_STEP_CASE = ["--batch", "2", "--seq", "1024", "--d-model", "1024", "--heads", "8", "--trials", "4"]  # fmt: skip
+# What runs after the kernel cases, on a GPU only (each in its own process, with the time its
+# platform's Overheads.extras_s gives it), in order of value: --cases names each by its id.
+EXTRAS = {  # id -> label
+    "groups": "variant groups",  # variant_groups.py: each member of the shipped groups, the winner
+    "train_step": "training step",  # train_step.py: a transformer block's step, tuned vs default vs XLA
+    "readme": "README example",  # the README's JAX Hopper matmul example, as pasted
+}
 
 # GPU interpret mode simulates every thread of a Mosaic GPU kernel: seconds per call at the
 # smallest shapes, too slow to tune and time in a smoke run (its correctness is still checked).
@@ -136,7 +138,7 @@ class Overheads:
     compile_s: dict[str, float]  # a compile beyond a 16-bit one's, by dtype (side by side: 2)
     min_tune_s: float  # the least search worth running, for a share of 1: less tunes nothing
     report_s: float  # writing the final report
-    readme_example_s: float  # the README's Mosaic GPU example (GPU only)
+    extras_s: dict[str, float]  # what each of EXTRAS is given (none: it does not run there)
 
     def case_s(self, checks: tuple[str, ...], dtype: str | None) -> float:
         """A case's cost besides its search (dtype None: correctness only)."""
@@ -159,10 +161,12 @@ OVERHEADS = {
         compile_s={"float32": 15.0},
         min_tune_s=30.0,
         report_s=2.0,
-        readme_example_s=90.0,
+        # guesses, not yet measured: the groups tune each member (--trials 16) at two calls;
+        # the training step tunes its 16 calls at 4 trials each
+        extras_s={"groups": 150.0, "train_step": 240.0, "readme": 90.0},
     ),
     # unmeasured: the GPU's figures, as a TPU's compiles are of the same order
-    "tpu": Overheads(8.0, {"bfloat16": 10.0}, 16.0, 21.0, {}, 30.0, 2.0, 0.0),
+    "tpu": Overheads(8.0, {"bfloat16": 10.0}, 16.0, 21.0, {}, 30.0, 2.0, {}),
     # this 2-core CPU host, jax 0.10.2, --smoke, others' jobs running: a case took 7-13 s (2
     # trials), matmul_mgpu's check in GPU interpret mode 9 s
     "cpu": Overheads(
@@ -173,7 +177,7 @@ OVERHEADS = {
         compile_s={},
         min_tune_s=2.0,
         report_s=1.0,
-        readme_example_s=0.0,
+        extras_s={},
     ),
 }
 MARGIN = 1.25  # a case's process is stopped at this times its allotment (within the budget)
@@ -185,19 +189,20 @@ OVERRUN = 1.05  # the budget's tolerance: nothing runs past budget * OVERRUN
 
 @dataclass(frozen=True)
 class Step:
-    """One process of the run: a case (its checks, then its tuning and side by side), or the
-    README's example (case None)."""
+    """One process of the run: a case (its checks, then its tuning and side by side), or one of
+    EXTRAS (case None)."""
 
     case: Case | None
     checks: tuple[str, ...]  # dtypes its kernel is checked in
     tuned: bool  # False: correctness only (a smoke run of a simulated kernel)
+    extra: str | None = None  # an id of EXTRAS
 
     @property
     def label(self) -> str:
-        return self.case.label if self.case else "README example"
+        return self.case.label if self.case else EXTRAS[self.extra]
 
 
-def steps(cases: list[Case], dtypes: tuple[str, ...], smoke: bool, example: bool) -> list[Step]:
+def steps(cases: list[Case], dtypes: tuple[str, ...], smoke: bool, extras: list[str]) -> list[Step]:
     """The run's processes in order: each kernel checked in its dtypes by its first case."""
     checked: set[str] = set()
     out = []
@@ -206,15 +211,13 @@ def steps(cases: list[Case], dtypes: tuple[str, ...], smoke: bool, example: bool
         checked.add(case.kernel)
         tuned = not (smoke and case.smoke_shapes is None)
         out.append(Step(case, tuple(d for d in checks if d in dtypes), tuned))
-    if example:
-        out.append(Step(None, (), False))
-    return out
+    return out + [Step(None, (), False, extra) for extra in extras]
 
 
 def step_cost(step: Step, overheads: Overheads) -> float:
     """What a step costs besides its search."""
-    if step.case is None:
-        return overheads.readme_example_s
+    if step.extra is not None:
+        return overheads.start_s + overheads.extras_s[step.extra]
     checks = step.checks
     if step.case.mosaic_gpu and "matmul_mgpu" in overheads.check_s:  # simulated on a CPU
         checks = tuple("matmul_mgpu" for _ in checks)
@@ -243,10 +246,10 @@ def plan(todo: list[Step], left_s: float, overheads: Overheads) -> dict[int, flo
     }
 
 
-def job(step: Step, tune_s: float, db: str, smoke: bool, example_s: float) -> dict[str, Any]:
+def job(step: Step, tune_s: float, db: str, smoke: bool, overheads: Overheads) -> dict[str, Any]:
     """What `hardware_case.py` runs for a step."""
-    if step.case is None:
-        return {"readme_example_s": example_s}
+    if step.extra is not None:
+        return {"extra": step.extra, "timeout_s": overheads.extras_s[step.extra]}
     case = step.case
     kernel = case.kernel
     return {
@@ -366,13 +369,13 @@ def report(info: dict[str, Any], rows: list[dict[str, Any]], budget_s: float, wa
             if r.get("vendor_kernels"):  # per kernel, CUPTI without aggregation
                 kernels = ", ".join(f"{name} {t:.4f} ms" for name, t in r["vendor_kernels"])
                 lines.append(f"  - its kernels in one call: {kernels}")
-    example = next((r["readme_example"] for r in rows if "readme_example" in r), None)
-    if example is not None:
+    for r in (r for r in rows if "extra" in r):
+        extra = r["extra"]
         lines += [
             "",
-            f"README example: exit code {example['rc']}, {example['wall_s']} s; last lines:",
+            f"{r['case']}: exit code {extra['rc']}, {extra['wall_s']} s; last lines:",
             "",
-            *[f"    {line}" for line in example["output"]],
+            *[f"    {line}" for line in extra["output"]],
         ]
     lines += ["", "## Each case", ""]
     for r in rows:
@@ -395,7 +398,7 @@ def select(args: argparse.Namespace) -> list[Case]:
     known = {
         "--kernels": {c.kernel for c in CASES},
         "--dtypes": set(ALL_DTYPES),
-        "--cases": {c.id for c in CASES} | {README_CASE},
+        "--cases": {c.id for c in CASES} | set(EXTRAS),
     }
     wanted: dict[str, set[str]] = {}
     for flag, value in filters.items():
@@ -418,9 +421,6 @@ def select(args: argparse.Namespace) -> list[Case]:
     ]
 
 
-README_CASE = "readme"  # the --cases id of the README's Mosaic GPU example (GPU only)
-
-
 def main(argv: list[str] | None = None) -> int:
     start = time.perf_counter()
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -431,19 +431,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--kernels", help="comma-separated kernel names (default: every case's)")
     p.add_argument("--dtypes", help="comma-separated dtypes (default: float32,bfloat16)")
     p.add_argument(
-        "--cases", help=f"comma-separated case ids, kernel/dtype or {README_CASE} (default: all)"
-    )
-    p.add_argument(
-        "--readme-example-s",
-        type=float,
-        default=None,
-        help="time for the README's JAX Hopper matmul example (GPU only; 0: skip it)",
-    )
-    p.add_argument(
-        "--train-step-s",
-        type=float,
-        default=600.0,
-        help="time for benchmarks/train_step.py after the cases (on a GPU only; 0: skip it)",
+        "--cases",
+        help=f"comma-separated case ids, kernel/dtype or one of {', '.join(EXTRAS)} (GPU only; "
+        "default: all)",
     )
     p.add_argument(
         "--out",
@@ -451,7 +441,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = p.parse_args(argv)
     cases = select(args)
-    if not cases and README_CASE not in (args.cases or "").split(","):
+    named = set((args.cases or "").split(","))
+    if not cases and not named & set(EXTRAS):
         print("no case matches --kernels, --dtypes and --cases together", file=sys.stderr)
         return 2
     dtypes = tuple(args.dtypes.split(",")) if args.dtypes else ALL_DTYPES
@@ -460,13 +451,15 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
     info = device_info()
     overheads = OVERHEADS.get(info.get("platform", "gpu"), OVERHEADS["gpu"])
-    if args.readme_example_s is not None:
-        overheads = dataclasses.replace(overheads, readme_example_s=args.readme_example_s)
-    example_s = overheads.readme_example_s
-    # the README's example runs unfiltered, or where --cases names it
-    wanted = not (args.kernels or args.cases) or README_CASE in (args.cases or "").split(",")
-    example = wanted and info.get("platform") == "gpu" and example_s > 0
-    todo = steps(cases, dtypes, args.smoke, example)
+    # the extras run unfiltered, or where --cases names them, where their platform gives them time
+    extras = [
+        e
+        for e in EXTRAS
+        if e in overheads.extras_s
+        and not args.smoke
+        and (not (args.kernels or args.cases) or e in named)
+    ]
+    todo = steps(cases, dtypes, args.smoke, extras)
     if args.smoke:
         print(SMOKE_SKIPS)
     print(f"device {info.get('device_kind')} ({info.get('platform')}), jax {info.get('jax')}")
@@ -502,7 +495,7 @@ def main(argv: list[str] | None = None) -> int:
             planned = step_cost(step, overheads) + search_s
             timeout = min(planned * MARGIN, hard_end - time.perf_counter())
             print(f"{step.label}: {planned:.0f} s planned ({search_s:.0f} s of search)")
-            result = run_step(job(step, search_s, db, args.smoke, example_s), timeout, Path(tmp))
+            result = run_step(job(step, search_s, db, args.smoke, overheads), timeout, Path(tmp))
             result.pop("versions", None)
             rows.append(
                 {**row, **result, "planned_s": round(planned, 1), "search_s": round(search_s, 1)}
@@ -515,6 +508,7 @@ def main(argv: list[str] | None = None) -> int:
     ok = all(r["outcome"] == "done" for r in ran)
     ok = ok and all(c["ok"] for r in ran for c in r.get("correctness", []))
     ok = ok and all(r.get("rc", 0) == 0 and r.get("tuned_ok", True) for r in ran)
+    ok = ok and all(r["extra"]["rc"] == 0 for r in ran if "extra" in r)
     return 0 if ok else 1
 
 

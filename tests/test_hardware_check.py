@@ -36,13 +36,15 @@ def test_the_plan_keeps_cases_in_order_of_value_and_drops_what_no_longer_fits(hc
         compile_s={"float32": 10.0},
         min_tune_s=20.0,
         report_s=1.0,
-        readme_example_s=50.0,
+        extras_s={"readme": 40.0},  # with the start-up: 50 s
     )
     big = hc.Case("matmul", ((8, 8), (8, 8)), None, "bfloat16", share=3.0)
     f32 = hc.Case("matmul", ((8, 8), (8, 8)), None, "float32", share=1.0)
     small = hc.Case("softmax", ((8, 8),), None, "bfloat16", share=0.5)
     mgpu = hc.Case("matmul_mgpu", ((8, 8), (8, 8)), None, "bfloat16", share=1.0)
-    todo = hc.steps([mgpu, big, f32, small], ("float32", "bfloat16"), smoke=False, example=True)
+    todo = hc.steps(
+        [mgpu, big, f32, small], ("float32", "bfloat16"), smoke=False, extras=["readme"]
+    )
     # Mosaic GPU last, then the README example; a kernel is checked by its first case only
     assert [s.label for s in todo] == [
         "matmul bfloat16",
@@ -116,7 +118,7 @@ def test_the_smoke_run_ends_within_its_budget_and_lists_what_it_dropped(tmp_path
 
 def test_a_case_past_its_timeout_is_stopped_and_says_where_it_was(hc, tmp_path):
     step = hc.Step(hc.CASES[0], ("float32",), True)
-    job = hc.job(step, 5.0, str(tmp_path / "check.db"), smoke=True, example_s=0.0)
+    job = hc.job(step, 5.0, str(tmp_path / "check.db"), smoke=True, overheads=hc.OVERHEADS["cpu"])
     start = time.perf_counter()
     result = hc.run_step(job, 1.0, tmp_path)  # less than its process needs to start
     assert time.perf_counter() - start < 5.0
