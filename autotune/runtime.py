@@ -134,7 +134,7 @@ def _close_db() -> None:
         _STATE.db.close()
 
 
-def _warn_once(cause: str, message: str) -> None:
+def warn_once(cause: str, message: str) -> None:
     if cause not in _STATE.warned:
         _STATE.warned.add(cause)
         log.warning("%s", message)
@@ -153,12 +153,12 @@ def _database() -> Any:
         except Exception as e:  # whatever the database does, model code goes on
             if _STATE.settings.strict:
                 raise _as_autotune_error(e) from e
-            _warn_once(f"open:{e}", f"pallas-autotune: {e}; using default configurations")
+            warn_once(f"open:{e}", f"pallas-autotune: {e}; using default configurations")
             _STATE.db = False
             _schedule_reopen(_STATE, REOPEN_FIRST_S)
         else:
             if missing:
-                _warn_once(
+                warn_once(
                     "created",
                     f"pallas-autotune: tuning database {file} did not exist: created it empty; "
                     "calls use the fallback until kernels are tuned (`autotune tune ...`)",
@@ -203,7 +203,7 @@ def _db_call(what: str, fn: Callable[[], Any]) -> Any:
         if _STATE.settings.strict:
             raise _as_autotune_error(e) from e
         # the cause is the error, not the operation: a bad row fails lookup and nearest alike
-        _warn_once(f"db:{e}", f"pallas-autotune: {what} failed: {e}; using the fallback")
+        warn_once(f"db:{e}", f"pallas-autotune: {what} failed: {e}; using the fallback")
         return None
 
 
@@ -387,7 +387,7 @@ class AutotunedKernel:
                 raise AutotuneError(
                     f"{message} (strict mode): re-tune it, or check it with `autotune db check`"
                 )
-            _warn_once(f"invalid:{source}:{key}", f"pallas-autotune: {message}; using the fallback")
+            warn_once(f"invalid:{source}:{key}", f"pallas-autotune: {message}; using the fallback")
         miss = bool(db) and record_miss
         default = _default_resolution(space, key, sig, self._default_config(sig, args, kwargs))
         if settings.strict:
@@ -432,11 +432,11 @@ class AutotunedKernel:
         except AutotuneError as e:
             if _STATE.settings.strict:
                 raise
-            _warn_once(f"shipped:{self.spec.tuned}", f"pallas-autotune: {self.spec.name}: {e}")
+            warn_once(f"shipped:{self.spec.tuned}", f"pallas-autotune: {self.spec.name}: {e}")
             return None
         entry = table.best(key)
         if entry is None and (stale := table.stale(key)) is not None:
-            _warn_once(
+            warn_once(
                 f"stale-shipped:{key}",
                 f"pallas-autotune: the table shipped with {key.kernel} ({table.where}) has "
                 f"{key.signature} only for kernel version {stale['kernel_version']}, not "
@@ -459,7 +459,7 @@ class AutotunedKernel:
             if r["kernel_version"] != key.kernel_version and r["signature"] == key.signature
         ]
         if stale:
-            _warn_once(
+            warn_once(
                 f"stale:{key}",
                 f"pallas-autotune: {key.kernel} {key.signature} was tuned for an older kernel version "
                 f"({stale[0]['kernel_version']}); not served: re-tune it",

@@ -240,7 +240,7 @@ def _tune(
     oracle_s = time.perf_counter() - oracle_start
     worker.set_oracle(oracle.output)
     run_id = uuid.uuid4().hex
-    handle = _open_db(db) if store else None
+    handle = open_db(db) if store else None
 
     def measure(config: Config, is_default: bool = False) -> TrialRecord:
         record = worker.measure(config)
@@ -353,7 +353,7 @@ def _decide_and_store(
     return result
 
 
-def _open_db(db: Any) -> Any:
+def open_db(db: Any) -> Any:
     from autotune.db import TuningDB
 
     return db if isinstance(db, TuningDB) else TuningDB(db)

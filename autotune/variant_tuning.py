@@ -29,7 +29,7 @@ from autotune.finalists import remeasure
 from autotune.task import Task
 from autotune.trial import TrialRecord
 from autotune.tune_settings import TuneSettings
-from autotune.tuner import TuneResult, _open_db, random_inputs, tune
+from autotune.tuner import TuneResult, open_db, random_inputs, tune
 from autotune.variants import PARAM, Member, VariantGroup
 from autotune.worker import DeviceWorker, InProcessWorker
 
@@ -73,7 +73,7 @@ def tune_group(
     start = time.perf_counter()
     kwargs = task.static_dict
     args = random_inputs(args, 0 if settings.seed is None else settings.seed)
-    handle = _open_db(db) if store else None
+    handle = open_db(db) if store else None
     try:
         owned: Any = None
         if worker is None and settings.isolate:

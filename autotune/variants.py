@@ -22,7 +22,7 @@ from autotune.device import DeviceInfo, current_device
 from autotune.errors import KernelError
 from autotune.platforms import PLATFORMS
 from autotune.registry import KernelSpec
-from autotune.runtime import AutotunedKernel, Resolution, _warn_once
+from autotune.runtime import AutotunedKernel, Resolution, warn_once
 from autotune.signature import Signature, is_array
 from autotune.space import Param
 
@@ -185,7 +185,7 @@ class VariantGroup(AutotunedKernel):
         if reason is None:
             return found
         config = self._default_config(found.signature, args, kwargs)
-        _warn_once(
+        warn_once(
             f"variant:{found.key}:{name}",
             f"pallas-autotune: {self.spec.name} {found.key.signature}: the {found.source} "
             f"entry chose {name}, which cannot run here ({reason}); calling {config[PARAM]}",

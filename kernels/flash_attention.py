@@ -45,7 +45,7 @@ MASK_VALUE = -0.7 * float(jnp.finfo(F32).max)
 LOG2_E = math.log2(math.e)
 
 
-def _layout(shapes, config: dict, platform: str) -> tuple[int, int, int, int, int]:
+def layout(shapes, config: dict, platform: str) -> tuple[int, int, int, int, int]:
     """(block_q, block_k, padded seq_q, padded seq_k, padded head_dim)."""
     (_, _, sq, d), (_, _, sk, _) = shapes[0], shapes[1]
     bq = clamp_block(config["block_q"], sq, platform)
@@ -71,7 +71,7 @@ def fits_platform(config: dict, sig) -> bool:
     16 (tl.dot), stages of q, k and v tiles within shared memory."""
     if len(sig.shapes) != 3 or any(len(s) != 4 for s in sig.shapes):
         return True  # the kernel itself rejects such calls with a clear message
-    bq, bk, sqp, skp, dp = _layout(sig.shapes, config, sig.platform)
+    bq, bk, sqp, skp, dp = layout(sig.shapes, config, sig.platform)
     itemsize = jnp.dtype(sig.dtypes[0]).itemsize
     if sig.platform == "tpu":
         return (
@@ -287,7 +287,7 @@ def _attention_tpu(
     return (out, outs[1][:, :, :sq, 0]) if with_lse else out
 
 
-def _check(q: jax.Array, k: jax.Array, v: jax.Array) -> None:
+def check_shapes(q: jax.Array, k: jax.Array, v: jax.Array) -> None:
     if q.ndim != 4 or k.ndim != 4 or v.ndim != 4:
         raise ValueError(
             f"flash_attention needs q, k, v of shape [batch, heads, seq, head_dim], "
@@ -324,13 +324,13 @@ def attention_on(
 ) -> jax.Array | tuple[jax.Array, jax.Array]:
     """The kernel laid out for `platform` (tests run the GPU layout in interpret mode); with
     `with_lse`, also each query row's log-sum-exp of its scaled scores, [B, H, Sq] float32."""
-    _check(q, k, v)
+    check_shapes(q, k, v)
     check_precision(precision)
     if q.size == 0:
         return (q, jnp.zeros(q.shape[:3], F32)) if with_lse else q
     (b, h, sq, d), sk = q.shape, k.shape[2]
     config = {"block_q": block_q, "block_k": block_k}
-    bq, bk, sqp, skp, dp = _layout((q.shape, k.shape), config, platform)
+    bq, bk, sqp, skp, dp = layout((q.shape, k.shape), config, platform)
     scale = 1.0 / math.sqrt(d) if sm_scale is None else float(sm_scale)
     if mosaic_tpu.targets_tpu(platform, interpret):
         return _attention_tpu(q, k, v, bool(causal), scale, bq, bk, precision, with_lse)

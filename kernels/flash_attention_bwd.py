@@ -29,7 +29,7 @@ from jax.experimental import pallas as pl
 
 from autotune import autotuned
 from autotune.hardware import TPU_LANES, kernel_platform, tpu_vmem_bytes
-from autotune.kernels.flash_attention import MASK_VALUE, _check, _layout
+from autotune.kernels.flash_attention import MASK_VALUE, check_shapes, layout
 from autotune.kernels.flash_attention import fits_platform as fits_forward
 from autotune.kernels.matmul import check_precision
 from autotune.kernels.rowwise import F32, gpu_compiler_params
@@ -59,7 +59,7 @@ def fits_platform(config: dict, sig) -> bool:
         return False
     if sig.platform != "tpu":
         return True
-    bq, bk, sqp, skp, dp = _layout(sig.shapes[:2], config, sig.platform)
+    bq, bk, sqp, skp, dp = layout(sig.shapes[:2], config, sig.platform)
     vmem = tpu_vmem(bq, bk, sqp, skp, dp, jnp.dtype(sig.dtypes[0]).itemsize)
     return vmem <= tpu_vmem_bytes(sig.device_kind)
 
@@ -249,7 +249,7 @@ def _dkv_kernel(
 
 
 def _check_grads(q, k, v, do, lse, delta) -> None:
-    _check(q, k, v)
+    check_shapes(q, k, v)
     if do.shape != q.shape or do.dtype != q.dtype:
         raise ValueError(
             f"flash attention backward needs do of q's shape and dtype, got {do.shape=}"
@@ -288,7 +288,7 @@ def backward_on(
         return [jnp.zeros_like(q)] if which == "dq" else [jnp.zeros_like(k), jnp.zeros_like(v)]
     kernel = _dq_kernel if which == "dq" else _dkv_kernel
     (b, h, sq, d), sk = q.shape, k.shape[2]
-    bq, bk, sqp, skp, dp = _layout(
+    bq, bk, sqp, skp, dp = layout(
         (q.shape, k.shape), {"block_q": block_q, "block_k": block_k}, platform
     )
 
