@@ -171,17 +171,17 @@ def _kernel(
         lse_ref[...] = m / LOG2_E + jnp.log(denom)
 
 
-def _last_visible_block(q_block, block_q: int, block_k: int):
+def last_visible_block(q_block, block_q: int, block_k: int):
     """The last key block that a causal q block's rows can see (its last row's)."""
     # lax.div: `//` on integers lowers through sign(), which Mosaic lowers only on a TPU host
     return jax.lax.div((q_block + 1) * block_q - 1, block_k)
 
 
-def _kv_block_fetched(q_block, kv_block, block_q: int, block_k: int):
+def kv_block_fetched(q_block, kv_block, block_q: int, block_k: int):
     """The key block a causal step fetches: its own, or for a step the kernel skips (past the
     last block the q block's rows see) that last one again: a step whose block index repeats
     the previous step's makes the pipeline fetch nothing."""
-    return jnp.minimum(kv_block, _last_visible_block(q_block, block_q, block_k))
+    return jnp.minimum(kv_block, last_visible_block(q_block, block_q, block_k))
 
 
 def _tpu_kernel(q_ref, k_ref, v_ref, o_ref, *refs, sm_scale, causal, seq_k, precision):
@@ -225,7 +225,7 @@ def _tpu_kernel(q_ref, k_ref, v_ref, o_ref, *refs, sm_scale, causal, seq_k, prec
         acc_ref[...] = alpha[:, :1] * acc_ref[...] + pv
 
     if causal:
-        pl.when(kv_block <= _last_visible_block(q_block, block_q, block_k))(step)
+        pl.when(kv_block <= last_visible_block(q_block, block_q, block_k))(step)
     else:
         step()
 
@@ -256,7 +256,7 @@ def _attention_tpu(
         return jnp.pad(x, ((0, 0), (0, 0), (0, sp - s), (0, 0))) if sp != s else x
 
     def kv_index(i, j, t, u):
-        return (i, j, _kv_block_fetched(t, u, bq, bk) if causal else u, 0)
+        return (i, j, kv_block_fetched(t, u, bq, bk) if causal else u, 0)
 
     q_spec = pl.BlockSpec((None, None, bq, d), lambda i, j, t, u: (i, j, t, 0))
     kv_spec = pl.BlockSpec((None, None, bk, d), kv_index)

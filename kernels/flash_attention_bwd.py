@@ -28,40 +28,61 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 
 from autotune import autotuned
-from autotune.hardware import TPU_LANES, kernel_platform, tpu_vmem_bytes
-from autotune.kernels.flash_attention import MASK_VALUE, check_shapes, layout
+from autotune.backends import mosaic_tpu
+from autotune.hardware import TPU_LANES, kernel_platform, tpu_vmem_budget
+from autotune.kernels.flash_attention import (
+    MASK_VALUE,
+    check_shapes,
+    kv_block_fetched,
+    last_visible_block,
+    layout,
+)
 from autotune.kernels.flash_attention import fits_platform as fits_forward
 from autotune.kernels.matmul import check_precision
 from autotune.kernels.rowwise import F32, gpu_compiler_params
 
 
-def tpu_vmem(bq: int, bk: int, sqp: int, skp: int, d: int, itemsize: int) -> int:
-    """VMEM bytes of the larger of the two kernels' steps on a TPU, where (unlike the forward's
-    TPU body) a step holds the whole sequence of the other side: dq's step its q, dO and dq
-    blocks beside one head's whole K and V; dkv's its k, v, dk and dv blocks beside one head's
-    whole Q and dO and their lse and delta. Blocks are double-buffered; a [n, 1] float32 block
-    takes a row of 128 lanes per row; float32 temporaries: scores, probabilities, dp and the
-    accumulators."""
-    rows = TPU_LANES * 4  # lse and delta, per row
-    dq = 2 * ((3 * bq + 2 * skp) * d * itemsize + 2 * bq * rows) + (3 * bq * bk + bq * d) * 4
-    dkv = 2 * ((4 * bk + 2 * sqp) * d * itemsize + 2 * sqp * rows)
-    return max(dq, dkv + (3 * bq * bk + 2 * bk * d) * 4)
+def tpu_vmem_dq(bq: int, bk: int, d: int, itemsize: int) -> int:
+    """VMEM bytes of a step of dq's TPU body: the q, dO and dq blocks and the k and v blocks,
+    double-buffered; lse and delta, [block_q, 1] float32 blocks that take a row of 128 lanes
+    per row, double-buffered; the float32 dq accumulator (scratch); float32 temporaries: the
+    scores, probabilities, dp and ds tiles and a block of ds @ k."""
+    blocks = 2 * (3 * bq + 2 * bk) * d * itemsize + 2 * 2 * bq * TPU_LANES * 4
+    return blocks + bq * d * 4 + (4 * bq * bk + bq * d) * 4
 
 
-def fits_platform(config: dict, sig) -> bool:
-    """The forward's rules for q, k and v (kernels/flash_attention.py): the same tiles, each
-    kernel holding one more block of its own side (dO, or dk beside dv) than the forward; on a
-    TPU also the backward's own VMEM (`tpu_vmem`: whole sequences per head) within the default
-    scoped limit, since the backward does not take the forward's TPU layout yet."""
+def tpu_vmem_dkv(bq: int, bk: int, d: int, itemsize: int) -> int:
+    """VMEM bytes of a step of dkv's TPU body: the k, v, dk and dv blocks and the q and dO
+    blocks, double-buffered; lse and delta as in `tpu_vmem_dq`; the float32 dk and dv
+    accumulators (scratch); float32 temporaries: the scores, probabilities, dp and ds tiles and
+    a block each of ds^T @ q and p^T @ dO."""
+    blocks = 2 * (4 * bk + 2 * bq) * d * itemsize + 2 * 2 * bq * TPU_LANES * 4
+    return blocks + 2 * bk * d * 4 + (4 * bq * bk + 2 * bk * d) * 4
+
+
+def _fits(config: dict, sig, tpu_vmem) -> bool:
     if len(sig.shapes) != 6:
         return True  # the kernel itself rejects such calls with a clear message
     if not fits_forward(config, dataclasses.replace(sig, args=sig.args[:3])):
         return False
     if sig.platform != "tpu":
         return True
-    bq, bk, sqp, skp, dp = layout(sig.shapes[:2], config, sig.platform)
-    vmem = tpu_vmem(bq, bk, sqp, skp, dp, jnp.dtype(sig.dtypes[0]).itemsize)
-    return vmem <= tpu_vmem_bytes(sig.device_kind)
+    bq, bk, _, _, dp = layout(sig.shapes[:2], config, sig.platform)
+    vmem = tpu_vmem(bq, bk, dp, jnp.dtype(sig.dtypes[0]).itemsize)
+    return vmem <= tpu_vmem_budget(sig.device_kind)
+
+
+def fits_platform_dq(config: dict, sig) -> bool:
+    """The forward's rules for q, k and v (kernels/flash_attention.py): the same tiles, dq
+    holding one more q-side block (dO) than the forward; on a TPU also a step of dq's TPU body
+    (`tpu_vmem_dq`, independent of the sequence length) within the chip's budget."""
+    return _fits(config, sig, tpu_vmem_dq)
+
+
+def fits_platform_dkv(config: dict, sig) -> bool:
+    """As `fits_platform_dq`, for dkv: a step of its TPU body (`tpu_vmem_dkv`) within the
+    chip's budget."""
+    return _fits(config, sig, tpu_vmem_dkv)
 
 
 _NT = (((1,), (1,)), ((), ()))  # a @ b^T
@@ -248,6 +269,202 @@ def _dkv_kernel(
     dv_ref[...] = dv.astype(dv_ref.dtype)
 
 
+def _dq_tpu_kernel(
+    q_ref,
+    k_ref,
+    v_ref,
+    do_ref,
+    lse_ref,
+    delta_ref,
+    dq_ref,
+    acc_ref,
+    *,
+    sm_scale,
+    causal,
+    seq_k,
+    precision,
+):
+    block_q, block_k = q_ref.shape[0], k_ref.shape[0]
+    q_block, kv_block = pl.program_id(2), pl.program_id(3)
+
+    @pl.when(kv_block == 0)
+    def _init():
+        acc_ref[...] = jnp.zeros(acc_ref.shape, F32)
+
+    def step():
+        shape = (block_q, block_k)
+        k = k_ref[...]
+        p = _probs(
+            q_ref[...],
+            k,
+            lse_ref[...],
+            q_block * block_q + jax.lax.broadcasted_iota(jnp.int32, shape, 0),
+            kv_block * block_k + jax.lax.broadcasted_iota(jnp.int32, shape, 1),
+            sm_scale=sm_scale,
+            causal=causal,
+            seq_k=seq_k if seq_k % block_k else None,
+            precision=precision,
+        )
+        dp = jax.lax.dot_general(
+            do_ref[...], v_ref[...], _NT, precision=precision, preferred_element_type=F32
+        )
+        ds = p * (dp - delta_ref[...])
+        acc_ref[...] += jnp.dot(
+            ds.astype(k.dtype), k, precision=precision, preferred_element_type=F32
+        )
+
+    if causal:
+        pl.when(kv_block <= last_visible_block(q_block, block_q, block_k))(step)
+    else:
+        step()
+
+    @pl.when(kv_block == pl.num_programs(3) - 1)
+    def _store():
+        dq_ref[...] = (acc_ref[...] * sm_scale).astype(dq_ref.dtype)
+
+
+def _first_visible_q_block(kv_block, block_q: int, block_k: int):
+    """The first q block whose rows see a causal key block (its last row's key is the block's
+    first or later)."""
+    return jax.lax.div(kv_block * block_k, block_q)
+
+
+def _q_block_fetched(kv_block, q_block, block_q: int, block_k: int, n_q: int):
+    """The q block a causal dkv step fetches: its own, or for a step the kernel skips (before
+    the first q block that sees the key block) that first one, fetched once ahead of its turn;
+    kept within the grid for key blocks past every query (which no step computes)."""
+    first = _first_visible_q_block(kv_block, block_q, block_k)
+    return jnp.minimum(jnp.maximum(q_block, first), n_q - 1)
+
+
+def _dkv_tpu_kernel(
+    q_ref,
+    k_ref,
+    v_ref,
+    do_ref,
+    lse_ref,
+    delta_ref,
+    dk_ref,
+    dv_ref,
+    dk_acc,
+    dv_acc,
+    *,
+    sm_scale,
+    causal,
+    seq_k,
+    precision,
+):
+    block_q, block_k = q_ref.shape[0], k_ref.shape[0]
+    kv_block, q_block = pl.program_id(2), pl.program_id(3)
+
+    @pl.when(q_block == 0)
+    def _init():
+        dk_acc[...] = jnp.zeros(dk_acc.shape, F32)
+        dv_acc[...] = jnp.zeros(dv_acc.shape, F32)
+
+    def step():
+        shape = (block_q, block_k)
+        q, do = q_ref[...], do_ref[...]
+        p = _probs(
+            q,
+            k_ref[...],
+            lse_ref[...],
+            q_block * block_q + jax.lax.broadcasted_iota(jnp.int32, shape, 0),
+            kv_block * block_k + jax.lax.broadcasted_iota(jnp.int32, shape, 1),
+            sm_scale=sm_scale,
+            causal=causal,
+            seq_k=seq_k if seq_k % block_k else None,
+            precision=precision,
+        )
+        dv_acc[...] += jax.lax.dot_general(
+            p.astype(do.dtype), do, _TN, precision=precision, preferred_element_type=F32
+        )
+        dp = jax.lax.dot_general(
+            do, v_ref[...], _NT, precision=precision, preferred_element_type=F32
+        )
+        ds = p * (dp - delta_ref[...])
+        dk_acc[...] += jax.lax.dot_general(
+            ds.astype(q.dtype), q, _TN, precision=precision, preferred_element_type=F32
+        )
+
+    if causal:
+        pl.when(q_block >= _first_visible_q_block(kv_block, block_q, block_k))(step)
+    else:
+        step()
+
+    @pl.when(q_block == pl.num_programs(3) - 1)
+    def _store():
+        dk_ref[...] = (dk_acc[...] * sm_scale).astype(dk_ref.dtype)
+        dv_ref[...] = dv_acc[...].astype(dv_ref.dtype)
+
+
+def _backward_tpu(which, q, k, v, do, lse, delta, causal, scale, bq, bk, precision):
+    """The TPU body of dq or dkv (on a TPU, and when lowered for one or run under TPU interpret
+    mode), laid out as the forward's TPU body: a step holds one q block (q, dO, lse, delta) and
+    one key block (k, v) whatever the sequence lengths, the side that is walked (keys for dq,
+    queries for dkv) the last grid axis, "arbitrary", with the float32 accumulators in VMEM
+    scratch across it. A causal step whose blocks no row sees is skipped, and its index map
+    repeats a block fetched anyway, so the pipeline fetches nothing for it. Sequences are
+    zero-padded to the blocks; head_dim stays whole."""
+    from jax.experimental.pallas import tpu as pltpu
+
+    (b, h, sq, d), sk = q.shape, k.shape[2]
+    sqp, skp = pl.cdiv(sq, bq) * bq, pl.cdiv(sk, bk) * bk
+    n_q, n_k = sqp // bq, skp // bk
+
+    def pad(x, s, sp):
+        return jnp.pad(x, ((0, 0), (0, 0), (0, sp - s), (0, 0))) if sp != s else x
+
+    def pad_rows(x):  # [B, H, Sq] -> [B, H, Sq padded, 1], as `backward_on` lays them out
+        return pad(x.astype(F32)[..., None], sq, sqp)
+
+    if which == "dq":  # grid (b, h, q blocks, key blocks)
+
+        def q_index(i, j, t, u):
+            return (i, j, t, 0)
+
+        def kv_index(i, j, t, u):
+            return (i, j, kv_block_fetched(t, u, bq, bk) if causal else u, 0)
+
+        grid, kernel = (b, h, n_q, n_k), _dq_tpu_kernel
+        out_shape = [jax.ShapeDtypeStruct((b, h, sqp, d), q.dtype)]
+        scratch, vmem = [pltpu.VMEM((bq, d), F32)], tpu_vmem_dq(bq, bk, d, q.dtype.itemsize)
+    else:  # grid (b, h, key blocks, q blocks)
+
+        def q_index(i, j, u, t):
+            return (i, j, _q_block_fetched(u, t, bq, bk, n_q) if causal else t, 0)
+
+        def kv_index(i, j, u, t):
+            return (i, j, u, 0)
+
+        grid, kernel = (b, h, n_k, n_q), _dkv_tpu_kernel
+        out_shape = [jax.ShapeDtypeStruct((b, h, skp, d), k.dtype)] * 2
+        scratch = [pltpu.VMEM((bk, d), F32)] * 2
+        vmem = tpu_vmem_dkv(bq, bk, d, q.dtype.itemsize)
+    q_spec = pl.BlockSpec((None, None, bq, d), q_index)
+    rows_spec = pl.BlockSpec((None, None, bq, 1), q_index)
+    kv_spec = pl.BlockSpec((None, None, bk, d), kv_index)
+    outs = pl.pallas_call(
+        functools.partial(kernel, sm_scale=scale, causal=causal, seq_k=sk, precision=precision),
+        out_shape=out_shape,
+        grid=grid,
+        in_specs=[q_spec, kv_spec, kv_spec, q_spec, rows_spec, rows_spec],
+        out_specs=[q_spec] if which == "dq" else [kv_spec, kv_spec],
+        scratch_shapes=scratch,
+        compiler_params=mosaic_tpu.compiler_params(
+            ("parallel", "parallel", "parallel", "arbitrary"), vmem
+        ),
+    )(
+        pad(q, sq, sqp),
+        pad(k, sk, skp),
+        pad(v, sk, skp),
+        pad(do, sq, sqp),
+        pad_rows(lse),
+        pad_rows(delta),
+    )
+    return [o[:, :, : (sq if which == "dq" else sk)] for o in outs]
+
+
 def _check_grads(q, k, v, do, lse, delta) -> None:
     check_shapes(q, k, v)
     if do.shape != q.shape or do.dtype != q.dtype:
@@ -300,6 +517,8 @@ def backward_on(
         return jnp.pad(x, ((0, 0), (0, 0), (0, sqp - sq), (0, 0))) if sqp != sq else x
 
     scale = _scale(d, sm_scale)
+    if mosaic_tpu.targets_tpu(platform, interpret):
+        return _backward_tpu(which, q, k, v, do, lse, delta, bool(causal), scale, bq, bk, precision)
     q_all = pl.BlockSpec((None, None, sqp, dp), lambda i, j, t: (i, j, 0, 0))
     kv_all = pl.BlockSpec((None, None, skp, dp), lambda i, j, t: (i, j, 0, 0))
     rows_all = pl.BlockSpec((None, None, sqp, 1), lambda i, j, t: (i, j, 0, 0))
@@ -337,7 +556,7 @@ def backward_on(
 @autotuned(
     name="flash_attention_dq",
     space="flash_attention_dq",
-    constraints=[fits_platform],
+    constraints=[fits_platform_dq],
     reference=attention_dq_reference,
 )
 def flash_attention_dq(
@@ -383,7 +602,7 @@ def flash_attention_dq(
 @autotuned(
     name="flash_attention_dkv",
     space="flash_attention_dkv",
-    constraints=[fits_platform],
+    constraints=[fits_platform_dkv],
     reference=attention_dkv_reference,
 )
 def flash_attention_dkv(

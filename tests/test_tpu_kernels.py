@@ -147,7 +147,7 @@ def test_a_skipped_causal_key_block_repeats_the_last_fetched_one(block_q, block_
     n_q, n_k = 3, 3 * block_q // block_k
     for t in range(n_q):
         last_seen = ((t + 1) * block_q - 1) // block_k  # the q block's last row's key block
-        fetched = [int(fa_module._kv_block_fetched(t, u, block_q, block_k)) for u in range(n_k)]
+        fetched = [int(fa_module.kv_block_fetched(t, u, block_q, block_k)) for u in range(n_k)]
         assert fetched == [min(u, last_seen) for u in range(n_k)]
 
 
