@@ -31,6 +31,8 @@ from autotune.kernels import (
     bmm,
     bmm_reference,
     flash_attention,
+    flash_attention_dkv,
+    flash_attention_dq,
     layer_norm,
     matmul,
     matmul_reference,
@@ -42,6 +44,7 @@ from autotune.kernels import (
 # the modules (autotune.kernels' attributes of these names are the kernels)
 mm_module = importlib.import_module("autotune.kernels.matmul")
 fa_module = importlib.import_module("autotune.kernels.flash_attention")
+bwd_module = importlib.import_module("autotune.kernels.flash_attention_bwd")
 
 S = jax.ShapeDtypeStruct
 GENERATIONS = ("v4", "v5e", "v5p", "v6e", "v7x")
@@ -151,6 +154,36 @@ def test_a_skipped_causal_key_block_repeats_the_last_fetched_one(block_q, block_
         assert fetched == [min(u, last_seen) for u in range(n_k)]
 
 
+@pytest.mark.parametrize("causal", [False, True])
+def test_the_tpu_flash_attention_backward_bodies_match_the_references(causal):
+    # 200 queries in 128-blocks, 333 keys in 256-blocks: padded on both sides; causal, the
+    # second key block (keys 256..332) is past every query: no step computes it, dk, dv zero
+    q, do = rand((1, 1, 200, 64)), rand((1, 1, 200, 64), seed=3)
+    k, v = rand((1, 1, 333, 64), seed=1), rand((1, 1, 333, 64), seed=2)
+    lse, delta = 3 + rand((1, 1, 200), seed=4, scale=0.1), rand((1, 1, 200), seed=5, scale=0.1)
+    args, config = (q, k, v, do, lse, delta), dict(causal=causal, block_q=128, block_k=256)
+    dq = tpu_interpret(flash_attention_dq, *args, **config)
+    dk, dv = tpu_interpret(flash_attention_dkv, *args, **config)
+    close(dq, bwd_module.attention_dq_reference(*args, causal=causal), jnp.float32)
+    ref_dk, ref_dv = bwd_module.attention_dkv_reference(*args, causal=causal)
+    close(dk, ref_dk, jnp.float32)
+    close(dv, ref_dv, jnp.float32)
+
+
+@pytest.mark.parametrize("block_q, block_k", [(256, 128), (128, 256), (128, 128)])
+def test_a_skipped_causal_q_block_repeats_the_first_visible_one(block_q, block_k):
+    n_q = 3
+    n_k = n_q * block_q // block_k
+    for u in range(n_k):
+        first = u * block_k // block_q  # the first q block whose last row sees key u * block_k
+        fetched = [
+            int(bwd_module._q_block_fetched(u, t, block_q, block_k, n_q)) for t in range(n_q)
+        ]
+        assert fetched == [max(t, first) for t in range(n_q)]
+    # keys past every query: the index stays within the grid
+    assert int(bwd_module._q_block_fetched(5, 0, 128, 128, 2)) == 1
+
+
 # ------------------------------------------------------------ VMEM models, by hand
 
 
@@ -168,6 +201,15 @@ def test_the_flash_attention_vmem_model_counts_buffers_scratch_and_f32_temporari
     # temporaries: scores and exponentials 4 MiB each, p @ v 512 KiB; the lse output block on
     # 128 lanes, twice: 1 MiB
     assert fa_module.tpu_vmem(1024, 1024, 128, 2) == 13 * MiB
+
+
+def test_the_flash_attention_backward_vmem_models_count_a_step_of_each_tpu_body():
+    # bf16, 1024 x 1024 blocks, head_dim 128; blocks of 256 KiB, double-buffered: dq's q, dO,
+    # dq, k, v 2.5 MiB, dkv's q, dO, k, v, dk, dv 3 MiB; lse and delta on 128 lanes, twice:
+    # 2 MiB; f32 scratch: dq 512 KiB, dk and dv 1 MiB; f32 scores, probabilities, dp, ds 16 MiB,
+    # ds @ k 512 KiB (dq), ds^T @ q and p^T @ dO 1 MiB (dkv)
+    assert bwd_module.tpu_vmem_dq(1024, 1024, 128, 2) == (2.5 + 2 + 0.5 + 16 + 0.5) * MiB
+    assert bwd_module.tpu_vmem_dkv(1024, 1024, 128, 2) == (3 + 2 + 1 + 16 + 1) * MiB
 
 
 def test_a_softmax_row_fits_while_eight_rows_do_in_the_default_scoped_vmem():
@@ -294,6 +336,29 @@ def test_32k_token_attention_is_accepted_and_lowers_on_every_generation(causal, 
         assert big["block_q"] * big["block_k"] >= 1024 * 1024
         low = lowerings(flash_attention, big, args, kwargs)
         assert low.dimension_semantics == ("parallel", "parallel", "parallel", "arbitrary")
+        assert (low.vmem_limit_bytes or 0) <= mosaic_tpu.chip(kind).vmem_bytes
+
+
+@pytest.mark.parametrize(
+    "kernel, model",
+    [(flash_attention_dq, bwd_module.tpu_vmem_dq), (flash_attention_dkv, bwd_module.tpu_vmem_dkv)],
+    ids=["dq", "dkv"],
+)
+def test_32k_token_attention_backward_is_accepted_and_lowers_on_every_generation(
+    kernel, model, lowerings
+):
+    args = [S((1, 8, 32768, 128), jnp.bfloat16)] * 4 + [S((1, 8, 32768), jnp.float32)] * 2
+    kwargs = {"causal": True}
+    for kind in GENERATIONS:
+        ok = accepted(kernel, args, kwargs, kind)
+        assert {"block_q": 512, "block_k": 512} in ok
+        big = largest(ok, "block_q", "block_k")
+        # v4's 16 MiB hold dkv's 512 x 512 blocks at most, the others' larger ones
+        assert big["block_q"] * big["block_k"] >= 512 * (512 if kind == "v4" else 1024)
+        low = lowerings(kernel, big, args, kwargs)
+        assert low.dimension_semantics == ("parallel", "parallel", "parallel", "arbitrary")
+        need = model(big["block_q"], big["block_k"], 128, 2)
+        assert low.vmem_limit_bytes == mosaic_tpu.vmem_limit(need)
         assert (low.vmem_limit_bytes or 0) <= mosaic_tpu.chip(kind).vmem_bytes
 
 
