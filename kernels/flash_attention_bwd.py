@@ -10,6 +10,10 @@ dp = dO v^T and ds = p * (dp - delta): dq = ds k * sm_scale, dk = ds^T q * sm_sc
 - `flash_attention_dkv`: a grid step holds `block_k` keys and walks the query rows `block_q`
   at a time (causal: from the first query block that sees its keys).
 
+On a TPU each takes its own body (`_backward_tpu`), laid out as the forward's: the walked side
+is the last grid axis, "arbitrary", and the float32 accumulators live in VMEM scratch, so a step
+holds one block of each side whatever the sequence lengths.
+
 Their block sizes are tuned apart from the forward's and from each other's (the two loops run
 in opposite directions). Padding and masking are the forward's (kernels/flash_attention.py):
 padded keys are masked out, padded query rows carry a zero dO and add nothing. Each kernel's
