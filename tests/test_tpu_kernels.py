@@ -170,6 +170,21 @@ def test_the_tpu_flash_attention_backward_bodies_match_the_references(causal):
     close(dv, ref_dv, jnp.float32)
 
 
+def test_the_gradient_of_the_tpu_flash_attention_body_is_the_true_one():
+    # forward (keeping lse) and backward all in their TPU bodies: jax.vjp of the reference
+    q, do = rand((1, 1, 200, 64)), rand((1, 1, 200, 64), seed=3)
+    k, v = rand((1, 1, 333, 64), seed=1), rand((1, 1, 333, 64), seed=2)
+    attention = functools.partial(flash_attention.spec.fn, causal=True, block_q=128, block_k=256)
+    try:
+        with pltpu.force_tpu_interpret_mode():
+            grads = jax.vjp(attention, q, k, v)[1](do)
+    finally:
+        mosaic_tpu.reset_interpret_state()
+    want = jax.vjp(functools.partial(attention_reference, causal=True), q, k, v)[1](do)
+    for got, ref in zip(grads, want, strict=True):
+        close(got, ref, jnp.float32)
+
+
 @pytest.mark.parametrize("block_q, block_k", [(256, 128), (128, 256), (128, 128)])
 def test_a_skipped_causal_q_block_repeats_the_first_visible_one(block_q, block_k):
     n_q = 3
