@@ -126,6 +126,36 @@ def test_a_tampered_column_is_found_by_check_and_never_a_traceback(tmp_path, cap
     assert "Traceback" not in err
 
 
+RESULT_READERS = {"list", "stats", "export", "stale", "prune", "show", "merge", "report"}
+TRIAL_READERS = {"trials", "stats", "show", "landscape", "report"}
+
+
+@pytest.mark.parametrize("case", [c for c in TAMPERED if "schema" not in c])
+def test_the_read_tools_skip_a_tampered_row_with_one_line_naming_it(tmp_path, caplog, case):
+    path = tmp_path / "t.db"
+    with TuningDB(path) as db:  # best entry 1 and trial 1: f32[64,128]; 2 and 2: f32[32,128]
+        put(db, key(device_kind="cpu", platform="cpu"), 16, 1e-3)
+        put(db, key("f32[32,128]", device_kind="cpu", platform="cpu"), 8, 1e-3)
+    conn = sqlite3.connect(path)
+    with conn:
+        conn.execute(TAMPERED[case] + " WHERE id = 1")
+    conn.close()
+    trial = "trial" in case
+    row = (
+        "trial 1 (scale f32[64,128] on cpu)" if trial else "best entry 1 (scale f32[64,128] on cpu)"
+    )
+    merge = ["db", "merge", str(path), "--db", str(tmp_path / "m.db")]
+    report = ["report", "--out", str(tmp_path / "r"), "--db", str(path)]
+    for argv in [*[[*a, "--db", str(path)] for a in READERS], merge, report]:
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="autotune.db"):
+            main(argv)
+        said = [r.getMessage() for r in caplog.records if r.name == "autotune.db"]
+        reads = argv[argv[0] == "db"] in (TRIAL_READERS if trial else RESULT_READERS)
+        assert len(said) == reads, (argv, said)
+        assert all(m.startswith(f"skipped {row}: its ") for m in said), said
+
+
 def test_a_tampered_date_does_not_stop_the_runtime_serving_the_kernel(tmp_path):
     path = tmp_path / "t.db"
     store(path, make_input(rows=64))  # tuned for this device; 32 rows: the nearest shape
