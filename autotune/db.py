@@ -437,8 +437,10 @@ def _upsert_best(s: Session, key: TuningKey, entry: dict[str, Any]) -> None:
 
 
 def _answer_miss(s: Session, key: TuningKey) -> None:
-    """A key now tuned is no longer a pending miss."""
-    s.execute(delete(Miss).filter_by(**key.as_dict()))
+    """A key now tuned is no longer a pending miss, nor are its misses under older versions of
+    its kernel: `--pending` tunes those as the current version (autotune.pending)."""
+    key_columns = {k: v for k, v in key.as_dict().items() if k != "kernel_version"}
+    s.execute(delete(Miss).filter_by(**key_columns))
 
 
 def _best_fields(entry: dict[str, Any]) -> dict[str, Any]:

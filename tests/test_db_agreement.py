@@ -3,6 +3,8 @@ read never creating a database, entries without trials, tampered rows. Real SQLi
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import logging
 import sqlite3
 
@@ -38,6 +40,22 @@ def test_a_bad_miss_is_reported_and_skipped_by_pending(tmp_path, caplog):
     assert [t.shapes for t in tasks] == [((64, 128),)] and not unknown
     skipped = [r.getMessage() for r in caplog.records]
     assert len(skipped) == 2 and all("db misses --delete" in m for m in skipped)
+
+
+def test_pending_counts_misses_the_way_db_misses_lists_them(tmp_path, capsys):
+    path = tmp_path / "t.db"
+    cpu = {"device_kind": "cpu", "platform": "cpu"}
+    gone = dataclasses.replace(key(**cpu), kernel="gone")  # not registered here
+    with TuningDB(path) as db:
+        for k in (key(version="old", **cpu), key("f32[32,128]", **cpu), gone, gone, gone):
+            db.record_miss(k)  # `gone` three times: one miss of three lookups
+        put(db, key(**cpu), 16, 1e-3)  # answers the older version's miss of that shape too
+    assert main(["db", "misses", "--db", str(path), "--format", "json"]) == 0
+    listed = json.loads(capsys.readouterr().out)
+    assert sorted(m["kernel"] for m in listed) == ["gone", "scale"]
+    with TuningDB(path) as db:
+        tasks, unknown = pending_tasks(db, current_device())
+    assert [t.shapes for t in tasks] == [((32, 128),)] and unknown == {"gone": 1}
 
 
 def test_misses_are_deleted_by_kernel_and_signature(tmp_path, capsys):
