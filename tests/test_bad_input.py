@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import subprocess
+import sys
 
 import pytest
 from toy_kernels import asserting_scale, make_input, scale
@@ -96,3 +98,28 @@ def test_a_studies_storage_that_cannot_be_written_is_one_line(tmp_path):
 def test_a_default_that_fails_a_bare_assert_says_where(tmp_path):
     with pytest.raises(KernelError, match=r"AssertionError at .*toy_kernels.py:\d+: assert"):
         autotune.tune(asserting_scale, [make_input(rows=32)], n_trials=1, store=False)
+
+
+# A real SIGINT, sent by the process to itself while SQLAlchemy's pool resets a connection
+# (the moment that, at random, 1 Ctrl-C in 9 hit); SIGINT reset for a suite run in the background
+INTERRUPTED_IN_THE_POOL = """
+import os, signal, sys
+from sqlalchemy import event
+from sqlalchemy.pool import Pool
+from autotune.cli import main
+signal.signal(signal.SIGINT, signal.default_int_handler)
+event.listen(Pool, "reset", lambda *_: os.kill(os.getpid(), signal.SIGINT))
+sys.exit(main(["db", "list", "--db", sys.argv[1]]))
+"""
+
+
+def test_a_ctrl_c_while_the_pool_resets_a_connection_is_one_line(tmp_path):
+    path = tmp_path / "t.db"
+    TuningDB(path).close()
+    proc = subprocess.run(
+        [sys.executable, "-c", INTERRUPTED_IN_THE_POOL, str(path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert (proc.returncode, proc.stderr) == (130, "autotune: interrupted\n")

@@ -32,6 +32,12 @@ def _terminated(signum: int, frame: object) -> None:
     raise SystemExit(128 + signum)
 
 
+def _no_interrupt_traceback(record: logging.LogRecord) -> bool:
+    # SQLAlchemy's pool logs a Ctrl-C that lands while it resets a connection, with a
+    # traceback, before re-raising it; the re-raised interrupt ends the run with one line below
+    return not (record.exc_info and isinstance(record.exc_info[1], KeyboardInterrupt))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     if (
         threading.current_thread() is threading.main_thread()
@@ -43,6 +49,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         logging.basicConfig(
             level=logging.INFO if args.verbose else logging.WARNING, format="%(message)s"
         )
+        for handler in logging.getLogger().handlers:
+            if _no_interrupt_traceback not in handler.filters:
+                handler.addFilter(_no_interrupt_traceback)
         return args.run(args)
     except AutotuneError as e:
         print(f"autotune: error: {e}", file=sys.stderr)
