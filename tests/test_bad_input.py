@@ -6,6 +6,7 @@ import logging
 import subprocess
 import sys
 
+import optuna
 import pytest
 from toy_kernels import asserting_scale, make_input, scale
 
@@ -123,3 +124,29 @@ def test_a_ctrl_c_while_the_pool_resets_a_connection_is_one_line(tmp_path):
         timeout=120,
     )
     assert (proc.returncode, proc.stderr) == (130, "autotune: interrupted\n")
+
+
+def test_a_full_disk_under_the_studies_file_is_one_line(tmp_path, subprocess_env):
+    full = tmp_path / "full"
+    full.mkdir()
+    mount = ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(full)]
+    if subprocess.run(mount, capture_output=True).returncode:
+        pytest.skip("a full disk is a small tmpfs, and mounting one needs root")
+    try:
+        storage = f"sqlite:///{full}/s.db"
+        optuna.storages.RDBStorage(storage).engine.dispose()  # Optuna's tables, then a full disk
+        with open(full / "fill", "wb", buffering=0) as f, pytest.raises(OSError):
+            while True:
+                f.write(b"\0" * 4096)
+        argv = ["tune", "vector_add", "--shape", "256,256", "--trials", "4", "--no-isolate"]
+        proc = subprocess.run(
+            [sys.executable, "-m", "autotune.cli", *argv, "--storage", storage],
+            env=subprocess_env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+    finally:
+        subprocess.run(["umount", "-l", str(full)], check=True)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+    assert "studies storage" in proc.stderr and "disk is full" in proc.stderr
