@@ -114,14 +114,28 @@ sys.exit(main(["db", "list", "--db", sys.argv[1]]))
 """
 
 
-def test_a_ctrl_c_while_the_pool_resets_a_connection_is_one_line(tmp_path):
+# ... and while the garbage collector runs a callback (JAX's runs at every collection)
+INTERRUPTED_IN_A_GC_CALLBACK = """
+import gc, os, signal, sys
+from autotune.cli import main
+signal.signal(signal.SIGINT, signal.default_int_handler)
+fired = []
+def callback(phase, info):
+    if phase == "start" and not fired:
+        fired.append(phase)
+        os.kill(os.getpid(), signal.SIGINT)
+        sum(range(10))  # the handler runs here, inside the callback
+gc.callbacks.append(callback)
+sys.exit(main(["db", "list", "--db", sys.argv[1]]))
+"""
+
+
+@pytest.mark.parametrize("script", [INTERRUPTED_IN_THE_POOL, INTERRUPTED_IN_A_GC_CALLBACK])
+def test_a_ctrl_c_at_an_awkward_moment_is_one_line(tmp_path, script):
     path = tmp_path / "t.db"
     TuningDB(path).close()
     proc = subprocess.run(
-        [sys.executable, "-c", INTERRUPTED_IN_THE_POOL, str(path)],
-        capture_output=True,
-        text=True,
-        timeout=120,
+        [sys.executable, "-c", script, str(path)], capture_output=True, text=True, timeout=120
     )
     assert (proc.returncode, proc.stderr) == (130, "autotune: interrupted\n")
 
