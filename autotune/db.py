@@ -14,6 +14,7 @@ on a stale read snapshot.
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import sqlite3
@@ -66,6 +67,8 @@ from autotune.schema import (
 from autotune.signature import TuningKey, parse_args, short_dtype
 from autotune.trial import TrialRecord
 
+log = logging.getLogger(__name__)
+
 
 def _row(obj: Base) -> dict[str, Any]:
     """A plain record of a row; `config` decoded from JSON (other callers validate it).
@@ -98,11 +101,16 @@ class TuningDB:
         *,
         busy_timeout_s: float = DEFAULT_BUSY_TIMEOUT_S,
         create: bool = True,
+        skip_tampered: bool = False,
     ) -> None:
         """`create`: create the database (file and tables) if there is none; tools that only
-        read pass False, and are refused one that does not exist."""
+        read pass False, and are refused one that does not exist. `skip_tampered`: the tools
+        pass True: a row that a tampering hand made unreadable (`dbcheck.tampered`) is left out
+        of every read, with one warning line naming it (the runtime validates what it serves)."""
         self.url = normalize_url(url)
         self.create = create
+        self.skip_tampered = skip_tampered
+        self._warned: set[tuple[str, int]] = set()  # the tampered rows named already
         file = sqlite_file(self.url)
         self.read_only = False  # a SQLite file that this process cannot write: served as is
         self._file: Path | None = None  # the SQLite file written to, and its identity
@@ -318,6 +326,8 @@ class TuningDB:
         with self._session() as s:
             row = s.get(Result, entry_id)
             record = _row(row) if row else None
+        if record is not None and not self._readable(Result, [record]):
+            record = None
         if record is not None:
             record["trials"] = self.trials(**{k: record[k] for k in KEY_COLUMNS})
         return record
@@ -371,10 +381,27 @@ class TuningDB:
         stmt = select(model).filter_by(**{k: v for k, v in filters.items() if v is not None})
         with self._session() as s:
             rows = [_row(r) for r in s.scalars(stmt.order_by(model.id))]
+        rows = self._readable(model, rows)
         if dtype is not None:
             want = short_dtype(dtype)
             rows = [r for r in rows if want in _dtypes(r["signature"])]
         return rows
+
+    def _readable(self, model: type[Base], rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """`rows` less the tampered ones, when skipping them (each named once per database)."""
+        if not self.skip_tampered or model is Miss:
+            return rows
+        from autotune.dbcheck import tampered
+
+        kept = []
+        for r in rows:
+            problem = tampered(r, trial=model is Trial)
+            if problem is None:
+                kept.append(r)
+            elif (model.__tablename__, r["id"]) not in self._warned:
+                self._warned.add((model.__tablename__, r["id"]))
+                log.warning("skipped %s: see `autotune db check`", problem)
+        return kept
 
     def _session(self, write: bool = False) -> _GuardedSession:
         if write and self.read_only:
@@ -410,8 +437,10 @@ def _upsert_best(s: Session, key: TuningKey, entry: dict[str, Any]) -> None:
 
 
 def _answer_miss(s: Session, key: TuningKey) -> None:
-    """A key now tuned is no longer a pending miss."""
-    s.execute(delete(Miss).filter_by(**key.as_dict()))
+    """A key now tuned is no longer a pending miss, nor are its misses under older versions of
+    its kernel: `--pending` tunes those as the current version (autotune.pending)."""
+    key_columns = {k: v for k, v in key.as_dict().items() if k != "kernel_version"}
+    s.execute(delete(Miss).filter_by(**key_columns))
 
 
 def _best_fields(entry: dict[str, Any]) -> dict[str, Any]:

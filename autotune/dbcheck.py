@@ -112,6 +112,29 @@ def _trial_problems(t: dict[str, Any]) -> list[str]:
     return problems
 
 
+def tampered(r: dict[str, Any], trial: bool) -> str | None:
+    """What makes a row, as `TuningDB` reads it (an unreadable date as None, the config
+    decoded), unreadable to the tools, naming the row; None if nothing. `db check` finds each
+    of these from the raw columns (`_entry_problems`, `_trial_problems`)."""
+    from autotune import registry
+
+    stamp = "created_at" if trial else "tuned_at"
+    where = f"{'trial' if trial else 'best entry'} {r['id']} ({_text(r['kernel'])} {_text(r['signature'])} on {_text(r['device_kind'])})"
+    if r[stamp] is None:
+        return f"{where}: its {stamp} is not a date"
+    config = r["config"]
+    if not isinstance(config, dict):
+        return f"{where}: its config is not an object of parameters"
+    kernel = registry.registered().get(r["kernel"])
+    # a trial of another version of its kernel may hold another space's parameters
+    current = kernel is not None and r["kernel_version"] == kernel.spec.version
+    if trial and current and r["platform"] in kernel.spec.spaces:
+        missing = sorted(set(kernel.spec.space(r["platform"]).names) - set(config))
+        if missing:
+            return f"{where}: its config lacks {', '.join(missing)}"
+    return None
+
+
 def _is_time(value: Any) -> bool:
     """Whether SQLAlchemy reads `value` as a timestamp (text in SQLite, a datetime elsewhere)."""
     if isinstance(value, datetime.datetime):

@@ -18,7 +18,8 @@ def pending_tasks(
     db: Any, device: DeviceInfo, *, kernel: str | None = None, trials: int = DEFAULTS.n_trials
 ) -> tuple[list[Task], dict[str, int]]:
     """One task per miss recorded on `device`'s kind (most often missed first), and the number
-    of misses per kernel that is not registered here (not tuned).
+    of misses (rows of `autotune db misses`, not lookups) per kernel that is not registered
+    here (not tuned).
 
     A miss names its kernel by registered name only: whoever can write the database must not
     choose what this process imports, so the operator imports the user's kernels (`--import`).
@@ -36,7 +37,7 @@ def pending_tasks(
     unknown: dict[str, int] = {}
     for m in misses:
         if m["kernel"] not in known:
-            unknown[m["kernel"]] = unknown.get(m["kernel"], 0) + m["count"]
+            unknown[m["kernel"]] = unknown.get(m["kernel"], 0) + 1  # rows, as `db misses` lists
             continue
         try:  # a miss is data anyone who can write the database wrote: one bad one is skipped
             task = task_of_miss(m, trials)

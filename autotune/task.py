@@ -8,7 +8,7 @@ import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal, get_args, get_origin, get_type_hints
 
 from autotune.errors import SignatureError
 from autotune.signature import (
@@ -121,6 +121,7 @@ def check_call(kernel: Any, inputs: Sequence[Any], static: dict[str, Any], shape
             f"{', '.join(tuned)} of {kernel.spec.name} is tuned, not static: drop --static "
             f"{tuned[0]}=... (the tuner chooses it; see `autotune kernels`)"
         )
+    choices = _choices(kernel.spec.fn)
     for name, value in static.items():
         default = signature.parameters[name].default if name in signature.parameters else None
         if _wrong_type(value, default):
@@ -128,12 +129,27 @@ def check_call(kernel: Any, inputs: Sequence[Any], static: dict[str, Any], shape
                 f"--static {name}={value!r}: {kernel.spec.name} takes a "
                 f"{type(default).__name__} there, like its default {default!r}"
             )
+        if name in choices and value not in choices[name]:
+            raise SignatureError(
+                f"--static {name}={value!r}: {kernel.spec.name} takes one of "
+                f"{', '.join(map(repr, choices[name]))} there"
+            )
     try:
         signature.bind_partial(*inputs, **static)  # tunables without defaults come later
     except TypeError as e:
         raise SignatureError(
             f"{kernel.spec.name} cannot be called with --shape {shape} --static {static}: {e}"
         ) from None
+
+
+def _choices(fn: Any) -> dict[str, tuple[Any, ...]]:
+    """The values of each parameter annotated `Literal[...]` (e.g. matmul's `precision`): a
+    declaration read without tracing the kernel, so a job file is checked in microseconds."""
+    try:
+        hints = get_type_hints(fn)
+    except Exception:  # an annotation that cannot be evaluated here (a user's): no choices
+        return {}
+    return {name: get_args(h) for name, h in hints.items() if get_origin(h) is Literal}
 
 
 def _wrong_type(value: Any, default: Any) -> bool:

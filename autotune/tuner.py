@@ -210,12 +210,33 @@ def _tune_task(
             kernel.spec, task, args, settings.policy, settings.compile_workers
         )
     start_s = time.perf_counter() - worker_start if isolated else 0.0
-    with owned or contextlib.nullcontext():
+    with owned or contextlib.nullcontext(), _studies_written(settings.storage):
         result = _tune(kernel.spec, worker, args, task.static_dict, settings, db, store, progress)
     result.worker_start_s = start_s
     result.restarts = worker.restarts - restarts_before
     result.wall_s = time.perf_counter() - start
     return result
+
+
+@contextlib.contextmanager
+def _studies_written(storage: str | None) -> Any:
+    """A studies storage that stops taking writes (a full disk) mid-run: one line. The tuning
+    database's own failures are DatabaseErrors already; SQLAlchemy's here are Optuna's."""
+    import optuna
+    import sqlalchemy
+
+    try:
+        yield
+    except (optuna.exceptions.StorageInternalError, sqlalchemy.exc.SQLAlchemyError) as e:
+        if storage is None:
+            raise
+        cause = e.__cause__ if isinstance(e, optuna.exceptions.StorageInternalError) else e
+        reason = str(getattr(cause, "orig", None) or cause or e).splitlines()[0]
+        raise DatabaseError(
+            f"the studies storage {storage} cannot be written ({reason}): free space there or "
+            "give --storage another database; the trials measured so far are in the tuning "
+            "database"
+        ) from e
 
 
 def _tune(

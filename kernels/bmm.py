@@ -105,7 +105,7 @@ def bmm(
     block_k: int = 128,
     num_warps: int = 4,
     num_stages: int = 2,
-    precision: str = "highest",
+    precision: mm.Precision = "highest",
     interpret: bool = False,
 ) -> jax.Array:
     """x @ y per batch entry for x [B, M, K] and y [B, K, N] of one float dtype (float32 inputs

@@ -36,7 +36,7 @@ from autotune.hardware import (
     tpu_vmem_budget,
 )
 from autotune.kernels.differentiable import differentiable
-from autotune.kernels.matmul import check_precision
+from autotune.kernels.matmul import Precision, check_precision
 from autotune.kernels.rowwise import F32, gpu_compiler_params
 
 # A finite "minus infinity" for masked scores: exp(MASK - m) is exactly 0 for any real max m,
@@ -418,7 +418,7 @@ def flash_attention(
     block_k: int = 128,
     num_warps: int = 4,
     num_stages: int = 2,
-    precision: str = "highest",
+    precision: Precision = "highest",
     interpret: bool = False,
 ) -> jax.Array:
     """Attention of q [B, H, Sq, D] over k, v [B, H, Sk, D]; sm_scale defaults to 1/sqrt(D);

@@ -18,6 +18,7 @@ scratch, so VMEM holds three tiles whatever K is (the layout of JAX's ops/tpu/ma
 from __future__ import annotations
 
 import functools
+from typing import Literal, get_args
 
 import jax
 import jax.numpy as jnp
@@ -40,7 +41,10 @@ ACC_DTYPE = jnp.float32
 # jnp.dot's precision for float32 inputs: "highest" computes in float32; "high" and "default"
 # allow fewer bits (TF32 on NVIDIA GPUs, bfloat16 passes on TPUs), which the oracle's tolerance
 # follows (autotune.verify). Other dtypes are computed as they are whatever the precision.
-PRECISIONS = ("highest", "high", "default")
+# A static argument annotated Literal[...] is checked up front by `autotune tune` and job files
+# (autotune.task.check_call), before any database is opened or kernel traced.
+Precision = Literal["highest", "high", "default"]
+PRECISIONS = get_args(Precision)
 
 
 def check_precision(precision: str) -> None:
@@ -240,7 +244,7 @@ def matmul(
     num_warps: int = 4,
     num_stages: int = 2,
     group_m: int = 1,
-    precision: str = "highest",
+    precision: Precision = "highest",
     interpret: bool = False,
 ) -> jax.Array:
     """x @ y for 2-D x [M, K] and y [K, N] of one float dtype; float32 accumulation, float32

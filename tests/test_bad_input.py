@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import logging
+import subprocess
+import sys
 
+import optuna
 import pytest
 from toy_kernels import asserting_scale, make_input, scale
 
@@ -96,3 +99,68 @@ def test_a_studies_storage_that_cannot_be_written_is_one_line(tmp_path):
 def test_a_default_that_fails_a_bare_assert_says_where(tmp_path):
     with pytest.raises(KernelError, match=r"AssertionError at .*toy_kernels.py:\d+: assert"):
         autotune.tune(asserting_scale, [make_input(rows=32)], n_trials=1, store=False)
+
+
+# A real SIGINT, sent by the process to itself while SQLAlchemy's pool resets a connection
+# (the moment that, at random, 1 Ctrl-C in 9 hit); SIGINT reset for a suite run in the background
+INTERRUPTED_IN_THE_POOL = """
+import os, signal, sys
+from sqlalchemy import event
+from sqlalchemy.pool import Pool
+from autotune.cli import main
+signal.signal(signal.SIGINT, signal.default_int_handler)
+event.listen(Pool, "reset", lambda *_: os.kill(os.getpid(), signal.SIGINT))
+sys.exit(main(["db", "list", "--db", sys.argv[1]]))
+"""
+
+
+# ... and while the garbage collector runs a callback (JAX's runs at every collection)
+INTERRUPTED_IN_A_GC_CALLBACK = """
+import gc, os, signal, sys
+from autotune.cli import main
+signal.signal(signal.SIGINT, signal.default_int_handler)
+fired = []
+def callback(phase, info):
+    if phase == "start" and not fired:
+        fired.append(phase)
+        os.kill(os.getpid(), signal.SIGINT)
+        sum(range(10))  # the handler runs here, inside the callback
+gc.callbacks.append(callback)
+sys.exit(main(["db", "list", "--db", sys.argv[1]]))
+"""
+
+
+@pytest.mark.parametrize("script", [INTERRUPTED_IN_THE_POOL, INTERRUPTED_IN_A_GC_CALLBACK])
+def test_a_ctrl_c_at_an_awkward_moment_is_one_line(tmp_path, script):
+    path = tmp_path / "t.db"
+    TuningDB(path).close()
+    proc = subprocess.run(
+        [sys.executable, "-c", script, str(path)], capture_output=True, text=True, timeout=120
+    )
+    assert (proc.returncode, proc.stderr) == (130, "autotune: interrupted\n")
+
+
+def test_a_full_disk_under_the_studies_file_is_one_line(tmp_path, subprocess_env):
+    full = tmp_path / "full"
+    full.mkdir()
+    mount = ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(full)]
+    if subprocess.run(mount, capture_output=True).returncode:
+        pytest.skip("a full disk is a small tmpfs, and mounting one needs root")
+    try:
+        storage = f"sqlite:///{full}/s.db"
+        optuna.storages.RDBStorage(storage).engine.dispose()  # Optuna's tables, then a full disk
+        with open(full / "fill", "wb", buffering=0) as f, pytest.raises(OSError):
+            while True:
+                f.write(b"\0" * 4096)
+        argv = ["tune", "vector_add", "--shape", "256,256", "--trials", "4", "--no-isolate"]
+        proc = subprocess.run(
+            [sys.executable, "-m", "autotune.cli", *argv, "--storage", storage],
+            env=subprocess_env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+    finally:
+        subprocess.run(["umount", "-l", str(full)], check=True)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+    assert "studies storage" in proc.stderr and "disk is full" in proc.stderr

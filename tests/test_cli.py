@@ -200,6 +200,10 @@ BAD_INPUT = {
         ["tune", "--job", "defaults.toml"],
         "defaults.toml, [defaults]: unknown field(s) bogus",
     ),
+    "a precision the kernel does not take": (
+        ["tune", "--job", "precision.toml"],
+        "precision.toml, task 1: --static precision='bogus': matmul takes one of 'highest'",
+    ),
 }
 
 
@@ -216,6 +220,9 @@ def test_bad_input_is_one_line_with_exit_2_and_writes_nothing(case, tmp_path, mo
     (tmp_path / "job.toml").write_text(VALID_JOB)
     (tmp_path / "typo.toml").write_text(VALID_JOB + VALID_JOB.replace("vector_add", "matmull"))
     (tmp_path / "defaults.toml").write_text("[defaults]\nbogus = 1\n" + VALID_JOB)
+    (tmp_path / "precision.toml").write_text(
+        '[[task]]\nkernel = "matmul"\nshapes = ["64x64,64x64"]\nstatic = { precision = "bogus" }\n'
+    )
     before = sorted(tmp_path.iterdir())
     assert main(argv) == 2
     err = capsys.readouterr().err

@@ -3,6 +3,8 @@ read never creating a database, entries without trials, tampered rows. Real SQLi
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import logging
 import sqlite3
 
@@ -38,6 +40,22 @@ def test_a_bad_miss_is_reported_and_skipped_by_pending(tmp_path, caplog):
     assert [t.shapes for t in tasks] == [((64, 128),)] and not unknown
     skipped = [r.getMessage() for r in caplog.records]
     assert len(skipped) == 2 and all("db misses --delete" in m for m in skipped)
+
+
+def test_pending_counts_misses_the_way_db_misses_lists_them(tmp_path, capsys):
+    path = tmp_path / "t.db"
+    cpu = {"device_kind": "cpu", "platform": "cpu"}
+    gone = dataclasses.replace(key(**cpu), kernel="gone")  # not registered here
+    with TuningDB(path) as db:
+        for k in (key(version="old", **cpu), key("f32[32,128]", **cpu), gone, gone, gone):
+            db.record_miss(k)  # `gone` three times: one miss of three lookups
+        put(db, key(**cpu), 16, 1e-3)  # answers the older version's miss of that shape too
+    assert main(["db", "misses", "--db", str(path), "--format", "json"]) == 0
+    listed = json.loads(capsys.readouterr().out)
+    assert sorted(m["kernel"] for m in listed) == ["gone", "scale"]
+    with TuningDB(path) as db:
+        tasks, unknown = pending_tasks(db, current_device())
+    assert [t.shapes for t in tasks] == [((32, 128),)] and unknown == {"gone": 1}
 
 
 def test_misses_are_deleted_by_kernel_and_signature(tmp_path, capsys):
@@ -124,6 +142,36 @@ def test_a_tampered_column_is_found_by_check_and_never_a_traceback(tmp_path, cap
         assert rc in (0, 2), argv
     err = capsys.readouterr().err
     assert "Traceback" not in err
+
+
+RESULT_READERS = {"list", "stats", "export", "stale", "prune", "show", "merge", "report"}
+TRIAL_READERS = {"trials", "stats", "show", "landscape", "report"}
+
+
+@pytest.mark.parametrize("case", [c for c in TAMPERED if "schema" not in c])
+def test_the_read_tools_skip_a_tampered_row_with_one_line_naming_it(tmp_path, caplog, case):
+    path = tmp_path / "t.db"
+    with TuningDB(path) as db:  # best entry 1 and trial 1: f32[64,128]; 2 and 2: f32[32,128]
+        put(db, key(device_kind="cpu", platform="cpu"), 16, 1e-3)
+        put(db, key("f32[32,128]", device_kind="cpu", platform="cpu"), 8, 1e-3)
+    conn = sqlite3.connect(path)
+    with conn:
+        conn.execute(TAMPERED[case] + " WHERE id = 1")
+    conn.close()
+    trial = "trial" in case
+    row = (
+        "trial 1 (scale f32[64,128] on cpu)" if trial else "best entry 1 (scale f32[64,128] on cpu)"
+    )
+    merge = ["db", "merge", str(path), "--db", str(tmp_path / "m.db")]
+    report = ["report", "--out", str(tmp_path / "r"), "--db", str(path)]
+    for argv in [*[[*a, "--db", str(path)] for a in READERS], merge, report]:
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="autotune.db"):
+            main(argv)
+        said = [r.getMessage() for r in caplog.records if r.name == "autotune.db"]
+        reads = argv[argv[0] == "db"] in (TRIAL_READERS if trial else RESULT_READERS)
+        assert len(said) == reads, (argv, said)
+        assert all(m.startswith(f"skipped {row}: its ") for m in said), said
 
 
 def test_a_tampered_date_does_not_stop_the_runtime_serving_the_kernel(tmp_path):

@@ -64,7 +64,7 @@ def check_arguments(args: argparse.Namespace) -> None:
         if getattr(args, what, None) is not None:
             check_url(getattr(args, what), "--db" if what == "db" else "the database")
     if getattr(args, "url", None) is not None:  # `db merge`: its source, read first
-        with TuningDB(args.url, create=False) as other:
+        with TuningDB(args.url, create=False, skip_tampered=True) as other:
             args.doc = other.export(**_filter_values(args))
 
 
@@ -185,7 +185,7 @@ def _opened(
     def run(args: argparse.Namespace) -> int:
         import_user_modules(args)
         check_arguments(args)
-        with TuningDB(args.db, create=create) as db:
+        with TuningDB(args.db, create=create, skip_tampered=True) as db:
             return command(args, db)
 
     return run

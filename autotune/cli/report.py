@@ -24,7 +24,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
     report.check_out(args.out)
     check_arguments(args)
-    with TuningDB(args.db, create=False) as db:
+    with TuningDB(args.db, create=False, skip_tampered=True) as db:
         try:
             index, pngs = report.write(db, args.out, kernel=args.kernel)
         except OSError as e:
