@@ -42,7 +42,7 @@ from autotune.kernels.flash_attention import (
     layout,
 )
 from autotune.kernels.flash_attention import fits_platform as fits_forward
-from autotune.kernels.matmul import check_precision
+from autotune.kernels.matmul import Precision, check_precision
 from autotune.kernels.rowwise import F32, gpu_compiler_params
 
 
@@ -577,7 +577,7 @@ def flash_attention_dq(
     block_k: int = 128,
     num_warps: int = 4,
     num_stages: int = 2,
-    precision: str = "highest",
+    precision: Precision = "highest",
     interpret: bool = False,
 ) -> jax.Array:
     """dq of flash_attention for the output's cotangent do, from the forward's lse and
@@ -623,7 +623,7 @@ def flash_attention_dkv(
     block_k: int = 128,
     num_warps: int = 4,
     num_stages: int = 2,
-    precision: str = "highest",
+    precision: Precision = "highest",
     interpret: bool = False,
 ) -> tuple[jax.Array, jax.Array]:
     """(dk, dv) of flash_attention for the output's cotangent do, from the forward's lse and
