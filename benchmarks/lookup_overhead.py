@@ -123,40 +123,36 @@ def interleaved(fns: dict, args, timer, rounds: int) -> dict[str, float]:
     return {name: statistics.median(t) for name, t in times.items()}
 
 
-def eager_rows(calls: int) -> list[list[str]]:
+def eager_rows(calls: int, db_path: str) -> list[list[str]]:
     rows = []
-    with tempfile.TemporaryDirectory() as d:
-        db_path = os.path.join(d, "bench.db")
-        for name, kernel, shapes, config in CASES:
-            args = [
-                jax.random.normal(jax.random.key(i), s, jnp.float32) for i, s in enumerate(shapes)
-            ]
-            config = platform_config(kernel, args, config)
-            store(db_path, kernel, args, config)
-            autotune.configure(db=db_path)
-            assert kernel.explain(*args)["source"] == "db"
-            fns = {
-                # what a user would write by hand: the kernel with this config, jitted (in
-                # interpret mode only where the platform needs it, as the decorator does)
-                "direct": jax.jit(kernel.spec.bound_function(config, interpret=True)),
-                "before": FormerPath(kernel, config, args),
-                "after": kernel,
-            }
-            for _ in range(20):  # compile all and warm up
-                for fn in fns.values():
-                    completion(fn, args)
-            for mode, timer, rounds in (
-                ("to completion", completion, calls),
-                ("dispatch", dispatch, max(calls // 10, 20)),
-            ):
-                t = interleaved(fns, args, timer, rounds)
-                rows.append(
-                    [name, mode, f"{t['direct'] * 1e6:.2f}"]
-                    + [
-                        f"{t[path] * 1e6:.2f} ({t[path] / t['direct']:.3f})"
-                        for path in ("before", "after")
-                    ]
-                )
+    for name, kernel, shapes, config in CASES:
+        args = [jax.random.normal(jax.random.key(i), s, jnp.float32) for i, s in enumerate(shapes)]
+        config = platform_config(kernel, args, config)
+        store(db_path, kernel, args, config)
+        autotune.configure(db=db_path)
+        assert kernel.explain(*args)["source"] == "db"
+        fns = {
+            # what a user would write by hand: the kernel with this config, jitted (in
+            # interpret mode only where the platform needs it, as the decorator does)
+            "direct": jax.jit(kernel.spec.bound_function(config, interpret=True)),
+            "before": FormerPath(kernel, config, args),
+            "after": kernel,
+        }
+        for _ in range(20):  # compile all and warm up
+            for fn in fns.values():
+                completion(fn, args)
+        for mode, timer, rounds in (
+            ("to completion", completion, calls),
+            ("dispatch", dispatch, max(calls // 10, 20)),
+        ):
+            t = interleaved(fns, args, timer, rounds)
+            rows.append(
+                [name, mode, f"{t['direct'] * 1e6:.2f}"]
+                + [
+                    f"{t[path] * 1e6:.2f} ({t[path] / t['direct']:.3f})"
+                    for path in ("before", "after")
+                ]
+            )
     return rows
 
 
@@ -203,8 +199,11 @@ def main() -> None:
           f"calls each to completion, {args.calls // 10} batches of {BATCH} for dispatch, "
           "medians\n")  # fmt: skip
     header = ["kernel (db hit)", "timing", "direct jit µs", "before µs (ratio)", "after µs (ratio)"]
-    print(table(header, eager_rows(args.calls)))
-    print(f"\njaxpr under jax.jit, decorated vs hand-configured: {jaxpr_check()}")
+    # one throw-away database for both, open until the last lookup (a database deleted under
+    # a process that uses it is refused, with a warning)
+    with tempfile.TemporaryDirectory() as d:
+        print(table(header, eager_rows(args.calls, os.path.join(d, "bench.db"))))
+        print(f"\njaxpr under jax.jit, decorated vs hand-configured: {jaxpr_check()}")
     jax_s, autotune_s = import_time("jax"), import_time("autotune")
     print()
     print(table(["import", "median of 5 fresh processes"],
