@@ -97,7 +97,7 @@ def test_the_smoke_run_ends_within_its_budget_and_lists_what_it_dropped(tmp_path
     text = (tmp_path / f"{report.stem}.md").read_text()
     assert text.startswith("# Hardware check: cpu")
     rows = doc["cases"]
-    # every case is listed, in order of value, the first run and the rest dropped for budget
+    # every case is listed, in order of value, the first one run
     assert rows[0]["case"] == "matmul bfloat16" and rows[-1]["case"] == "matmul_mgpu bfloat16"
     first = rows[0]
     assert first["outcome"] == "done", proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -110,8 +110,11 @@ def test_the_smoke_run_ends_within_its_budget_and_lists_what_it_dropped(tmp_path
         first[f"{n}_s"] > 0 and math.isfinite(first[f"{n}_s"])
         for n in ("default", "tuned", "vendor")
     )
+    # what ran finished; the rest was dropped for budget (a later, cheaper step, such as
+    # matmul_mgpu's correctness-only smoke, runs when the first left it room: host speed decides)
     dropped = [r["case"] for r in rows if r["outcome"] == "not run: budget"]
-    assert "matmul_mgpu bfloat16" in dropped and len(dropped) >= 5
+    assert all(r["outcome"] in ("done", "not run: budget") for r in rows), proc.stdout[-3000:]
+    assert len(dropped) >= 5
     assert f"- {dropped[0]}: not run: budget" in text
     assert proc.returncode == 0, proc.stdout[-3000:]
 
