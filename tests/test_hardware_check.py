@@ -110,11 +110,11 @@ def test_the_smoke_run_ends_within_its_budget_and_lists_what_it_dropped(tmp_path
         first[f"{n}_s"] > 0 and math.isfinite(first[f"{n}_s"])
         for n in ("default", "tuned", "vendor")
     )
-    # what ran finished; the rest was dropped for budget (a later, cheaper step, such as
-    # matmul_mgpu's correctness-only smoke, runs when the first left it room: host speed decides)
+    # what ran finished and the rest was dropped for budget: how many ran depends on the host's
+    # speed (the plan is made again from the time left before each step), never all nine cases
     dropped = [r["case"] for r in rows if r["outcome"] == "not run: budget"]
     assert all(r["outcome"] in ("done", "not run: budget") for r in rows), proc.stdout[-3000:]
-    assert len(dropped) >= 5
+    assert dropped, proc.stdout[-3000:]
     assert f"- {dropped[0]}: not run: budget" in text
     assert proc.returncode == 0, proc.stdout[-3000:]
 
