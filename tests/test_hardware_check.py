@@ -111,7 +111,7 @@ def test_the_smoke_run_ends_within_its_budget_and_lists_what_it_dropped(tmp_path
         for n in ("default", "tuned", "vendor")
     )
     # what ran finished and the rest was dropped for budget: how many ran depends on the host's
-    # speed (the plan is made again from the time left before each step), never all nine cases
+    # speed (the plan is made again from the time left before each step), never all of them
     dropped = [r["case"] for r in rows if r["outcome"] == "not run: budget"]
     assert all(r["outcome"] in ("done", "not run: budget") for r in rows), proc.stdout[-3000:]
     assert dropped, proc.stdout[-3000:]
