@@ -2,7 +2,8 @@
 
 The runtime surface (``autotuned``, ``register``, ``configure``, ``variants``, ``overlay``) is cheap to import; ``tune`` and
 ``TuningDB`` load the tuner (Optuna) and the database layer (SQLAlchemy) on first use, and
-``TuneSettings`` the measurement's settings (neither).
+``TuneSettings`` the measurement's settings (neither); ``BestEntry`` is what
+``TuningDB.put_best`` stores.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from autotune.variants import Member, variants
 __all__ = [
     "AutotuneError",
     "AutotunedKernel",
+    "BestEntry",
     "DatabaseError",
     "KernelError",
     "Member",
@@ -44,6 +46,7 @@ __all__ = [
 ]
 
 _LAZY = {
+    "BestEntry": "autotune.trial",
     "calls_in": "autotune.program",
     "tune": "autotune.tuner",
     "tune_program": "autotune.program",

@@ -14,6 +14,7 @@ on a stale read snapshot.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import socket
@@ -65,7 +66,7 @@ from autotune.schema import (
     utcnow,
 )
 from autotune.signature import TuningKey, parse_args, short_dtype
-from autotune.trial import TrialRecord
+from autotune.trial import BestEntry, TrialRecord
 
 log = logging.getLogger(__name__)
 
@@ -230,14 +231,14 @@ class TuningDB:
         with self._session(write=True) as s:
             return _add_trials(s, key, run_id, trials)
 
-    def put_best(self, key: TuningKey, entry: dict[str, Any]) -> None:
+    def put_best(self, key: TuningKey, entry: BestEntry) -> None:
         """Insert or replace the best entry of a key."""
         self._retry_unique(key, lambda s: _upsert_best(s, key, entry))
 
     def put_best_among(
         self,
         key: TuningKey,
-        entry: dict[str, Any],
+        entry: BestEntry,
         trial_ids: Iterable[int | None],
         compared: Iterable[int] = (),
     ) -> dict[str, Any] | None:
@@ -425,7 +426,7 @@ def _add_trials(
     return [r.id for r in rows]
 
 
-def _upsert_best(s: Session, key: TuningKey, entry: dict[str, Any]) -> None:
+def _upsert_best(s: Session, key: TuningKey, entry: BestEntry) -> None:
     fields = _best_fields(entry)
     row = s.scalars(select(Result).filter_by(**key.as_dict())).first()
     if row is None:
@@ -443,14 +444,10 @@ def _answer_miss(s: Session, key: TuningKey) -> None:
     s.execute(delete(Miss).filter_by(**key_columns))
 
 
-def _best_fields(entry: dict[str, Any]) -> dict[str, Any]:
-    fields = {
-        k: v for k, v in entry.items() if k in Result.__table__.columns and k not in KEY_COLUMNS
-    }
-    fields["config"] = encode_config(entry["config"])
-    fields.setdefault("host", socket.gethostname())
-    fields["tuned_at"] = utcnow()
-    fields.pop("id", None)
+def _best_fields(entry: BestEntry) -> dict[str, Any]:
+    """A results row's columns besides the key: the entry, this host, now."""
+    fields = dataclasses.asdict(entry)
+    fields.update(config=encode_config(entry.config), host=socket.gethostname(), tuned_at=utcnow())
     return fields
 
 

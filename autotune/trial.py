@@ -1,10 +1,13 @@
-"""A configuration, its identity, and the record of one measured candidate.
+"""A configuration, its identity, the record of one measured candidate, and the best entry a
+tuning run stores.
 
 A trial keeps one form from the worker that measures it to the database that stores it: the
 worker returns a `TrialRecord` (pickled across the process boundary), the tuner annotates it,
 the search carries it in an `Evaluation`, `TuningDB.add_trials` stores it. A shared study keeps
 it as data among its trial's attributes (`as_dict`, read back by `from_dict`: the one place it
-is serialised), so every worker's trials come back as records too.
+is serialised), so every worker's trials come back as records too. A run's winner is a
+`BestEntry`, which `TuningDB.put_best` stores; read back, a results row adds its key, host and
+date.
 """
 
 from __future__ import annotations
@@ -66,3 +69,22 @@ class Evaluation:
     value: float | None
     status: str = "ok"
     record: TrialRecord | None = None
+
+
+@dataclass(frozen=True)
+class BestEntry:
+    """A key's best configuration as a tuning run stores it, with how it was found."""
+
+    config: Config
+    time_s: float
+    n_trials: int
+    run_id: str
+    strategy: str  # the search strategy, or "variants" for a variant group's choice
+    n_rejected: int = 0
+    default_time_s: float | None = None
+    speedup: float | None = None
+    trial_id: int | None = None  # the winner's row in the trials table
+    timer: str = "wall"
+    jax_version: str = ""  # "" where unknown
+    jaxlib_version: str = ""
+    runtime_version: str = ""

@@ -20,7 +20,7 @@ from autotune.search import LISTED_UP_TO, run_search
 from autotune.signature import TuningKey, is_array
 from autotune.studies import SharedStudy, study_name_of
 from autotune.task import Task, task_of_call
-from autotune.trial import Config, Evaluation, TrialRecord, config_text
+from autotune.trial import BestEntry, Config, Evaluation, TrialRecord, config_text
 from autotune.tune_settings import TuneSettings
 from autotune.warmstart import warm_starts
 from autotune.worker import DeviceWorker, InProcessWorker, Worker
@@ -449,21 +449,21 @@ def _store(
     another worker of the study had stored when the finalists were chosen. Returns the entry
     another worker stored since, which this one has not judged (nothing is stored then)."""
     best = next(t for t in result.trials if t.config == result.best_config and t.status == "ok")
-    entry = {
-        "config": result.best_config,
-        "time_s": result.best_time_s,
-        "default_time_s": result.default_time_s,
-        "speedup": result.speedup,
-        "n_trials": len(result.trials),
-        "n_rejected": result.n_rejected,
-        "trial_id": best.db_id,
-        "run_id": result.run_id,
-        "strategy": strategy,
-        "timer": best.timer or "wall",
-        "jax_version": device.jax_version,
-        "jaxlib_version": device.jaxlib_version,
-        "runtime_version": device.runtime_summary,
-    }
+    entry = BestEntry(
+        config=result.best_config,
+        time_s=result.best_time_s,
+        default_time_s=result.default_time_s,
+        speedup=result.speedup,
+        n_trials=len(result.trials),
+        n_rejected=result.n_rejected,
+        trial_id=best.db_id,
+        run_id=result.run_id,
+        strategy=strategy,
+        timer=best.timer or "wall",
+        jax_version=device.jax_version,
+        jaxlib_version=device.jaxlib_version,
+        runtime_version=device.runtime_summary,
+    )
     if shared:  # workers of one study finish in any order
         ids = {t.db_id for t in result.trials}
         if result.finalists:  # judged side by side: the stored entry re-measured beside ours

@@ -27,7 +27,7 @@ from autotune.device import current_device
 from autotune.errors import AutotuneError, KernelError
 from autotune.finalists import remeasure
 from autotune.task import Task
-from autotune.trial import TrialRecord
+from autotune.trial import BestEntry, TrialRecord
 from autotune.tune_settings import TuneSettings
 from autotune.tuner import TuneResult, open_db, random_inputs, tune
 from autotune.variants import PARAM, Member, VariantGroup
@@ -232,22 +232,19 @@ def _store(handle: Any, result: GroupTuneResult) -> None:
     for record, db_id in zip(result.trials, ids):
         record.db_id = db_id
     best = next(t for t in result.trials if t.config == result.best_config)
-    handle.put_best(
-        result.key,
-        {
-            "config": result.best_config,
-            "time_s": result.best_time_s,
-            "default_time_s": result.default_time_s,
-            "speedup": result.speedup,
-            "n_trials": len(result.trials),
-            "n_rejected": 0,
-            "trial_id": best.db_id,
-            "run_id": result.run_id,
-            "strategy": "variants",
-            "timer": best.timer or "wall",
-            "jax_version": result.device.jax_version,
-            "jaxlib_version": result.device.jaxlib_version,
-            "runtime_version": result.device.runtime_summary,
-        },
+    entry = BestEntry(
+        config=result.best_config,
+        time_s=result.best_time_s,
+        default_time_s=result.default_time_s,
+        speedup=result.speedup,
+        n_trials=len(result.trials),
+        trial_id=best.db_id,
+        run_id=result.run_id,
+        strategy="variants",
+        timer=best.timer or "wall",
+        jax_version=result.device.jax_version,
+        jaxlib_version=result.device.jaxlib_version,
+        runtime_version=result.device.runtime_summary,
     )
+    handle.put_best(result.key, entry)
     log.info("stored %s %s: %s", result.kernel, result.key.signature, result.best_config)

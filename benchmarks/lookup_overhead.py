@@ -33,7 +33,7 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 
 import autotune  # noqa: E402
-from autotune import TuningDB  # noqa: E402
+from autotune import BestEntry, TuningDB  # noqa: E402
 from autotune.device import current_device  # noqa: E402
 from autotune.kernels import flash_attention, matmul, vector_add  # noqa: E402
 
@@ -56,12 +56,8 @@ def store(db_path: str, kernel, args, config) -> None:
     key = kernel.spec.key(kernel.spec.signature(args, {}, device), device)
     with TuningDB(db_path) as db:
         db.put_best(
-            key,
-            dict(
-                config=config, time_s=1e-3, n_trials=1, n_rejected=0, run_id="bench",
-                strategy="grid", timer="wall", jax_version="x", jaxlib_version="x",
-            ),
-        )  # fmt: skip
+            key, BestEntry(config, time_s=1e-3, n_trials=1, run_id="bench", strategy="grid")
+        )
 
 
 def platform_config(kernel, args, config: dict) -> dict:

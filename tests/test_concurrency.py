@@ -25,14 +25,13 @@ WRITER = textwrap.dedent(
     import sys
     from autotune.db import TuningDB
     from autotune.signature import TuningKey
+    from autotune.trial import BestEntry
     url, p, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
     db = TuningDB(url)
     shared = TuningKey("shared", "v1", "cpu", "cpu", "interpret", "f32[1]")
-    entry = dict(time_s=1e-3, n_trials=1, n_rejected=0, run_id=f"p{p}", strategy="grid",
-                 timer="wall", jax_version="x", jaxlib_version="x")
     for i in range(n):
         key = TuningKey("conc", "v1", "cpu", "cpu", "interpret", f"f32[{p},{i}]")
-        db.put_best(key, dict(entry, config={"p": p, "i": i}))
+        db.put_best(key, BestEntry({"p": p, "i": i}, 1e-3, 1, run_id=f"p{p}", strategy="grid"))
         db.record_miss(key)
         db.record_miss(shared)
     print("done")
@@ -88,7 +87,7 @@ STORER = textwrap.dedent(
     import sys
     from autotune.db import TuningDB
     from autotune.signature import TuningKey
-    from autotune.trial import TrialRecord
+    from autotune.trial import BestEntry, TrialRecord
     db = TuningDB(sys.argv[1])
     i = 0
     print("ready", flush=True)
@@ -96,9 +95,8 @@ STORER = textwrap.dedent(
         key = TuningKey("crash", "v1", "cpu", "cpu", "interpret", f"f32[{i % 50}]")
         trials = [TrialRecord({"b": b}, "ok", time_s=1.0 / (b + i)) for b in range(1, 9)]
         ids = db.add_trials(key, f"run{i}", trials)  # trials first, as measured
-        db.put_best(key, dict(
-            config={"b": i % 8 + 1}, time_s=1e-3, n_trials=8, n_rejected=0, run_id=f"run{i}",
-            trial_id=ids[i % 8], strategy="grid", timer="wall", jax_version="x", jaxlib_version="x"))
+        db.put_best(key, BestEntry({"b": i % 8 + 1}, 1e-3, 8, run_id=f"run{i}", strategy="grid",
+                                   trial_id=ids[i % 8]))
         i += 1
     """
 )

@@ -8,7 +8,7 @@ from toy_kernels import scale
 from autotune import TuningDB
 from autotune.cli import main
 from autotune.signature import TuningKey
-from autotune.trial import TrialRecord
+from autotune.trial import BestEntry, TrialRecord
 
 
 def key(signature="f32[64,128]", version=None, device_kind="TPU v5 lite", platform="tpu"):
@@ -26,20 +26,16 @@ def put(db, k, block_rows, time_s, n_trials=4):
     (trial_id,) = db.add_trials(k, "run", [TrialRecord({"block_rows": block_rows}, "ok")])
     db.put_best(
         k,
-        {
-            "config": {"block_rows": block_rows},
-            "time_s": time_s,
-            "default_time_s": 2 * time_s,
-            "speedup": 2.0,
-            "n_trials": n_trials,
-            "n_rejected": 0,
-            "trial_id": trial_id,
-            "run_id": "run",
-            "strategy": "tpe",
-            "timer": "wall",
-            "jax_version": "0",
-            "jaxlib_version": "0",
-        },
+        BestEntry(
+            {"block_rows": block_rows},
+            time_s=time_s,
+            default_time_s=2 * time_s,
+            speedup=2.0,
+            n_trials=n_trials,
+            trial_id=trial_id,
+            run_id="run",
+            strategy="tpe",
+        ),
     )
 
 

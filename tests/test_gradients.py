@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from kernel_checks import TPU, close, rand, tpu_configs_lower
 
-from autotune import registry
+from autotune import BestEntry, registry
 from autotune.kernels import (
     attention_dkv_reference,
     attention_dq_reference,
@@ -167,23 +167,17 @@ def _store(db_url, kernel, args, config):
     key = kernel.spec.key(kernel.spec.signature(args, {}, device), device)
     with TuningDB(db_url) as db:
         (trial_id,) = db.add_trials(key, "run", [TrialRecord(config, "ok")])
-        db.put_best(
-            key,
-            {
-                "config": config,
-                "time_s": 1e-3,
-                "default_time_s": 2e-3,
-                "speedup": 2.0,
-                "n_trials": 1,
-                "n_rejected": 0,
-                "trial_id": trial_id,
-                "run_id": "run",
-                "strategy": "tpe",
-                "timer": "wall",
-                "jax_version": "0",
-                "jaxlib_version": "0",
-            },
+        entry = BestEntry(
+            config,
+            time_s=1e-3,
+            default_time_s=2e-3,
+            speedup=2.0,
+            n_trials=1,
+            trial_id=trial_id,
+            run_id="run",
+            strategy="tpe",
         )
+        db.put_best(key, entry)
 
 
 def test_matmul_mgpu_gradient_is_two_matmul_mgpu_calls_served_their_tuned_configs(db_url):

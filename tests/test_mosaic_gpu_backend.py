@@ -17,7 +17,7 @@ from third_party_mgpu import double_rows, double_rows_reference
 from toy_kernels import rows_divide
 
 import autotune
-from autotune import TuningDB, runtime
+from autotune import BestEntry, TuningDB, runtime
 from autotune.device import DeviceInfo, current_device
 from autotune.kernels import matmul, matmul_mgpu
 from autotune.measure import TimingPolicy
@@ -68,17 +68,9 @@ def test_an_entry_tuned_for_another_backend_is_not_served(monkeypatch, db_url):
     monkeypatch.setattr(runtime, "current_device", lambda: H200)  # a GPU cannot run here
     key = kernel.spec.key(kernel.spec.signature([x], {}, H200), H200)
     assert key.backend == "mosaic_gpu"
-    entry = {
-        "config": {"block_rows": 32},
-        "time_s": 1e-5,
-        "n_trials": 1,
-        "n_rejected": 0,
-        "run_id": "test",
-        "strategy": "grid",
-        "timer": "device",
-        "jax_version": "x",
-        "jaxlib_version": "x",
-    }
+    entry = BestEntry(
+        {"block_rows": 32}, time_s=1e-5, n_trials=1, run_id="test", strategy="grid", timer="device"
+    )
     with TuningDB(db_url) as db:
         db.put_best(dataclasses.replace(key, backend="triton"), entry)
     runtime.clear_memo()

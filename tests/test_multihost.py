@@ -11,7 +11,7 @@ import textwrap
 from toy_kernels import make_input, scale
 
 import autotune
-from autotune import TuningDB
+from autotune import BestEntry, TuningDB
 from autotune.device import current_device
 
 READER = textwrap.dedent(
@@ -30,10 +30,11 @@ READER = textwrap.dedent(
 def store(path, rows, block_rows):
     x = make_input(rows=rows)
     key = scale.spec.key(scale.spec.signature([x], {}, current_device()), current_device())
-    entry = dict(time_s=1e-3, n_trials=1, n_rejected=0, run_id="r", strategy="grid")
-    entry.update(timer="wall", jax_version="x", jaxlib_version="x")
+    entry = BestEntry(
+        {"block_rows": block_rows}, time_s=1e-3, n_trials=1, run_id="r", strategy="grid"
+    )
     with TuningDB(path) as db:
-        db.put_best(key, dict(entry, config={"block_rows": block_rows}))
+        db.put_best(key, entry)
 
 
 def test_two_processes_choose_the_same_config_including_a_tie(tmp_path, subprocess_env):

@@ -28,7 +28,7 @@ from autotune import TuningDB
 from autotune.cli import main
 from autotune.device import current_device
 from autotune.errors import AutotuneError
-from autotune.trial import TrialRecord
+from autotune.trial import BestEntry, TrialRecord
 
 TESTS = Path(__file__).parent
 ROOT = TESTS.parent
@@ -48,18 +48,14 @@ def store(path, x, block_rows=16):
         )
         db.put_best(
             key_of(x),
-            {
-                "trial_id": trial_id,
-                "config": {"block_rows": block_rows},
-                "time_s": 1e-3,
-                "n_trials": 1,
-                "n_rejected": 0,
-                "run_id": "run",
-                "strategy": "grid",
-                "timer": "wall",
-                "jax_version": "x",
-                "jaxlib_version": "x",
-            },
+            BestEntry(
+                {"block_rows": block_rows},
+                time_s=1e-3,
+                n_trials=1,
+                trial_id=trial_id,
+                run_id="run",
+                strategy="grid",
+            ),
         )
 
 

@@ -9,7 +9,7 @@ from autotune import TuningDB
 from autotune.cli import main
 from autotune.report import param_importances
 from autotune.signature import TuningKey
-from autotune.trial import TrialRecord
+from autotune.trial import BestEntry, TrialRecord
 
 KEY = TuningKey("matmul", "v1", "cpu", "cpu", "interpret", "f32[64,64],f32[64,64]")
 
@@ -28,20 +28,17 @@ def tuned(db_url):
         best = min(range(len(configs)), key=lambda i: time_of(configs[i]))
         db.put_best(
             KEY,
-            {
-                "config": configs[best],
-                "time_s": time_of(configs[best]),
-                "default_time_s": 3 * time_of(configs[best]),
-                "speedup": 3.0,
-                "n_trials": len(trials),
-                "n_rejected": 1,
-                "trial_id": ids[best],
-                "run_id": "run",
-                "strategy": "tpe",
-                "timer": "wall",
-                "jax_version": "0",
-                "jaxlib_version": "0",
-            },
+            BestEntry(
+                configs[best],
+                time_s=time_of(configs[best]),
+                default_time_s=3 * time_of(configs[best]),
+                speedup=3.0,
+                n_trials=len(trials),
+                n_rejected=1,
+                trial_id=ids[best],
+                run_id="run",
+                strategy="tpe",
+            ),
         )
     return db_url
 

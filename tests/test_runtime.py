@@ -8,7 +8,7 @@ from jax.experimental import pallas as pl
 from toy_kernels import make_input, rows_divide, scale
 
 import autotune
-from autotune import TuningDB
+from autotune import BestEntry, TuningDB
 from autotune.device import current_device
 from autotune.errors import AutotuneError
 from autotune.measure import TimingPolicy
@@ -63,20 +63,10 @@ def store(db_url, x, block_rows, kernel=scale):
     sig = kernel.spec.signature([x], {}, current_device())
     key = kernel.spec.key(sig, current_device())
     with TuningDB(db_url) as db:
-        db.put_best(
-            key,
-            {
-                "config": {"block_rows": block_rows},
-                "time_s": 1e-3,
-                "n_trials": 1,
-                "n_rejected": 0,
-                "run_id": "test",
-                "strategy": "grid",
-                "timer": "wall",
-                "jax_version": "x",
-                "jaxlib_version": "x",
-            },
+        entry = BestEntry(
+            {"block_rows": block_rows}, time_s=1e-3, n_trials=1, run_id="test", strategy="grid"
         )
+        db.put_best(key, entry)
     autotune.configure()
 
 

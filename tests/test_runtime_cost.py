@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import autotune
-from autotune import TuningDB
+from autotune import BestEntry, TuningDB
 from autotune.device import current_device
 from autotune.kernels import matmul
 
@@ -26,10 +26,8 @@ ROOT = Path(__file__).parent.parent
 def store(db_url, kernel, args, config):
     device = current_device()
     key = kernel.spec.key(kernel.spec.signature(args, {}, device), device)
-    entry = dict(time_s=1e-3, n_trials=1, n_rejected=0, run_id="r", strategy="grid")
-    entry.update(timer="wall", jax_version="x", jaxlib_version="x", config=config)
     with TuningDB(db_url) as db:
-        db.put_best(key, entry)
+        db.put_best(key, BestEntry(config, time_s=1e-3, n_trials=1, run_id="r", strategy="grid"))
     autotune.configure()
 
 

@@ -11,7 +11,7 @@ import pytest
 from toy_kernels import make_input, scale
 
 import autotune
-from autotune import TuningDB, cli, gp
+from autotune import BestEntry, TuningDB, cli, gp
 from autotune.candidates import (
     GP_EXPLOIT_EVERY,
     GP_EXPLOIT_FROM,
@@ -192,8 +192,10 @@ def test_warm_start_measures_the_best_config_stored_at_the_nearest_shape(db_url)
     far = autotune.tune(scale, [make_input(rows=256)], n_trials=1, db=db_url, strategy="random")
     with TuningDB(db_url) as db:  # pretend earlier runs found 16 best at 32 rows, 32 at 256
         for result, block in ((near, 16), (far, 32)):
-            entry = db.best(result.key)
-            db.put_best(result.key, {**entry, "config": {"block_rows": block}})
+            entry = BestEntry(
+                {"block_rows": block}, time_s=1e-3, n_trials=1, run_id="r", strategy="grid"
+            )
+            db.put_best(result.key, entry)
     result = autotune.tune(scale, [make_input(rows=64)], n_trials=3, db=db_url, seed=0)
     first = [t.config["block_rows"] for t in result.trials]
     assert first == [8, 16, 32]  # the default, then the nearest shape's best, then the next
