@@ -284,12 +284,13 @@ def make_spec(
         bound_names=bound_names,
         takes_interpret="interpret" in params,
         backend=backend,
-        tuned=_tuned_path(name, tuned, module_dir),
+        tuned=tuned_path(name, tuned, module_dir),
     )
 
 
-def _tuned_path(name: str, tuned: str | Path | None, module_dir: Path | None) -> Path | None:
-    """`tuned=` as a path: relative to the kernel's module, read on the first lookup."""
+def tuned_path(name: str, tuned: str | Path | None, module_dir: Path | None) -> Path | None:
+    """`tuned=` as a path: relative to the module of the kernel (or variant group), read on the
+    first lookup."""
     if tuned is None:
         return None
     path = Path(tuned)

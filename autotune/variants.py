@@ -15,6 +15,7 @@ import inspect
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from autotune import registry
@@ -52,7 +53,9 @@ class Member:
 class VariantGroup(AutotunedKernel):
     """A callable with its members' call signature that calls the member chosen for the call."""
 
-    def __init__(self, name: str, members: Sequence[Member | Callable]) -> None:
+    def __init__(
+        self, name: str, members: Sequence[Member | Callable], tuned: Path | None = None
+    ) -> None:
         self.members: dict[str, Member] = {}
         for item in members:
             member = _member(name, item)
@@ -64,12 +67,12 @@ class VariantGroup(AutotunedKernel):
             self.members[member.name] = member
         if not self.members:
             raise KernelError(f"variant group {name!r} has no members: give at least one")
-        super().__init__(self._group_spec(name))
+        super().__init__(self._group_spec(name, tuned))
 
     def __repr__(self) -> str:
         return f"<variant group {self.spec.name!r}: {', '.join(self.members)}>"
 
-    def _group_spec(self, name: str) -> KernelSpec:
+    def _group_spec(self, name: str, tuned: Path | None) -> KernelSpec:
         names = tuple(self.members)
         first = next(iter(self.members.values()))
 
@@ -113,6 +116,7 @@ class VariantGroup(AutotunedKernel):
             bind=None,
             bound_names=frozenset({PARAM}),
             takes_interpret=True,
+            tuned=tuned,
             _recognised={"backend": None},  # a group's key names no backend: its members' do
         )
 
@@ -263,15 +267,21 @@ def _qualified(fn: Callable) -> str:
     return f"{getattr(fn, '__module__', '')}.{getattr(fn, '__qualname__', repr(fn))}"
 
 
-def variants(name: str, members: Sequence[Member | Callable]) -> VariantGroup:
+def variants(
+    name: str, members: Sequence[Member | Callable], *, tuned: str | Path | None = None
+) -> VariantGroup:
     """A variant group of `members` (each an @autotuned kernel, a plain function, or a
     Member), registered under `name`. It takes the first member's call signature, and calls
     the member tuned fastest for the call (`autotune.tune(group, args)`), or, untuned, the
-    first member that can run here."""
-    group = VariantGroup(name, members)
+    first member that can run here. `tuned=`: the group's choices shipped with a library, as
+    a kernel's (`autotune db export --kernel NAME`), relative to the calling module."""
+    caller = sys._getframe(1).f_globals
+    file = caller.get("__file__")
+    module_dir = Path(file).resolve().parent if file else None
+    group = VariantGroup(name, members, registry.tuned_path(name, tuned, module_dir))
     # a device worker imports the group as MODULE:NAME, where this was called (autotune.registry.
     # import_path): the shipped groups are module attributes of their own names
-    group.spec.fn.__module__ = sys._getframe(1).f_globals.get("__name__", __name__)
+    group.spec.fn.__module__ = caller.get("__name__", __name__)
     taken = registry.registered().get(name)
     if name in group.members or (taken is not None and not isinstance(taken, VariantGroup)):
         raise KernelError(

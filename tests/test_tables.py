@@ -16,7 +16,7 @@ from test_db_tools import cli, put
 from toy_kernels import make_input
 
 import autotune
-from autotune import TuningDB, registry
+from autotune import BestEntry, TuningDB, registry
 from autotune.device import current_device
 from autotune.runtime import LOOKUP_ORDER
 
@@ -139,3 +139,23 @@ def test_db_list_shipped_and_db_check_read_the_shipped_tables(library, capsys, d
 def test_an_overlay_of_something_else_is_refused_with_what_to_give():
     with pytest.raises(autotune.AutotuneError, match="give a path, an export document"):
         autotune.overlay(3).__enter__()
+
+
+def test_a_variant_groups_shipped_choice_is_served_and_resolved_beside_its_module(tmp_path, db_url):
+    import jax.numpy as jnp
+
+    members = [autotune.Member(jnp.dot, name="dot"), autotune.Member(jnp.matmul, name="xla")]
+    group = autotune.variants("shipped_dot", members, tuned=tmp_path / "tuned")
+    x, y = jnp.ones((4, 3)), jnp.ones((3, 2))
+    device = current_device()
+    key = group.spec.key(group.spec.signature([x, y], {}, device), device)
+    (tmp_path / "tuned").mkdir()
+    with TuningDB(tmp_path / "author.db") as db:  # the library author's tuning, exported
+        db.put_best(key, BestEntry({"variant": "xla"}, 1e-6, 2, run_id="r", strategy="variants"))
+        (tmp_path / "tuned" / "cpu.json").write_text(json.dumps(db.export(), default=str))
+
+    got = group.explain(x, y)  # untuned, the group would call its first member, dot
+    assert (got["variant"], got["source"]) == ("xla", "shipped")
+    np.testing.assert_allclose(group(x, y), x @ y)
+    relative = autotune.variants("shipped_dot_here", members, tuned="tuned")
+    assert relative.spec.tuned == Path(__file__).resolve().parent / "tuned"
