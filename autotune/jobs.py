@@ -13,6 +13,7 @@ from typing import Any
 from autotune.device import DeviceInfo
 from autotune.errors import AutotuneError, JobError
 from autotune.progress import JobProgress, Outcome
+from autotune.signature import TuningKey
 from autotune.task import Task
 from autotune.trial import config_text
 from autotune.tune_settings import DEFAULTS, TuneSettings
@@ -76,7 +77,8 @@ def run_tasks(
                 else:
                     study = study_name_of(key)
                     if force and settings.storage:
-                        delete_study(settings.storage, study)
+                        for old in (key, *_member_keys(kernel, task, device)):
+                            delete_study(settings.storage, study_name_of(old))
 
                     def on_trial(record: Any, j: int, n: int) -> None:
                         progress.trial, progress.n_trials = j, n
@@ -106,6 +108,15 @@ def run_tasks(
         if handle is not db:
             handle.close()
     return outcomes
+
+
+def _member_keys(kernel: Any, task: Task, device: DeviceInfo) -> list[TuningKey]:
+    """A variant group's members' keys (each member is tuned in a study of its own key)."""
+    from autotune.variants import VariantGroup
+
+    if not isinstance(kernel, VariantGroup):
+        return []
+    return kernel.member_keys(task.inputs(), task.static_dict, device)
 
 
 def _summary(result: Any) -> str:

@@ -24,7 +24,7 @@ from autotune.errors import KernelError
 from autotune.platforms import PLATFORMS
 from autotune.registry import KernelSpec
 from autotune.runtime import AutotunedKernel, Resolution, warn_once
-from autotune.signature import Signature, is_array
+from autotune.signature import Signature, TuningKey, is_array
 from autotune.space import Param
 
 PARAM = "variant"  # the group's one tunable parameter: a member's name
@@ -158,6 +158,14 @@ class VariantGroup(AutotunedKernel):
         except Exception as e:  # whatever refuses the call is the reason, never the group's error
             return f"{type(e).__name__}: {e}".splitlines()[0]
         return None
+
+    def member_keys(
+        self, args: Sequence[Any], kwargs: Mapping[str, Any], device: DeviceInfo
+    ) -> list[TuningKey]:
+        """The keys the group's tuning tunes its autotuned members under, for this call."""
+        kwargs = {k: v for k, v in kwargs.items() if k != PARAM}
+        kernels = [m.kernel.spec for m in self.members.values() if m.kernel is not None]
+        return [spec.key(spec.signature(args, kwargs, device), device) for spec in kernels]
 
     def runnable(
         self, args: Sequence[Any], kwargs: Mapping[str, Any], device: DeviceInfo | None = None

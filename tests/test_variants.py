@@ -132,3 +132,23 @@ def test_the_shipped_groups_skip_mosaic_gpu_here_and_reconcile_layouts():
     x = jnp.ones((5, 7))
     assert "Hopper" in matmul_variants.explain(x, x.T)["skipped"]["matmul_mgpu"]
     np.testing.assert_allclose(matmul_variants(x, x.T, variant="xla"), x @ x.T)
+
+
+def test_a_forced_group_task_tunes_its_members_afresh(tmp_path, db_url):
+    from toy_kernels import scale
+
+    from autotune.jobs import run_tasks
+    from autotune.task import make_task
+    from autotune.tune_settings import TuneSettings
+
+    autotune.variants("forced_scale", [scale, autotune.Member(lambda x: x * 2.0, name="xla")])
+    task = make_task("forced_scale", "32x128", trials=2, strategy="grid")
+    settings = TuneSettings(storage=f"sqlite:///{tmp_path / 'studies.db'}")
+    (first,) = run_tasks([task], current_device(), db=db_url, settings=settings)
+    (skipped,) = run_tasks([task], current_device(), db=db_url, settings=settings)
+    (forced,) = run_tasks([task], current_device(), db=db_url, settings=settings, force=True)
+    assert (first.status, skipped.status, forced.status) == ("tuned", "skipped", "tuned")
+    # the member's own study was deleted with the group's: nothing of the first run resumed
+    assert first.result.members["scale"].resumed == 0
+    assert forced.result.members["scale"].resumed == 0
+    assert len(forced.result.members["scale"].trials) == 2
