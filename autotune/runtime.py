@@ -397,7 +397,7 @@ class AutotunedKernel:
                 f"no tuned configuration for {key.kernel} {key.signature} on {key.device_kind} "
                 f"(strict mode): run `autotune tune {key.kernel} ...` or `autotune tune --pending`"
             )
-        if settings.fallback == "nearest" and db:
+        if settings.fallback == "nearest":
             near = self._nearest(db, key, sig, space)
             if near is not None:
                 return dataclasses.replace(near, miss=miss)
@@ -422,17 +422,24 @@ class AutotunedKernel:
         if entry is not None:
             yield "shipped", entry
 
-    def _shipped_entry(self, key: TuningKey) -> dict[str, Any] | None:
-        """The entry of `key` in the kernel's shipped table (`tuned=`), if it has one; a table
-        that cannot be read, or that has the key only for another kernel version, warns once."""
+    def _shipped_table(self) -> Any:
+        """The kernel's shipped table (`tuned=`), or None: it has none, or it cannot be read
+        (warned once)."""
         if self.spec.tuned is None:
             return None
         try:
-            table = shipped_table(self.spec.tuned)
+            return shipped_table(self.spec.tuned)
         except AutotuneError as e:
             if _STATE.settings.strict:
                 raise
             warn_once(f"shipped:{self.spec.tuned}", f"pallas-autotune: {self.spec.name}: {e}")
+            return None
+
+    def _shipped_entry(self, key: TuningKey) -> dict[str, Any] | None:
+        """The entry of `key` in the kernel's shipped table, if it has one; a table that has
+        the key only for another kernel version warns once."""
+        table = self._shipped_table()
+        if table is None:
             return None
         entry = table.best(key)
         if entry is None and (stale := table.stale(key)) is not None:
@@ -445,14 +452,17 @@ class AutotunedKernel:
         return entry
 
     def _nearest(self, db: Any, key: TuningKey, sig: Signature, space: Any) -> Resolution | None:
-        """The entry of the nearest tuned shape on this device whose config fits this call.
+        """The entry of the nearest tuned shape on this device whose config fits this call,
+        from the user's database (`db`, None where it is not open) and the kernel's shipped
+        table: a library's table serves the shapes between those it was tuned for too.
 
-        Deterministic: ordered by distance, then signature text, so every host picks the same.
+        Deterministic: ordered by distance, then the database before the table, then signature
+        text, so every host picks the same.
         """
         filters = {
             k: v for k, v in key.as_dict().items() if k not in ("signature", "kernel_version")
         }
-        rows = _db_call("nearest-shape lookup", lambda: db.query(**filters)) or []
+        rows = (_db_call("nearest-shape lookup", lambda: db.query(**filters)) or []) if db else []
         stale = [
             r
             for r in rows
@@ -464,8 +474,10 @@ class AutotunedKernel:
                 f"pallas-autotune: {key.kernel} {key.signature} was tuned for an older kernel version "
                 f"({stale[0]['kernel_version']}); not served: re-tune it",
             )
+        table = self._shipped_table()
+        shipped = table.query(**filters) if table is not None else []
         scored = []
-        for r in rows:
+        for rank, r in [(0, r) for r in rows] + [(1, r) for r in shipped]:
             if r["kernel_version"] != key.kernel_version:
                 continue
             try:
@@ -474,12 +486,13 @@ class AutotunedKernel:
                 continue
             if d is not None:
                 # rounded: hosts whose libm differs in the last bit still agree on ties
-                scored.append((round(d, 9), r["signature"], r))
-        for _, signature, r in sorted(scored, key=lambda t: (t[0], t[1])):
+                scored.append((round(d, 9), rank, r["signature"], r))
+        for _, rank, signature, r in sorted(scored, key=lambda t: t[:3]):
             config = r["config"]
             if space.check_stored(config) is None and _broken(space, config, sig) is None:
+                where = " (shipped table)" if rank else ""
                 return Resolution(
-                    dict(config), "nearest", key, sig, detail=f"tuned for {signature}"
+                    dict(config), "nearest", key, sig, detail=f"tuned for {signature}{where}"
                 )
         return None
 

@@ -3,6 +3,7 @@ an active overlay, the user's database, the shipped table, then the fallback."""
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 import logging
@@ -73,6 +74,23 @@ def test_the_users_own_entry_wins_over_the_shipped_table(library, db_url):
         put(db, _key(library), 24, 1e-4)
     got = library.explain(X)
     assert (got["source"], got["config"]) == ("db", {"block_rows": 24})
+
+
+def test_the_shipped_table_serves_the_nearest_shape_the_users_entry_first_on_a_tie(
+    library, db_url, monkeypatch
+):
+    x = make_input(96, 128)  # one doubling from the shipped 48 rows
+    got = library.explain(x)
+    assert (got["source"], got["config"]) == ("nearest", {"block_rows": 16})
+    assert got["detail"] == "tuned for f32[48,128] (shipped table)"
+    with TuningDB(db_url) as db:  # the user tuned 192 rows: one doubling the other way
+        put(db, dataclasses.replace(_key(library), signature="f32[192,128]"), 32, 1e-4)
+    autotune.configure()
+    got = library.explain(x)
+    assert (got["config"], got["detail"]) == ({"block_rows": 32}, "tuned for f32[192,128]")
+    monkeypatch.setenv("PALLAS_AUTOTUNE_FALLBACK", "default")
+    autotune.configure()
+    assert library.explain(x)["source"] == "default"
 
 
 def test_an_overlay_wins_within_its_context_innermost_first(library, tmp_path):
