@@ -243,7 +243,12 @@ def _kernel(a_gmem, b_gmem, out_gmem, *, config, tiles, grid_minor_dim, grid_til
         @plgpu.nd_loop((tiles[0] * tiles[1],), collective_axes="clusters")
         def tile_loop(info):
             (linear,) = info.index
-            mi, ni = plgpu.planar_snake(linear, tiles, grid_minor_dim, grid_tile_width)
+            if tiles == (1, 1):
+                # planar_snake's remainder branch divides by zero once the single tile's index
+                # folds to a constant (a SIGFPE under GPU interpret mode, jax 0.10)
+                mi = ni = 0
+            else:
+                mi, ni = plgpu.planar_snake(linear, tiles, grid_minor_dim, grid_tile_width)
             # the cluster's tile, then this block's within it
             mi = mi * cluster_size(config) + in_cluster if along == "m" else mi
             ni = ni * cluster_size(config) + in_cluster if along == "n" else ni
