@@ -34,7 +34,18 @@ def bmm_reference(x: jax.Array, y: jax.Array, *, precision: str = "highest") -> 
     return out.astype(x.dtype)
 
 
-def _forward(
+def _bwd(residuals: tuple, g: jax.Array, *, precision: str, interpret: bool, **_) -> tuple:
+    """dx = g y^T and dy = x^T g per batch entry, each a tuned bmm call of its own shapes."""
+    x, y = residuals
+    return (
+        bmm(g, jnp.swapaxes(y, 1, 2), precision=precision, interpret=interpret),
+        bmm(jnp.swapaxes(x, 1, 2), g, precision=precision, interpret=interpret),
+    )
+
+
+@autotuned(name="bmm", space="bmm", constraints=[fits_platform], reference=bmm_reference)
+@differentiable(_bwd)
+def bmm(
     x: jax.Array,
     y: jax.Array,
     *,
@@ -43,9 +54,12 @@ def _forward(
     block_k: int = 128,
     num_warps: int = 4,
     num_stages: int = 2,
-    precision: str = "highest",
+    precision: mm.Precision = "highest",
     interpret: bool = False,
 ) -> jax.Array:
+    """x @ y per batch entry for x [B, M, K] and y [B, K, N] of one float dtype (float32 inputs
+    multiplied at `precision`, as in matmul). Differentiable: the backward's products are bmm
+    calls of their own."""
     mm.check_precision(precision)
     if x.ndim != 3 or y.ndim != 3 or x.shape[0] != y.shape[0] or x.shape[2] != y.shape[1]:
         raise ValueError(f"bmm needs x [B, M, K] and y [B, K, N], got {x.shape=} and {y.shape=}")
@@ -77,48 +91,3 @@ def _forward(
         interpret=interpret,
     )(xp, yp)
     return out[:, :m, :n] if (mp, np_) != (m, n) else out
-
-
-def _fwd(x: jax.Array, y: jax.Array, **options) -> tuple[jax.Array, tuple]:
-    return _forward(x, y, **options), (x, y)
-
-
-def _bwd(residuals: tuple, g: jax.Array, *, precision: str, interpret: bool, **_) -> tuple:
-    """dx = g y^T and dy = x^T g per batch entry, each a tuned bmm call of its own shapes."""
-    x, y = residuals
-    return (
-        bmm(g, jnp.swapaxes(y, 1, 2), precision=precision, interpret=interpret),
-        bmm(jnp.swapaxes(x, 1, 2), g, precision=precision, interpret=interpret),
-    )
-
-
-_differentiable = differentiable(_forward, _fwd, _bwd)
-
-
-@autotuned(name="bmm", space="bmm", constraints=[fits_platform], reference=bmm_reference)
-def bmm(
-    x: jax.Array,
-    y: jax.Array,
-    *,
-    block_m: int = 128,
-    block_n: int = 128,
-    block_k: int = 128,
-    num_warps: int = 4,
-    num_stages: int = 2,
-    precision: mm.Precision = "highest",
-    interpret: bool = False,
-) -> jax.Array:
-    """x @ y per batch entry for x [B, M, K] and y [B, K, N] of one float dtype (float32 inputs
-    multiplied at `precision`, as in matmul). Differentiable: the backward's products are bmm
-    calls of their own."""
-    return _differentiable(
-        x,
-        y,
-        block_m=block_m,
-        block_n=block_n,
-        block_k=block_k,
-        num_warps=num_warps,
-        num_stages=num_stages,
-        precision=precision,
-        interpret=interpret,
-    )

@@ -373,13 +373,8 @@ def attention_on(
     return (out, outs[1][:, :, :sq, 0]) if with_lse else out
 
 
-def _forward(q: jax.Array, k: jax.Array, v: jax.Array, *, interpret: bool, **options) -> jax.Array:
-    return attention_on(
-        q, k, v, platform=kernel_platform(interpret), interpret=interpret, **options
-    )
-
-
-def _fwd(q: jax.Array, k: jax.Array, v: jax.Array, *, interpret: bool, **options) -> tuple:
+def _fwd(forward, q: jax.Array, k: jax.Array, v: jax.Array, *, interpret: bool, **options):
+    # the forward again, keeping what the backward needs: the log-sum-exp of each query row
     out, lse = attention_on(
         q, k, v, platform=kernel_platform(interpret), interpret=interpret, with_lse=True, **options
     )
@@ -398,15 +393,13 @@ def _bwd(residuals: tuple, do: jax.Array, *, causal, sm_scale, precision, interp
     return dq, dk, dv
 
 
-_differentiable = differentiable(_forward, _fwd, _bwd)
-
-
 @autotuned(
     name="flash_attention",
     space="flash_attention",
     constraints=[fits_platform],
     reference=attention_reference,
 )
+@differentiable(_bwd, _fwd)
 def flash_attention(
     q: jax.Array,
     k: jax.Array,
@@ -424,7 +417,7 @@ def flash_attention(
     """Attention of q [B, H, Sq, D] over k, v [B, H, Sk, D]; sm_scale defaults to 1/sqrt(D);
     float32 inputs multiplied at `precision` (see autotune.kernels.matmul.PRECISIONS).
     Differentiable: the backward is the tuned kernels flash_attention_dq and _dkv."""
-    return _differentiable(
+    return attention_on(
         q,
         k,
         v,
@@ -434,6 +427,7 @@ def flash_attention(
         block_k=block_k,
         num_warps=num_warps,
         num_stages=num_stages,
-        interpret=interpret,
         precision=precision,
+        platform=kernel_platform(interpret),
+        interpret=interpret,
     )

@@ -156,7 +156,23 @@ def _kernel(x_ref, y_ref, o_ref, *, block_k: int, n_k: int, precision: str):
     o_ref[...] = acc.astype(o_ref.dtype)
 
 
-def _forward(
+def _compiler_params(num_warps: int, num_stages: int, interpret: bool):
+    """Triton knobs on GPU; the TPU and interpret paths take the compiler's defaults."""
+    return triton.compiler_params(num_warps, num_stages, kernel_platform(interpret))
+
+
+def _bwd(residuals: tuple, g: jax.Array, *, precision: str, interpret: bool, **_) -> tuple:
+    """dx = g y^T and dy = x^T g, each served by the tuned matmul for its own shapes."""
+    x, y = residuals
+    return (
+        matmul(g, y.T, precision=precision, interpret=interpret),
+        matmul(x.T, g, precision=precision, interpret=interpret),
+    )
+
+
+@autotuned(name="matmul", space="matmul", constraints=[fits_platform], reference=matmul_reference)
+@differentiable(_bwd)
+def matmul(
     x: jax.Array,
     y: jax.Array,
     *,
@@ -166,9 +182,12 @@ def _forward(
     num_warps: int = 4,
     num_stages: int = 2,
     group_m: int = 1,
-    precision: str = "highest",
+    precision: Precision = "highest",
     interpret: bool = False,
 ) -> jax.Array:
+    """x @ y for 2-D x [M, K] and y [K, N] of one float dtype; float32 accumulation, float32
+    inputs multiplied at `precision` (see PRECISIONS); output tiles in `group_m` row groups.
+    Differentiable: the backward's two products are matmul calls of their own."""
     check_precision(precision)
     if x.ndim != 2 or y.ndim != 2 or x.shape[1] != y.shape[0]:
         raise ValueError(f"matmul needs x [M, K] and y [K, N], got {x.shape=} and {y.shape=}")
@@ -210,55 +229,3 @@ def _forward(
         interpret=interpret,
     )(xp, yp)
     return out[:m, :n] if (mp, np_) != (m, n) else out
-
-
-def _compiler_params(num_warps: int, num_stages: int, interpret: bool):
-    """Triton knobs on GPU; the TPU and interpret paths take the compiler's defaults."""
-    return triton.compiler_params(num_warps, num_stages, kernel_platform(interpret))
-
-
-def _fwd(x: jax.Array, y: jax.Array, **options) -> tuple[jax.Array, tuple]:
-    return _forward(x, y, **options), (x, y)
-
-
-def _bwd(residuals: tuple, g: jax.Array, *, precision: str, interpret: bool, **_) -> tuple:
-    """dx = g y^T and dy = x^T g, each served by the tuned matmul for its own shapes."""
-    x, y = residuals
-    return (
-        matmul(g, y.T, precision=precision, interpret=interpret),
-        matmul(x.T, g, precision=precision, interpret=interpret),
-    )
-
-
-_differentiable = differentiable(_forward, _fwd, _bwd)
-
-
-@autotuned(name="matmul", space="matmul", constraints=[fits_platform], reference=matmul_reference)
-def matmul(
-    x: jax.Array,
-    y: jax.Array,
-    *,
-    block_m: int = 128,
-    block_n: int = 128,
-    block_k: int = 128,
-    num_warps: int = 4,
-    num_stages: int = 2,
-    group_m: int = 1,
-    precision: Precision = "highest",
-    interpret: bool = False,
-) -> jax.Array:
-    """x @ y for 2-D x [M, K] and y [K, N] of one float dtype; float32 accumulation, float32
-    inputs multiplied at `precision` (see PRECISIONS); output tiles in `group_m` row groups.
-    Differentiable: the backward's two products are matmul calls of their own."""
-    return _differentiable(
-        x,
-        y,
-        block_m=block_m,
-        block_n=block_n,
-        block_k=block_k,
-        num_warps=num_warps,
-        num_stages=num_stages,
-        group_m=group_m,
-        precision=precision,
-        interpret=interpret,
-    )

@@ -109,76 +109,6 @@ def matmul_mgpu_reference(x: jax.Array, y: jax.Array) -> jax.Array:
     return jnp.dot(x, y, preferred_element_type=ACC_DTYPE).astype(x.dtype)
 
 
-def _forward(
-    x: jax.Array,
-    y: jax.Array,
-    *,
-    tile_m: int = 128,
-    tile_n: int = 128,
-    tile_k: int = 64,
-    max_concurrent_steps: int = 4,
-    grid_minor_dim: str = "n",
-    grid_tile_width: int = 1,
-    wg_dimension: str = "n",
-    cluster_dimension: str = "none",
-    epi_tile: int = 64,
-    interpret: bool = False,
-) -> jax.Array:
-    if x.ndim != 2 or y.ndim != 2 or x.shape[1] != y.shape[0]:
-        raise ValueError(f"matmul_mgpu needs x [M, K] and y [K, N], got {x.shape=} and {y.shape=}")
-    if x.dtype != y.dtype or jnp.dtype(x.dtype).name not in DTYPES:
-        raise ValueError(
-            f"matmul_mgpu needs x and y of one dtype in {DTYPES}, got {x.dtype=} and {y.dtype=}: "
-            "cast them, or use autotune.kernels.matmul for other dtypes"
-        )
-    for name, value, allowed in (
-        ("grid_minor_dim", grid_minor_dim, DIMS),
-        ("wg_dimension", wg_dimension, DIMS),
-        ("cluster_dimension", cluster_dimension, CLUSTER_DIMS),
-    ):
-        if value not in allowed:
-            raise ValueError(f"matmul_mgpu: {name}={value!r} must be one of {allowed}")
-    config = {
-        "tile_m": tile_m,
-        "tile_n": tile_n,
-        "tile_k": tile_k,
-        "max_concurrent_steps": max_concurrent_steps,
-        "wg_dimension": wg_dimension,
-        "cluster_dimension": cluster_dimension,
-        "epi_tile": epi_tile,
-    }
-    rows, cols = cluster_tile(config)
-    (m, k), n = x.shape, y.shape[1]
-    mp, np_, kp = (pl.cdiv(d, b) * b for d, b in ((m, rows), (n, cols), (k, tile_k)))
-    xp = jnp.pad(x, ((0, mp - m), (0, kp - k))) if (mp, kp) != (m, k) else x
-    yp = jnp.pad(y, ((0, kp - k), (0, np_ - n))) if (kp, np_) != (k, n) else y
-    tiles = (mp // rows, np_ // cols)
-    body = functools.partial(
-        _kernel,
-        config=config,
-        tiles=tiles,
-        grid_minor_dim=DIMS.index(grid_minor_dim),
-        grid_tile_width=grid_tile_width,
-    )
-    out = backend.plgpu().kernel(
-        body,
-        out_type=jax.ShapeDtypeStruct((mp, np_), x.dtype),
-        grid=(
-            max(1, min(backend.num_sms(interpret) // cluster_size(config), tiles[0] * tiles[1])),
-        ),
-        grid_names=("clusters",),
-        cluster=(cluster_size(config),),
-        cluster_names=("cluster",),
-        num_threads=NUM_CONSUMERS + 1,
-        thread_name="wg",
-        compiler_params=backend.plgpu().CompilerParams(
-            lowering_semantics=backend.plgpu().LoweringSemantics.Warpgroup
-        ),
-        interpret=backend.interpret_params() if interpret else None,
-    )(xp, yp)
-    return out[:m, :n] if (mp, np_) != (m, n) else out
-
-
 def _kernel(a_gmem, b_gmem, out_gmem, *, config, tiles, grid_minor_dim, grid_tile_width):
     plgpu = backend.plgpu()
     dtype = a_gmem.dtype
@@ -289,17 +219,10 @@ def _kernel(a_gmem, b_gmem, out_gmem, *, config, tiles, grid_minor_dim, grid_til
     plgpu.wait_smem_to_gmem(0, wait_read_only=True)
 
 
-def _fwd(x: jax.Array, y: jax.Array, **options) -> tuple[jax.Array, tuple]:
-    return _forward(x, y, **options), (x, y)
-
-
 def _bwd(residuals: tuple, g: jax.Array, *, interpret: bool, **_) -> tuple:
     """dx = g y^T and dy = x^T g, each a tuned matmul_mgpu call of its own shapes."""
     x, y = residuals
     return matmul_mgpu(g, y.T, interpret=interpret), matmul_mgpu(x.T, g, interpret=interpret)
-
-
-_differentiable = differentiable(_forward, _fwd, _bwd)
 
 
 @autotuned(
@@ -309,6 +232,7 @@ _differentiable = differentiable(_forward, _fwd, _bwd)
     reference=matmul_mgpu_reference,
     backend="mosaic_gpu",
 )
+@differentiable(_bwd)
 def matmul_mgpu(
     x: jax.Array,
     y: jax.Array,
@@ -327,17 +251,56 @@ def matmul_mgpu(
     """x @ y for 2-D x [M, K] and y [K, N] of one 16-bit float dtype on a Hopper GPU (Mosaic
     GPU); float32 accumulation. `interpret=True` runs it in Pallas's GPU interpret mode.
     Differentiable: the backward's products are matmul_mgpu calls of their own."""
-    return _differentiable(
-        x,
-        y,
-        tile_m=tile_m,
-        tile_n=tile_n,
-        tile_k=tile_k,
-        max_concurrent_steps=max_concurrent_steps,
-        grid_minor_dim=grid_minor_dim,
+    if x.ndim != 2 or y.ndim != 2 or x.shape[1] != y.shape[0]:
+        raise ValueError(f"matmul_mgpu needs x [M, K] and y [K, N], got {x.shape=} and {y.shape=}")
+    if x.dtype != y.dtype or jnp.dtype(x.dtype).name not in DTYPES:
+        raise ValueError(
+            f"matmul_mgpu needs x and y of one dtype in {DTYPES}, got {x.dtype=} and {y.dtype=}: "
+            "cast them, or use autotune.kernels.matmul for other dtypes"
+        )
+    for name, value, allowed in (
+        ("grid_minor_dim", grid_minor_dim, DIMS),
+        ("wg_dimension", wg_dimension, DIMS),
+        ("cluster_dimension", cluster_dimension, CLUSTER_DIMS),
+    ):
+        if value not in allowed:
+            raise ValueError(f"matmul_mgpu: {name}={value!r} must be one of {allowed}")
+    config = {
+        "tile_m": tile_m,
+        "tile_n": tile_n,
+        "tile_k": tile_k,
+        "max_concurrent_steps": max_concurrent_steps,
+        "wg_dimension": wg_dimension,
+        "cluster_dimension": cluster_dimension,
+        "epi_tile": epi_tile,
+    }
+    rows, cols = cluster_tile(config)
+    (m, k), n = x.shape, y.shape[1]
+    mp, np_, kp = (pl.cdiv(d, b) * b for d, b in ((m, rows), (n, cols), (k, tile_k)))
+    xp = jnp.pad(x, ((0, mp - m), (0, kp - k))) if (mp, kp) != (m, k) else x
+    yp = jnp.pad(y, ((0, kp - k), (0, np_ - n))) if (kp, np_) != (k, n) else y
+    tiles = (mp // rows, np_ // cols)
+    body = functools.partial(
+        _kernel,
+        config=config,
+        tiles=tiles,
+        grid_minor_dim=DIMS.index(grid_minor_dim),
         grid_tile_width=grid_tile_width,
-        wg_dimension=wg_dimension,
-        cluster_dimension=cluster_dimension,
-        epi_tile=epi_tile,
-        interpret=interpret,
     )
+    out = backend.plgpu().kernel(
+        body,
+        out_type=jax.ShapeDtypeStruct((mp, np_), x.dtype),
+        grid=(
+            max(1, min(backend.num_sms(interpret) // cluster_size(config), tiles[0] * tiles[1])),
+        ),
+        grid_names=("clusters",),
+        cluster=(cluster_size(config),),
+        cluster_names=("cluster",),
+        num_threads=NUM_CONSUMERS + 1,
+        thread_name="wg",
+        compiler_params=backend.plgpu().CompilerParams(
+            lowering_semantics=backend.plgpu().LoweringSemantics.Warpgroup
+        ),
+        interpret=backend.interpret_params() if interpret else None,
+    )(xp, yp)
+    return out[:m, :n] if (mp, np_) != (m, n) else out

@@ -97,45 +97,26 @@ def norm_on(
     return layout.unpad(out, x.shape)
 
 
-def _norm_forward(name: str):
-    def forward(x: jax.Array, *vectors: jax.Array, interpret: bool, **options) -> jax.Array:
-        platform = kernel_platform(interpret)
-        return norm_on(name, x, list(vectors), platform=platform, interpret=interpret, **options)
-
-    return forward
-
-
-def _keep_inputs(forward):
-    def fwd(*arrays: jax.Array, **options) -> tuple[jax.Array, tuple]:
-        return forward(*arrays, **options), arrays
-
-    return fwd
-
-
-def _rms_bwd(arrays: tuple, g: jax.Array, *, eps: float, interpret: bool, **_) -> tuple:
+def _rms_bwd(inputs: tuple, g: jax.Array, *, eps: float, interpret: bool, **_) -> tuple:
     # imported here: row_grads imports this module for the forward's reference
     from autotune.kernels.row_grads import rms_norm_bwd
 
-    x, weight = arrays
+    x, weight = inputs
     return rms_norm_bwd(x, weight, g, eps=eps, interpret=interpret)
 
 
-def _layer_bwd(arrays: tuple, g: jax.Array, *, eps: float, interpret: bool, **_) -> tuple:
+def _layer_bwd(inputs: tuple, g: jax.Array, *, eps: float, interpret: bool, **_) -> tuple:
     from autotune.kernels.row_grads import layer_norm_bwd
 
-    x, weight, bias = arrays
+    x, weight, bias = inputs
     dx, dweight, dbias = layer_norm_bwd(x, weight, g, eps=eps, interpret=interpret)
     return dx, dweight, dbias.astype(bias.dtype)
-
-
-_rms_forward, _layer_forward = _norm_forward("rms_norm"), _norm_forward("layer_norm")
-_rms_differentiable = differentiable(_rms_forward, _keep_inputs(_rms_forward), _rms_bwd)
-_layer_differentiable = differentiable(_layer_forward, _keep_inputs(_layer_forward), _layer_bwd)
 
 
 @autotuned(
     name="rms_norm", space="rms_norm", constraints=[fits_platform], reference=rms_norm_reference
 )
+@differentiable(_rms_bwd)
 def rms_norm(
     x: jax.Array,
     weight: jax.Array,
@@ -148,9 +129,9 @@ def rms_norm(
     """x / sqrt(mean(x**2, last axis) + eps) * weight, in float32, returned in x's dtype.
     Differentiable: the backward is the tuned kernel rms_norm_bwd."""
     _check_vectors("rms_norm", x, weight=weight)
-    return _rms_differentiable(
-        x, weight, eps=eps, block_rows=block_rows, num_warps=num_warps, interpret=interpret
-    )
+    platform = kernel_platform(interpret)
+    options = dict(eps=eps, block_rows=block_rows, num_warps=num_warps)
+    return norm_on("rms_norm", x, [weight], platform=platform, interpret=interpret, **options)
 
 
 @autotuned(
@@ -159,6 +140,7 @@ def rms_norm(
     constraints=[fits_platform],
     reference=layer_norm_reference,
 )
+@differentiable(_layer_bwd)
 def layer_norm(
     x: jax.Array,
     weight: jax.Array,
@@ -172,6 +154,8 @@ def layer_norm(
     """(x - mean) / sqrt(var + eps) * weight + bias over the last axis, in float32.
     Differentiable: the backward is the tuned kernel layer_norm_bwd."""
     _check_vectors("layer_norm", x, weight=weight, bias=bias)
-    return _layer_differentiable(
-        x, weight, bias, eps=eps, block_rows=block_rows, num_warps=num_warps, interpret=interpret
+    platform = kernel_platform(interpret)
+    options = dict(eps=eps, block_rows=block_rows, num_warps=num_warps)
+    return norm_on(
+        "layer_norm", x, [weight, bias], platform=platform, interpret=interpret, **options
     )

@@ -60,36 +60,24 @@ def softmax_on(
     return layout.unpad(out, x.shape)
 
 
-def _forward(x: jax.Array, *, block_rows: int, num_warps: int, interpret: bool) -> jax.Array:
-    return softmax_on(
-        x,
-        block_rows=block_rows,
-        num_warps=num_warps,
-        platform=kernel_platform(interpret),
-        interpret=interpret,
-    )
-
-
-def _fwd(x: jax.Array, **options) -> tuple[jax.Array, jax.Array]:
-    return _forward(x, **options), x
-
-
-def _bwd(x: jax.Array, g: jax.Array, *, interpret: bool, **_) -> tuple[jax.Array]:
+def _bwd(inputs: tuple, g: jax.Array, *, interpret: bool, **_) -> tuple[jax.Array]:
     # imported here: row_grads imports this module for softmax's reference
     from autotune.kernels.row_grads import softmax_bwd
 
+    (x,) = inputs
     return (softmax_bwd(x, g, interpret=interpret),)
-
-
-_differentiable = differentiable(_forward, _fwd, _bwd)
 
 
 @autotuned(
     name="softmax", space="softmax", constraints=[fits_platform], reference=softmax_reference
 )
+@differentiable(_bwd)
 def softmax(
     x: jax.Array, *, block_rows: int = 64, num_warps: int = 4, interpret: bool = False
 ) -> jax.Array:
     """softmax(x) over the last axis, computed in float32, returned in x's dtype.
     Differentiable: the backward is the tuned kernel softmax_bwd."""
-    return _differentiable(x, block_rows=block_rows, num_warps=num_warps, interpret=interpret)
+    platform = kernel_platform(interpret)
+    return softmax_on(
+        x, block_rows=block_rows, num_warps=num_warps, platform=platform, interpret=interpret
+    )

@@ -50,9 +50,30 @@ def _kernel(x_ref, y_ref, o_ref):
     o_ref[...] = x_ref[...] + y_ref[...]
 
 
-def _forward(
+def _compiler_params(num_warps: int, interpret: bool):
+    """The Triton backend's warps per block on GPU; TPU and interpret mode take the defaults."""
+    return triton.compiler_params(num_warps, None, kernel_platform(interpret))
+
+
+def _fwd(forward, x: jax.Array, y: jax.Array, **options) -> tuple[jax.Array, None]:
+    return forward(x, y, **options), None  # the backward needs neither input
+
+
+def _bwd(_: None, g: jax.Array, **__) -> tuple:
+    return g, g  # d(x + y) = dx + dy: no kernel to run
+
+
+@autotuned(
+    name="vector_add",
+    space="vector_add",
+    constraints=[fits_platform],
+    reference=vector_add_reference,
+)
+@differentiable(_bwd, _fwd)
+def vector_add(
     x: jax.Array, y: jax.Array, *, block: int = 1024, num_warps: int = 4, interpret: bool = False
 ) -> jax.Array:
+    """x + y for 1-D arrays of one shape and dtype; `block` is a multiple of 128."""
     if x.ndim != 1 or x.shape != y.shape or x.dtype != y.dtype:
         raise ValueError(
             f"vector_add needs two 1-D arrays of one shape and dtype, got {x.shape=} {y.shape=}"
@@ -79,32 +100,3 @@ def _forward(
     )(x, y)
     out = out.reshape(padded)
     return out[:n] if padded != n else out
-
-
-def _compiler_params(num_warps: int, interpret: bool):
-    """The Triton backend's warps per block on GPU; TPU and interpret mode take the defaults."""
-    return triton.compiler_params(num_warps, None, kernel_platform(interpret))
-
-
-def _fwd(x: jax.Array, y: jax.Array, **options) -> tuple[jax.Array, None]:
-    return _forward(x, y, **options), None
-
-
-def _bwd(_: None, g: jax.Array, **__) -> tuple:
-    return g, g  # d(x + y) = dx + dy: no kernel to run
-
-
-_differentiable = differentiable(_forward, _fwd, _bwd)
-
-
-@autotuned(
-    name="vector_add",
-    space="vector_add",
-    constraints=[fits_platform],
-    reference=vector_add_reference,
-)
-def vector_add(
-    x: jax.Array, y: jax.Array, *, block: int = 1024, num_warps: int = 4, interpret: bool = False
-) -> jax.Array:
-    """x + y for 1-D arrays of one shape and dtype; `block` is a multiple of 128."""
-    return _differentiable(x, y, block=block, num_warps=num_warps, interpret=interpret)
