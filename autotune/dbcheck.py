@@ -105,7 +105,11 @@ def _trial_problems(t: dict[str, Any]) -> list[str]:
     kernel = registry.registered().get(t["kernel"])
     if not isinstance(config, dict):
         problems.append(f"config {_text(t['config'])!r} is not an object of parameters")
-    elif kernel is not None and t["platform"] in kernel.spec.spaces:
+    elif (
+        kernel is not None
+        and t["kernel_version"] == kernel.spec.version  # an older version had its own space
+        and t["platform"] in kernel.spec.spaces
+    ):
         missing = sorted(set(kernel.spec.space(t["platform"]).names) - set(config))
         if missing:
             problems.append(f"config lacks {', '.join(missing)}")
@@ -175,7 +179,7 @@ def served_problems(r: dict[str, Any]) -> list[str]:
     from autotune.signature import Signature, parse_args, parse_static
 
     problems = []
-    if not _is_time(r["tuned_at"]):
+    if r.get("tuned_at") is not None and not _is_time(r["tuned_at"]):  # a table may omit it
         problems.append(f"tuned_at {_text(r['tuned_at'])!r} is not a date")
     for name in TIMES:
         value = r[name]

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from autotune.errors import AutotuneError, JobError
+from autotune.registry import find_in_working_directory
 from autotune.task import Task, check_task, make_task
 from autotune.tune_settings import DEFAULTS
 
@@ -113,7 +114,7 @@ def load_job(path: str | Path) -> list[Task]:
 def _program_tasks(entry: dict[str, Any], spec: dict[str, Any], where: str) -> list[Task]:
     """A task that names a program (`program = "module:factory"`): one task per @autotuned
     call of it (autotune.calls_in), with the task's budget, strategy and seed."""
-    from autotune.program import calls_in, load_program, program_tasks
+    from autotune.program import program_tasks_of
     from autotune.tune_settings import checked
 
     clash = sorted(set(entry) & (_TASK_FIELDS - {"program", "trials", "strategy", "seed"}))
@@ -129,7 +130,7 @@ def _program_tasks(entry: dict[str, Any], spec: dict[str, Any], where: str) -> l
             strategy=spec.get("strategy", DEFAULTS.strategy),
             seed=spec.get("seed", DEFAULTS.seed),
         )
-        return program_tasks(calls_in(*load_program(entry["program"])), settings)
+        return program_tasks_of(entry["program"], settings)
     except AutotuneError as e:
         raise JobError(f"{where}: {e}") from None
 
@@ -142,17 +143,6 @@ def _strings(value: Any, what: str) -> list[str]:
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
         raise JobError(f"{what} must be a string or a list of strings, got {value!r}")
     return value
-
-
-def find_in_working_directory() -> None:
-    """Let 'module:function' kernels and --import modules be found in the working directory,
-    after the installed packages: a jax.py or rich.py there is never imported in their place."""
-    import os
-    import sys
-
-    cwd = os.getcwd()
-    if cwd not in sys.path and "" not in sys.path:
-        sys.path.append(cwd)
 
 
 def import_modules(names: Iterable[str]) -> None:

@@ -9,17 +9,17 @@ from typing import Any
 from autotune.device import DeviceInfo
 from autotune.errors import AutotuneError
 from autotune.task import Task, check_inputs_fit, task_of_miss
-from autotune.tune_settings import DEFAULTS
+from autotune.tune_settings import DEFAULTS, TuneSettings
 
 log = logging.getLogger(__name__)
 
 
 def pending_tasks(
-    db: Any, device: DeviceInfo, *, kernel: str | None = None, trials: int = DEFAULTS.n_trials
+    db: Any, device: DeviceInfo, *, kernel: str | None = None, settings: TuneSettings = DEFAULTS
 ) -> tuple[list[Task], dict[str, int]]:
-    """One task per miss recorded on `device`'s kind (most often missed first), and the number
-    of misses (rows of `autotune db misses`, not lookups) per kernel that is not registered
-    here (not tuned).
+    """One task per miss recorded on `device`'s kind (most often missed first), with the budget,
+    strategy and seed of `settings`, and the number of misses (rows of `autotune db misses`,
+    not lookups) per kernel that is not registered here (not tuned).
 
     A miss names its kernel by registered name only: whoever can write the database must not
     choose what this process imports, so the operator imports the user's kernels (`--import`).
@@ -40,7 +40,7 @@ def pending_tasks(
             unknown[m["kernel"]] = unknown.get(m["kernel"], 0) + 1  # rows, as `db misses` lists
             continue
         try:  # a miss is data anyone who can write the database wrote: one bad one is skipped
-            task = task_of_miss(m, trials)
+            task = task_of_miss(m, settings)
             check_inputs_fit(task.shapes, task.dtypes)
         except AutotuneError as e:
             log.warning(

@@ -34,13 +34,13 @@ def load_program(target: str) -> tuple[Callable, tuple, dict[str, Any]]:
     """'package.module:factory' to (fn, args, kwargs): `factory()` returns (fn, args) or
     (fn, args, kwargs), the arguments arrays or jax.ShapeDtypeStructs."""
     import importlib
-    import sys
+
+    from autotune.registry import find_in_working_directory
 
     module_name, sep, attr = target.partition(":")
     if not sep or not module_name or not attr:
         raise ProgramError(f"program {target!r}: write package.module:factory")
-    if "" not in sys.path:  # the user's modules are found from where they stand
-        sys.path.insert(0, "")
+    find_in_working_directory()
     try:
         factory: Any = importlib.import_module(module_name)
     except ImportError as e:
@@ -156,6 +156,12 @@ def _program_call(kernel: Any, args: tuple, kwargs: Mapping[str, Any]) -> Progra
         args=args,
         kwargs=static,
     )
+
+
+def program_tasks_of(target: str, settings: Any) -> list[Any]:
+    """The tasks of the program 'package.module:factory' (load_program, calls_in, then
+    program_tasks)."""
+    return program_tasks(calls_in(*load_program(target)), settings)
 
 
 def program_tasks(calls: Sequence[ProgramCall], settings: Any) -> list[Any]:

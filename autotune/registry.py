@@ -403,6 +403,18 @@ def _import_shipped() -> None:
         raise KernelError(f"cannot import the shipped kernels ({e})") from e
 
 
+def find_in_working_directory() -> None:
+    """Let 'module:function' kernels, programs and --import modules be found in the working
+    directory, after the installed packages: a jax.py or rich.py there is never imported in
+    their place."""
+    import os
+    import sys
+
+    cwd = os.getcwd()
+    if cwd not in sys.path and "" not in sys.path:
+        sys.path.append(cwd)
+
+
 def resolve(target: str) -> Any:
     """A registered name, or an import path 'package.module:function', to its autotuned kernel."""
     if ":" in target:

@@ -153,77 +153,85 @@ def run_search(
     claimed: set[tuple] = set()  # configs other live workers are measuring now
     best = np.inf
     since_best = 0
-    while True:
-        if shared:
-            measured, claimed = shared.refresh(enc)
-            # rebuilt each time: a dead worker's released claim is unmeasured again
-            seen = set()
-            for cid in (*measured, *claimed):
-                pos = vset.position(dict((k, v) for k, _, v in cid))
-                if pos is not None and vset.is_valid(pos):
-                    seen.add(pos)
-        if len(measured) + len(claimed) >= budget or len(seen) == vset.count:
-            if not claimed:
+    try:
+        while True:
+            if shared:
+                measured, claimed = shared.refresh(enc)
+                # rebuilt each time: a dead worker's released claim is unmeasured again
+                seen = set()
+                for cid in (*measured, *claimed):
+                    pos = vset.position(dict((k, v) for k, _, v in cid))
+                    if pos is not None and vset.is_valid(pos):
+                        seen.add(pos)
+            if len(measured) + len(claimed) >= budget or len(seen) == vset.count:
+                if not claimed:
+                    break
+                # the budget is spent once the claims are measured; a claim released instead (its
+                # worker died) leaves budget that this worker spends
+                time.sleep(0.5)
+                continue
+            if deadline is not None and time.monotonic() >= deadline:
+                log.info("search: wall-time limit of %.0f s reached", time_limit_s)
                 break
-            # the budget is spent once the claims are measured; a claim released instead (its
-            # worker died) leaves budget that this worker spends
-            time.sleep(0.5)
-            continue
-        if deadline is not None and time.monotonic() >= deadline:
-            log.info("search: wall-time limit of %.0f s reached", time_limit_s)
-            break
-        if patience is not None and since_best >= patience:
-            log.info("search: no improvement beyond %.1f%% in %d trials", noise * 100, patience)
-            break
-        trial = study.ask(enc.distributions)
-        config = enc.decode(trial.params)
-        cid = config_id(config)
-        pos = vset.position(config)
-        admitted = pos is not None and vset.is_valid(pos)
-        fresh = admitted and cid not in measured and cid not in claimed
-        if shared and fresh and shared.taken(trial, cid, enc):
-            # another worker claimed it at the same moment, or measured it since our refresh;
-            # neither measures twice (see taken). Queue it again after a random pause, so two
-            # workers that both gave it up fall out of step (the one that finds the other
-            # measuring it, or done, moves on).
-            study.tell(trial, state=TrialState.FAIL)
-            time.sleep(random.uniform(0.0, 0.5))
-            study.enqueue_trial(enc.encode(config))
-            continue
-        if not fresh:
-            # invalid: a bad region for the sampler (pruned: no timing); a repeat: already
-            # known, not new evidence (failed: samplers ignore it)
-            study.tell(trial, state=TrialState.FAIL if admitted else TrialState.PRUNED)
-            near = None if pos is None else vset.nearest_unseen(pos, seen)
-            if near is None:
-                log.info("search: no unmeasured valid configuration found near a proposal")
+            if patience is not None and since_best >= patience:
+                log.info("search: no improvement beyond %.1f%% in %d trials", noise * 100, patience)
                 break
-            study.enqueue_trial(enc.encode(vset.config(near)))
-            continue
-        if upcoming is not None:
-            upcoming(_queued(study, enc, vset, {cid}, measured, claimed))
-        ev = None
-        try:
-            with shared.heartbeat(trial) if shared else contextlib.nullcontext():
-                ev = evaluate(config)
-            _tell(study, trial, ev, shared)
-        except BaseException as e:
-            # interrupted (KeyboardInterrupt, SystemExit): a measurement that was stored is
-            # told to the study, so that it counts against the budget; otherwise the claim is
-            # released at once (this process lives on, so no one else would release it)
-            ev = ev or getattr(e, "evaluation", None)
-            if trial.number not in _told(study):
+            trial = study.ask(enc.distributions)
+            config = enc.decode(trial.params)
+            cid = config_id(config)
+            pos = vset.position(config)
+            admitted = pos is not None and vset.is_valid(pos)
+            fresh = admitted and cid not in measured and cid not in claimed
+            if shared and fresh and shared.taken(trial, cid, enc):
+                # another worker claimed it at the same moment, or measured it since our refresh;
+                # neither measures twice (see taken). Queue it again after a random pause, so two
+                # workers that both gave it up fall out of step (the one that finds the other
+                # measuring it, or done, moves on).
+                study.tell(trial, state=TrialState.FAIL)
+                time.sleep(random.uniform(0.0, 0.5))
+                study.enqueue_trial(enc.encode(config))
+                continue
+            if not fresh:
+                # invalid: a bad region for the sampler (pruned: no timing); a repeat: already
+                # known, not new evidence (failed: samplers ignore it)
+                study.tell(trial, state=TrialState.FAIL if admitted else TrialState.PRUNED)
+                near = None if pos is None else vset.nearest_unseen(pos, seen)
+                if near is None:
+                    log.info("search: no unmeasured valid configuration found near a proposal")
+                    break
+                study.enqueue_trial(enc.encode(vset.config(near)))
+                continue
+            if upcoming is not None:
+                upcoming(_queued(study, enc, vset, {cid}, measured, claimed))
+            ev = None
+            try:
+                with shared.heartbeat(trial) if shared else contextlib.nullcontext():
+                    ev = evaluate(config)
                 _tell(study, trial, ev, shared)
-            raise
-        seen.add(pos)
-        measured[cid] = ev
-        results.append(ev)
-        if ev.value is None:
-            since_best += 1
-        else:
-            since_best = 0 if ev.value < best * (1 - noise) or best == np.inf else since_best + 1
-            best = min(best, ev.value)
-    return _every_workers(shared, enc, budget) if shared else results
+            except BaseException as e:
+                # interrupted (KeyboardInterrupt, SystemExit): a measurement that was stored is
+                # told to the study, so that it counts against the budget; otherwise the claim is
+                # released at once (this process lives on, so no one else would release it)
+                ev = ev or getattr(e, "evaluation", None)
+                if trial.number not in _told(study):
+                    _tell(study, trial, ev, shared)
+                raise
+            seen.add(pos)
+            measured[cid] = ev
+            results.append(ev)
+            if ev.value is None:
+                since_best += 1
+            else:
+                since_best = (
+                    0 if ev.value < best * (1 - noise) or best == np.inf else since_best + 1
+                )
+                best = min(best, ev.value)
+        return _every_workers(shared, enc, budget) if shared else results
+    except BaseException:
+        if shared:  # an interrupted or failed worker no longer searches the study
+            with contextlib.suppress(Exception):  # the cause is what is reported, not this
+                shared.leave()
+        raise
 
 
 def _valid_set(

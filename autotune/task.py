@@ -222,15 +222,18 @@ def make_task(
     )
 
 
-def task_of_miss(miss: Mapping[str, Any], trials: int = DEFAULTS.n_trials) -> Task:
-    """The task of a recorded miss (a row of TuningDB.misses: kernel, signature, static)."""
+def task_of_miss(miss: Mapping[str, Any], settings: TuneSettings = DEFAULTS) -> Task:
+    """The task of a recorded miss (a row of TuningDB.misses: kernel, signature, static);
+    the budget, strategy and seed of `settings`."""
     args = parse_args(miss["signature"])
     return Task(
         kernel=miss["kernel"],
         shapes=tuple(a.shape for a in args),
         dtypes=tuple(a.dtype for a in args),
         static=_items(parse_static(miss["static"])),
-        trials=trials,
+        trials=settings.n_trials,
+        strategy=settings.strategy,
+        seed=settings.seed,
     )
 
 

@@ -184,3 +184,15 @@ def test_a_tampered_date_does_not_stop_the_runtime_serving_the_kernel(tmp_path):
     autotune.configure(db=path, fallback="nearest")
     assert scale.explain(make_input(rows=64))["source"] == "db"
     assert scale.explain(make_input(rows=32))["source"] == "nearest"
+
+
+def test_a_trial_of_an_older_kernel_version_passes_check_as_the_read_tools_keep_it(tmp_path):
+    from autotune.dbcheck import check_database
+    from autotune.trial import TrialRecord
+
+    path = tmp_path / "t.db"
+    old = key("f32[64,128]", version="old", device_kind="cpu", platform="cpu")
+    with TuningDB(path, skip_tampered=True) as db:  # an older space named its parameter so
+        db.add_trials(old, "run", [TrialRecord({"rows_per_block": 8}, "ok", time_s=1e-3)])
+        assert len(db.trials(kernel="scale")) == 1
+    assert check_database(str(path))[0] == []

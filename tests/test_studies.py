@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
-import optuna
+import os
+import socket
 
-from autotune.search import _Encoding
+import optuna
+import pytest
+
+from autotune.search import _Encoding, run_search
 from autotune.space import Param, Space
 from autotune.studies import SharedStudy
 from autotune.trial import config_id
@@ -33,3 +37,20 @@ def test_a_config_another_worker_measured_since_the_last_refresh_is_taken(tmp_pa
     second.study.enqueue_trial(enc.encode(other))
     fresh = second.study.ask(enc.distributions)
     assert enc.decode(fresh.params) == other and not second.taken(fresh, config_id(other), enc)
+
+
+def test_an_interrupted_search_leaves_its_shared_study(tmp_path):
+    storage = f"sqlite:///{tmp_path / 'studies.db'}"
+    space = Space((Param("block", (16, 32, 64)),))
+
+    def interrupted(config):
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        valid = [{"block": b} for b in (16, 32, 64)]
+        run_search(
+            space, None, interrupted, n_trials=3, valid=valid, storage=storage, study_name="s"
+        )
+    # a long-lived process (a notebook) that was interrupted no longer holds the study
+    attrs = optuna.load_study(study_name="s", storage=storage).user_attrs
+    assert attrs[f"worker {socket.gethostname()}:{os.getpid()}"] is False

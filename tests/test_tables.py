@@ -177,3 +177,17 @@ def test_a_variant_groups_shipped_choice_is_served_and_resolved_beside_its_modul
     np.testing.assert_allclose(group(x, y), x @ y)
     relative = autotune.variants("shipped_dot_here", members, tuned="tuned")
     assert relative.spec.tuned == Path(__file__).resolve().parent / "tuned"
+
+
+def test_a_shipped_entry_without_tuned_at_is_listed_and_checked(library, capsys, db_url):
+    table = Path(library.spec.tuned) / "cpu.json"
+    doc = json.loads(table.read_text())
+    del doc["entries"][0]["tuned_at"]  # the export format does not require it
+    table.write_text(json.dumps(doc))
+    autotune.tables._SHIPPED.clear()
+    imp = ["--import", "mylib.toy_shipped"]
+    rc, out, _ = cli(capsys, "db", "list", "--shipped", "--format", "json", *imp)
+    assert rc == 0 and json.loads(out)[0]["served"] == "yes"
+    TuningDB(db_url).close()
+    rc, out, _ = cli(capsys, "db", "check", "--db", db_url, *imp)
+    assert rc == 0 and "shipped tables: 1 entries: no problems found" in out

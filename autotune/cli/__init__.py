@@ -65,7 +65,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     main_thread = threading.current_thread() is threading.main_thread()
     # not if SIGINT is ignored (a background job), nor if the caller handles it
     ours = main_thread and signal.getsignal(signal.SIGINT) is signal.default_int_handler
-    if main_thread and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+    ours_term = main_thread and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+    if ours_term:
         signal.signal(signal.SIGTERM, _terminated)
     if ours:
         signal.signal(signal.SIGINT, _interrupted)
@@ -89,6 +90,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     finally:
         _deferred.clear()
+        if ours_term and argv is not None:  # a caller's process keeps its own SIGTERM
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
         if ours:  # the command line's own run (no argv) has ended: a Ctrl-C during the
             # interpreter's shutdown (JAX's atexit clean-up) would only print a traceback
             ending = signal.SIG_IGN if argv is None else signal.default_int_handler

@@ -95,10 +95,15 @@ def add_parser(sub: Any) -> None:
                 help="the entries of the tables shipped with the kernels (tuned=), not the database's",
             )
             add_import_argument(q)
-    q.add_argument("--signature", help="only the misses of this call signature, e.g. f32[64,128]")
-    q.add_argument(
-        "--delete", action="store_true", help="delete the misses listed (those of the filters)"
-    )
+        if name == "misses":
+            q.add_argument(
+                "--signature", help="only the misses of this call signature, e.g. f32[64,128]"
+            )
+            q.add_argument(
+                "--delete",
+                action="store_true",
+                help="delete the misses listed (those of the filters)",
+            )
 
     q = _subcommand(
         dsub, "check", "report, in words, every problem the runtime would meet", cmd_check
@@ -192,16 +197,15 @@ def _opened(
 
 
 def cmd_query(args: argparse.Namespace, db: TuningDB) -> int:
-    """`db list`, `db trials`, `db misses`."""
-    select = {"list": db.query, "trials": db.trials, "misses": db.misses}[args.db_command]
+    """`db list`, `db trials`, `db misses` (--delete: the misses listed)."""
     if args.db_command == "misses":
         rows = db.misses(**_filter_values(args), signature=args.signature)
         if args.delete:
             print(f"deleted {db.delete_misses(r['id'] for r in rows)} miss(es)")
             return 0
-        print(render(rows, args.format))
-        return 0
-    print(render(select(**_filter_values(args)), args.format))
+    else:
+        rows = {"list": db.query, "trials": db.trials}[args.db_command](**_filter_values(args))
+    print(render(rows, args.format))
     return 0
 
 

@@ -8,7 +8,7 @@ import os
 import sys
 from typing import Any
 
-from autotune import jobfile, jobs, studies
+from autotune import jobfile, jobs
 from autotune.cli.common import (
     DB_HELP,
     UsageError,
@@ -21,9 +21,7 @@ from autotune.policies import WorkerLimits
 from autotune.strategies import STRATEGIES
 from autotune.task import check_task, make_task
 from autotune.trial import config_text
-from autotune.tune_settings import TuneSettings, checked
-
-DEFAULTS = TuneSettings()  # the flags' defaults, but --no-isolate: the CLI isolates by default
+from autotune.tune_settings import DEFAULTS, TuneSettings, checked
 
 # the flags that set the tuning settings, by field: a refusal names the flag
 FLAGS = {
@@ -155,6 +153,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
     if args.job or args.pending or args.program:
         return cmd_tune_job(args, settings)
 
+    from autotune import studies
     from autotune.tuner import tune_task
 
     if args.kernel is None or args.shape is None:
@@ -164,7 +163,6 @@ def cmd_tune(args: argparse.Namespace) -> int:
         )
     if args.shard or args.force:
         raise UsageError("--shard and --force apply to --job and --pending")
-    jobfile.find_in_working_directory()  # import paths name the user's modules, where they stand
     static = parse_static(args.static)
     one = make_task(
         args.kernel,
@@ -229,7 +227,9 @@ def cmd_tune_job(args: argparse.Namespace, settings: TuneSettings) -> int:
 
     from autotune.db import TuningDB
     from autotune.pending import pending_tasks
+    from autotune.program import program_tasks_of
     from autotune.progress import Display
+    from autotune.studies import default_storage
     from autotune.worker.parent import tuning_device
 
     if sum(map(bool, (args.job, args.pending, args.program))) > 1:
@@ -247,7 +247,7 @@ def cmd_tune_job(args: argparse.Namespace, settings: TuneSettings) -> int:
     with TuningDB(args.db) as db:
         device = tuning_device(settings)  # the worker's: this process keeps to the CPU
         if args.pending:
-            tasks, unknown = pending_tasks(db, device, kernel=args.only_kernel, trials=args.trials)
+            tasks, unknown = pending_tasks(db, device, kernel=args.only_kernel, settings=settings)
             for name, count in unknown.items():
                 print(
                     f"skipped {count} pending miss(es) of kernel {name!r}: not registered here "
@@ -255,7 +255,7 @@ def cmd_tune_job(args: argparse.Namespace, settings: TuneSettings) -> int:
                 )
         if shard:
             tasks = jobs.shard(tasks, *shard)
-        storage = args.storage or studies.default_storage(db.url)
+        storage = args.storage or default_storage(db.url)
         console = Console(highlight=False)
         console.print(
             f"{len(tasks)} task(s); database {db.url}; studies {storage or 'in memory'}",
@@ -271,11 +271,3 @@ def cmd_tune_job(args: argparse.Namespace, settings: TuneSettings) -> int:
     counts = {s: sum(o.status == s for o in outcomes) for s in ("tuned", "skipped", "failed")}
     print(", ".join(f"{n} {s}" for s, n in counts.items()))
     return 1 if counts["failed"] else 0
-
-
-def program_tasks_of(target: str, settings: TuneSettings) -> list[Any]:
-    """--program MODULE:FACTORY: one task per call of the program, with the run's budget."""
-    from autotune.program import calls_in, load_program, program_tasks
-
-    fn, args, kwargs = load_program(target)
-    return program_tasks(calls_in(fn, args, kwargs), settings)
