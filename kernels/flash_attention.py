@@ -124,8 +124,11 @@ def _kernel(
 ):
     block_q = q_ref.shape[0]
     q_start = q_block(pl.program_id(2)) * block_q
-    # scores in base 2: the scale and log2(e) multiply q once, and exp2 replaces exp
-    q = (q_ref[...] * (sm_scale * LOG2_E)).astype(q_ref.dtype)
+    # scores in base 2: exp2 replaces exp. The scale and log2(e) multiply the float32 scores,
+    # not q: a bf16 q scaled and rounded again would no longer give the scores the backward
+    # recomputes from the saved log-sum-exp (bf16 dq off by 2%)
+    q = q_ref[...]
+    scale = sm_scale * LOG2_E
     rows = q_start + jax.lax.broadcasted_iota(jnp.int32, (block_q, block_k), 0)
     lanes = jax.lax.broadcasted_iota(jnp.int32, (block_q, block_k), 1)
 
@@ -133,7 +136,7 @@ def _kernel(
         m, denom, acc = carry
         k = k_ref[pl.ds(j * block_k, block_k), :]
         v = v_ref[pl.ds(j * block_k, block_k), :]
-        s = jax.lax.dot_general(
+        s = scale * jax.lax.dot_general(
             q, k, (((1,), (1,)), ((), ())), precision=precision, preferred_element_type=F32
         )
         if masked:
