@@ -15,7 +15,7 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 
 from autotune import autotuned
-from autotune.backends import mosaic_tpu
+from autotune.backends import mosaic_tpu, triton
 from autotune.hardware import clamp_block, kernel_platform
 from autotune.kernels import matmul as mm
 from autotune.kernels.differentiable import differentiable
@@ -87,7 +87,7 @@ def bmm(
             pl.BlockSpec((None, kp, bn), lambda t, i, j: (t, 0, j)),
         ],
         out_specs=pl.BlockSpec((None, bm, bn), lambda t, i, j: (t, i, j)),
-        compiler_params=mm._compiler_params(num_warps, num_stages, interpret),
+        compiler_params=triton.compiler_params(num_warps, num_stages, platform),
         interpret=interpret,
     )(xp, yp)
     return out[:, :m, :n] if (mp, np_) != (m, n) else out

@@ -33,7 +33,7 @@ from jax.experimental import pallas as pl
 
 from autotune import autotuned
 from autotune.backends import mosaic_tpu
-from autotune.hardware import TPU_LANES, kernel_platform, tpu_vmem_budget
+from autotune.hardware import TPU_LANES, gpu_smem_bytes, kernel_platform, tpu_vmem_budget
 from autotune.kernels.flash_attention import (
     MASK_VALUE,
     check_shapes,
@@ -64,29 +64,36 @@ def tpu_vmem_dkv(bq: int, bk: int, d: int, itemsize: int) -> int:
     return blocks + 2 * bk * d * 4 + (4 * bq * bk + 2 * bk * d) * 4
 
 
-def _fits(config: dict, sig, tpu_vmem) -> bool:
+def _fits(config: dict, sig, tpu_vmem, streamed: str) -> bool:
+    """The forward's tiling rules for q, k and v, then the step's memory: on a TPU the body's
+    VMEM (`tpu_vmem`); on a GPU the shared memory of two resident blocks (q and dO for dq, k
+    and v for dkv) and `num_stages` copies of the two blocks `streamed` along the loop."""
     if len(sig.shapes) != 6:
         return True  # the kernel itself rejects such calls with a clear message
     if not fits_forward(config, dataclasses.replace(sig, args=sig.args[:3])):
         return False
-    if sig.platform != "tpu":
-        return True
     bq, bk, _, _, dp = layout(sig.shapes[:2], config, sig.platform)
-    vmem = tpu_vmem(bq, bk, dp, jnp.dtype(sig.dtypes[0]).itemsize)
-    return vmem <= tpu_vmem_budget(sig.device_kind)
+    itemsize = jnp.dtype(sig.dtypes[0]).itemsize
+    if sig.platform == "tpu":
+        return tpu_vmem(bq, bk, dp, itemsize) <= tpu_vmem_budget(sig.device_kind)
+    if sig.platform == "gpu":
+        resident, step = (bq, bk) if streamed == "k" else (bk, bq)
+        stages = config.get("num_stages", 2)
+        smem = 2 * (resident + stages * step) * dp * itemsize
+        return smem <= gpu_smem_bytes(sig.device_kind)
+    return True
 
 
 def fits_platform_dq(config: dict, sig) -> bool:
-    """The forward's rules for q, k and v (kernels/flash_attention.py): the same tiles, dq
-    holding one more q-side block (dO) than the forward; on a TPU also a step of dq's TPU body
-    (`tpu_vmem_dq`, independent of the sequence length) within the chip's budget."""
-    return _fits(config, sig, tpu_vmem_dq)
+    """The forward's tiles; on a TPU a step of dq's TPU body (`tpu_vmem_dq`, independent of the
+    sequence length) within the chip's budget; on a GPU q and dO held while k and v stream."""
+    return _fits(config, sig, tpu_vmem_dq, streamed="k")
 
 
 def fits_platform_dkv(config: dict, sig) -> bool:
-    """As `fits_platform_dq`, for dkv: a step of its TPU body (`tpu_vmem_dkv`) within the
-    chip's budget."""
-    return _fits(config, sig, tpu_vmem_dkv)
+    """As `fits_platform_dq`, for dkv: its TPU body's VMEM (`tpu_vmem_dkv`); on a GPU k and v
+    held while q and dO stream."""
+    return _fits(config, sig, tpu_vmem_dkv, streamed="q")
 
 
 _NT = (((1,), (1,)), ((), ()))  # a @ b^T

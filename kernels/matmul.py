@@ -156,11 +156,6 @@ def _kernel(x_ref, y_ref, o_ref, *, block_k: int, n_k: int, precision: str):
     o_ref[...] = acc.astype(o_ref.dtype)
 
 
-def _compiler_params(num_warps: int, num_stages: int, interpret: bool):
-    """Triton knobs on GPU; the TPU and interpret paths take the compiler's defaults."""
-    return triton.compiler_params(num_warps, num_stages, kernel_platform(interpret))
-
-
 def _bwd(residuals: tuple, g: jax.Array, *, precision: str, interpret: bool, **_) -> tuple:
     """dx = g y^T and dy = x^T g, each served by the tuned matmul for its own shapes."""
     x, y = residuals
@@ -225,7 +220,7 @@ def matmul(
             pl.BlockSpec((kp, bn), lambda *g: (0, tile(*g)[1])),
         ],
         out_specs=pl.BlockSpec((bm, bn), lambda *g: tile(*g)),
-        compiler_params=_compiler_params(num_warps, num_stages, interpret),
+        compiler_params=triton.compiler_params(num_warps, num_stages, platform),
         interpret=interpret,
     )(xp, yp)
     return out[:m, :n] if (mp, np_) != (m, n) else out

@@ -34,7 +34,7 @@ from autotune.kernels.softmax import softmax_reference
 
 def fits_platform(config: dict, sig) -> bool:
     """The row-block rules of kernels/rowwise.py, for x and g in, dx out and float32 temporaries."""
-    return fits_rowwise(config, sig, f32_temps=6)
+    return fits_rowwise(config, sig, f32_temps=6, row_arrays=3)
 
 
 def softmax_bwd_reference(x: jax.Array, g: jax.Array) -> jax.Array:

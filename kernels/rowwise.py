@@ -90,9 +90,9 @@ def rowwise_call(kernel, x: jax.Array, vectors: list[jax.Array], layout: RowLayo
     )(layout.pad(x), *(layout.pad_vector(v) for v in vectors))
 
 
-def fits_rowwise(config: dict, sig, *, f32_temps: int = 3) -> bool:
-    """TPU: (8, 128) tiling of the row block and double-buffered in/out blocks plus float32
-    temporaries in VMEM; GPU: power-of-two blocks within Triton's element cap, the float32
+def fits_rowwise(config: dict, sig, *, f32_temps: int = 3, row_arrays: int = 2) -> bool:
+    """TPU: (8, 128) tiling of the row block and `row_arrays` double-buffered row blocks (in
+    and out) plus float32 temporaries in VMEM; GPU: power-of-two blocks within Triton's element cap, the float32
     working tile within shared memory (where Triton's reductions go)."""
     if not sig.shapes or len(sig.shapes[0]) < 1:
         return True  # the kernel itself rejects such calls with a clear message
@@ -101,7 +101,7 @@ def fits_rowwise(config: dict, sig, *, f32_temps: int = 3) -> bool:
     itemsize = jnp.dtype(sig.dtypes[0]).itemsize
     tile = layout.block_rows * layout.cols_padded
     if sig.platform == "tpu":
-        vmem = 2 * 2 * tile * itemsize + f32_temps * tile * 4
+        vmem = 2 * row_arrays * tile * itemsize + f32_temps * tile * 4
         return tpu_block_ok(
             (layout.block_rows, layout.cols_padded), (layout.rows_padded, layout.cols_padded)
         ) and vmem <= tpu_vmem_bytes(sig.device_kind)

@@ -50,11 +50,6 @@ def _kernel(x_ref, y_ref, o_ref):
     o_ref[...] = x_ref[...] + y_ref[...]
 
 
-def _compiler_params(num_warps: int, interpret: bool):
-    """The Triton backend's warps per block on GPU; TPU and interpret mode take the defaults."""
-    return triton.compiler_params(num_warps, None, kernel_platform(interpret))
-
-
 def _fwd(forward, x: jax.Array, y: jax.Array, **options) -> tuple[jax.Array, None]:
     return forward(x, y, **options), None  # the backward needs neither input
 
@@ -95,7 +90,7 @@ def vector_add(
         grid=(padded // b,),
         in_specs=[spec, spec],
         out_specs=spec,
-        compiler_params=_compiler_params(num_warps, interpret),
+        compiler_params=triton.compiler_params(num_warps, None, kernel_platform(interpret)),
         interpret=interpret,
     )(x, y)
     out = out.reshape(padded)

@@ -238,6 +238,18 @@ def test_a_softmax_row_fits_while_eight_rows_do_in_the_default_scoped_vmem():
     assert accepts(75_008, "v6e")  # 32 MiB scoped by default
 
 
+def test_a_row_gradient_block_counts_x_g_and_dx_double_buffered():
+    # bf16 rows of 4096, 128 a block: x, g and dx double-buffered (6 x 1 MiB) plus six f32
+    # temporaries (12 MiB) are 18 MiB, past v5e's 16 MiB scoped default; 64 rows take 9 MiB
+    from autotune.kernels import softmax_bwd
+
+    def accepts(block_rows):
+        sig = softmax_bwd.spec.signature([S((8192, 4096), jnp.bfloat16)] * 2, {}, tpu("v5e"))
+        return softmax_bwd.spec.space("tpu").is_valid({"block_rows": block_rows}, sig)
+
+    assert accepts(64) and not accepts(128)
+
+
 # ------------------------------------------------------------ chip facts
 
 

@@ -86,3 +86,19 @@ def test_a_plain_pallas_call_is_keyed_by_the_backend_jax_lowers_it_through_on_a_
     assert backends.key_backend("triton", "gpu") == "triton"
     assert backends.key_backend(None, "tpu") == "mosaic_tpu"
     assert backends.key_backend(None, "cpu") == "interpret"
+
+
+def test_the_backward_kernels_count_the_blocks_each_keeps_and_streams_in_shared_memory():
+    from autotune.device import DeviceInfo
+    from autotune.kernels import flash_attention_dkv, flash_attention_dq
+
+    h200 = DeviceInfo("gpu", "NVIDIA H200", "triton", "", "", "")  # 232,448 B per block
+    qkv = [jax.ShapeDtypeStruct((1, 1, 2048, 256), BF16)] * 4
+    rows = [jax.ShapeDtypeStruct((1, 1, 2048), F32)] * 2
+    config = {"block_q": 128, "block_k": 16, "num_warps": 4, "num_stages": 3}
+    for kernel, fits in ((flash_attention_dq, True), (flash_attention_dkv, False)):
+        spec = kernel.spec
+        sig = spec.signature(qkv + rows, {}, h200)
+        # dq holds q and dO (2 x 128 rows), 3 stages of k and v (6 x 16): 180,224 B;
+        # dkv holds k and v (2 x 16), 3 stages of q and dO (6 x 128): 409,600 B
+        assert (spec.space("gpu").violations(config, sig) == []) is fits, kernel

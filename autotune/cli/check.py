@@ -6,7 +6,7 @@ import argparse
 from typing import Any
 
 from autotune.backends import mosaic_tpu
-from autotune.check import CHECKED_BACKENDS
+from autotune.check import LOWERING_TARGETS
 from autotune.cli.common import UsageError, add_import_argument, import_user_modules, parse_static
 from autotune.cli.output import table
 from autotune.task import check_call, make_task
@@ -20,7 +20,7 @@ def add_parser(sub: Any) -> None:
         "Mosaic GPU)? (no device needed)",
     )
     c.add_argument("kernel", help="a registered kernel name, or package.module:function")
-    c.add_argument("--platform", choices=sorted(CHECKED_BACKENDS), default="tpu")
+    c.add_argument("--platform", choices=sorted(LOWERING_TARGETS), default="tpu")
     c.add_argument("--shape", required=True, help="argument shapes, e.g. 256x256,256x256")
     c.add_argument(
         "--dtype", default="float32", help="dtype of every argument, or one per argument"
