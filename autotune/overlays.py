@@ -1,9 +1,11 @@
 """`with autotune.overlay(entries):` serves the given entries before any other within the context.
 
-Overlays stack (the innermost is asked first) per thread and async context. A lookup happens
-when a call is traced, so the overlay decides what a call traced inside it uses: a function the
-caller jitted inside the context keeps its configuration after it. Entering and leaving an
-overlay drops the runtime's memo and its kernels' traces, so that eager calls follow it.
+Overlays stack (the innermost is asked first). Which are active is kept per thread and async
+context, but what they decide is not: a lookup happens when a call is traced, and a kernel's
+traced calls serve the whole process. So the overlay decides what a call traced inside it uses,
+in every thread until it ends, and a function the caller jitted inside the context keeps its
+configuration after it. Entering and leaving an overlay drops the runtime's memo and its
+kernels' traces, so that eager calls follow it.
 """
 
 from __future__ import annotations
@@ -26,16 +28,16 @@ def overlay(source: Any) -> Iterator[EntryTable]:
     """Serve `source`'s entries first within the context, with `source: "overlay"`: a path
     (an exported JSON file or a folder of them), an export document, the result of
     `autotune.tune`, or a list of these."""
-    from autotune.runtime import clear_memo
+    from autotune.runtime import drop_lookups
 
     table = entries_of(source)
     token = _ACTIVE.set((table, *_ACTIVE.get()))
-    clear_memo()
+    drop_lookups()
     try:
         yield table
     finally:
         _ACTIVE.reset(token)
-        clear_memo()
+        drop_lookups()
 
 
 def overlay_entry(key: TuningKey) -> dict[str, Any] | None:

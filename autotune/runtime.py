@@ -114,9 +114,15 @@ def database_url() -> str | None:
 
 def clear_memo() -> None:
     """Forget every resolved call, e.g. after new results were stored: the next call of each
-    shape looks its configuration up again."""
-    _STATE.memo.clear()
+    shape looks its configuration up again (and counts a miss again)."""
+    drop_lookups()
     _STATE.recorded.clear()
+
+
+def drop_lookups() -> None:
+    """Forget the configurations calls were resolved and traced with (an overlay began or
+    ended); the misses this process counted stay counted."""
+    _STATE.memo.clear()
     _drop_entries()
 
 
@@ -275,8 +281,7 @@ class AutotunedKernel:
         import jax
 
         def entry(*args: Any, **kwargs: Any) -> Any:  # runs while jit traces a new call
-            with traced_call_scope(self, args, kwargs):
-                return self._run(args, kwargs, self._traced_kernel)
+            return self._run(args, kwargs, self._traced_kernel)
 
         # named as the kernel, as a hand-jitted kernel is named in jaxprs and profiles
         entry.__name__ = entry.__qualname__ = self.spec.fn.__name__
@@ -309,12 +314,15 @@ class AutotunedKernel:
         return self.spec.bound_function(config, interpret="interpret" not in kwargs)
 
     def _run(self, args: Sequence[Any], kwargs: dict[str, Any], kernel_for: Callable) -> Any:
-        overrides = {k: kwargs.pop(k) for k in self.spec.tunables & kwargs.keys()}
-        resolution = self._resolution(args, kwargs)
-        if resolution.refused and not overrides:  # block sizes passed: the caller's choice
-            raise AutotuneError(resolution.detail)
-        config = {**resolution.config, **overrides}
-        out = kernel_for(config, args, kwargs)(*args, **kwargs)
+        """A call, in the jitted entry's trace or on the general path: looked up, then run in
+        a scope that names the call in jaxprs (`autotune.calls_in` reads it)."""
+        with traced_call_scope(self, args, kwargs):
+            overrides = {k: kwargs.pop(k) for k in self.spec.tunables & kwargs.keys()}
+            resolution = self._resolution(args, kwargs)
+            if resolution.refused and not overrides:  # block sizes passed: the caller's choice
+                raise AutotuneError(resolution.detail)
+            config = {**resolution.config, **overrides}
+            out = kernel_for(config, args, kwargs)(*args, **kwargs)
         if resolution.miss:
             _record_miss(resolution.key)
         return out
@@ -331,8 +339,9 @@ class AutotunedKernel:
             hit = _STATE.memo[memo_key] = self.resolve(args, kwargs)
             if _STATE.db is False:
                 _STATE.unopened.add(memo_key)
-                if _STATE.db:  # a retry opened it meanwhile
+                if _STATE.db:  # a retry opened it meanwhile: this call's trace is stale too
                     _STATE.memo.pop(memo_key, None)
+                    self._drop_entry()
         return hit
 
     def explain(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
@@ -389,6 +398,10 @@ class AutotunedKernel:
                 )
             warn_once(f"invalid:{source}:{key}", f"pallas-autotune: {message}; using the fallback")
         miss = bool(db) and record_miss
+        if settings.fallback == "nearest" and not settings.strict:
+            near = self._nearest(db, key, sig, space)
+            if near is not None:
+                return dataclasses.replace(near, miss=miss)
         default = _default_resolution(space, key, sig, self._default_config(sig, args, kwargs))
         if settings.strict:
             if miss and not default.refused:  # the call will not run: counted now
@@ -397,10 +410,6 @@ class AutotunedKernel:
                 f"no tuned configuration for {key.kernel} {key.signature} on {key.device_kind} "
                 f"(strict mode): run `autotune tune {key.kernel} ...` or `autotune tune --pending`"
             )
-        if settings.fallback == "nearest":
-            near = self._nearest(db, key, sig, space)
-            if near is not None:
-                return dataclasses.replace(near, miss=miss)
         return dataclasses.replace(default, miss=miss and not default.refused)
 
     def _default_config(
@@ -556,8 +565,12 @@ def traced_call_scope(kernel: AutotunedKernel, args: Sequence[Any], kwargs: Mapp
         return contextlib.nullcontext()
     if name is None:
         name = _SCOPES[key] = f"{TRACED_SCOPE_PREFIX}{len(_SCOPES)}"
-        abstract = tuple(jax.ShapeDtypeStruct(a.shape, a.dtype) if is_array(a) else a for a in args)
-        TRACED_CALLS[name] = TracedCall(kernel, abstract, dict(kwargs))
+
+        def abstract(a: Any) -> Any:  # no array (or tracer) outlives the call
+            return jax.ShapeDtypeStruct(a.shape, a.dtype) if is_array(a) else a
+
+        named = {k: abstract(v) for k, v in kwargs.items()}
+        TRACED_CALLS[name] = TracedCall(kernel, tuple(map(abstract, args)), named)
     return jax.named_scope(name)
 
 

@@ -197,14 +197,7 @@ def _tune_task(
     if worker is not None:
         worker.device = worker.set_task(task, args, settings.policy)
     elif settings.isolate:
-        worker = owned = DeviceWorker(
-            task,
-            args,
-            settings.policy,
-            settings.limits,
-            settings.worker_platforms,
-            settings.compile_workers,
-        )
+        worker = owned = device_worker(task, args, settings)
     else:
         worker = owned = InProcessWorker(
             kernel.spec, task, args, settings.policy, settings.compile_workers
@@ -216,6 +209,18 @@ def _tune_task(
     result.restarts = worker.restarts - restarts_before
     result.wall_s = time.perf_counter() - start
     return result
+
+
+def device_worker(task: Task, args: Sequence[Any], settings: TuneSettings) -> DeviceWorker:
+    """A device worker process for `task`, with the settings' timing, limits and platforms."""
+    return DeviceWorker(
+        task,
+        args,
+        settings.policy,
+        settings.limits,
+        settings.worker_platforms,
+        settings.compile_workers,
+    )
 
 
 @contextlib.contextmanager
@@ -437,19 +442,10 @@ def _result(
     return result
 
 
-def _store(
-    handle: Any,
-    result: TuneResult,
-    strategy: str,
-    device: Any,
-    shared: bool,
-    rival: dict[str, Any] | None,
-) -> dict[str, Any] | None:
-    """Store the best entry (its trials are stored as they are measured); `rival` is the entry
-    another worker of the study had stored when the finalists were chosen. Returns the entry
-    another worker stored since, which this one has not judged (nothing is stored then)."""
+def best_entry(result: TuneResult, strategy: str, device: Any) -> BestEntry:
+    """The entry a run stores for its key: its winner, measured on `device`."""
     best = next(t for t in result.trials if t.config == result.best_config and t.status == "ok")
-    entry = BestEntry(
+    return BestEntry(
         config=result.best_config,
         time_s=result.best_time_s,
         default_time_s=result.default_time_s,
@@ -464,6 +460,20 @@ def _store(
         jaxlib_version=device.jaxlib_version,
         runtime_version=device.runtime_summary,
     )
+
+
+def _store(
+    handle: Any,
+    result: TuneResult,
+    strategy: str,
+    device: Any,
+    shared: bool,
+    rival: dict[str, Any] | None,
+) -> dict[str, Any] | None:
+    """Store the best entry (its trials are stored as they are measured); `rival` is the entry
+    another worker of the study had stored when the finalists were chosen. Returns the entry
+    another worker stored since, which this one has not judged (nothing is stored then)."""
+    entry = best_entry(result, strategy, device)
     if shared:  # workers of one study finish in any order
         ids = {t.db_id for t in result.trials}
         if result.finalists:  # judged side by side: the stored entry re-measured beside ours

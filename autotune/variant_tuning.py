@@ -27,9 +27,16 @@ from autotune.device import current_device
 from autotune.errors import AutotuneError, KernelError
 from autotune.finalists import remeasure
 from autotune.task import Task
-from autotune.trial import BestEntry, TrialRecord
+from autotune.trial import TrialRecord
 from autotune.tune_settings import TuneSettings
-from autotune.tuner import TuneResult, open_db, random_inputs, tune
+from autotune.tuner import (
+    TuneResult,
+    best_entry,
+    device_worker,
+    open_db,
+    random_inputs,
+    tune,
+)
 from autotune.variants import PARAM, Member, VariantGroup
 from autotune.worker import DeviceWorker, InProcessWorker
 
@@ -77,14 +84,7 @@ def tune_group(
     try:
         owned: Any = None
         if worker is None and settings.isolate:
-            worker = owned = DeviceWorker(
-                task,
-                args,
-                settings.policy,
-                settings.limits,
-                settings.worker_platforms,
-                settings.compile_workers,
-            )
+            worker = owned = device_worker(task, args, settings)
         with owned or contextlib.nullcontext():  # a worker given stays open
             # which members can run is judged for the device they will run on
             device = worker.device if worker is not None else current_device()
@@ -231,20 +231,5 @@ def _store(handle: Any, result: GroupTuneResult) -> None:
     ids = handle.add_trials(result.key, result.run_id, result.trials)
     for record, db_id in zip(result.trials, ids):
         record.db_id = db_id
-    best = next(t for t in result.trials if t.config == result.best_config)
-    entry = BestEntry(
-        config=result.best_config,
-        time_s=result.best_time_s,
-        default_time_s=result.default_time_s,
-        speedup=result.speedup,
-        n_trials=len(result.trials),
-        trial_id=best.db_id,
-        run_id=result.run_id,
-        strategy="variants",
-        timer=best.timer or "wall",
-        jax_version=result.device.jax_version,
-        jaxlib_version=result.device.jaxlib_version,
-        runtime_version=result.device.runtime_summary,
-    )
-    handle.put_best(result.key, entry)
+    handle.put_best(result.key, best_entry(result, "variants", result.device))
     log.info("stored %s %s: %s", result.kernel, result.key.signature, result.best_config)

@@ -179,3 +179,16 @@ def test_a_users_custom_vjp_kernel_gets_its_tuned_block_in_forward_and_backward(
         ("backward", tuned.config["block_rows"]),
     }
     close(jax.grad(lambda x: square(x).sum())(x), 2 * x, jnp.float32)
+
+
+def test_a_call_on_the_general_path_is_listed_too():
+    @autotuned(name="biased_rows_listed", space={"block_rows": [8]})
+    def biased_rows(x, *, bias=None, block_rows=8, interpret=False):
+        return x if bias is None else x + bias
+
+    assert not biased_rows._direct  # an array given for `bias` takes the general path
+    x, b = jax.ShapeDtypeStruct((8, 128), jnp.float32), jax.ShapeDtypeStruct((8, 128), jnp.float32)
+    calls = autotune.calls_in(lambda x, b: biased_rows(x, bias=b), (x, b))
+    assert [(c.kernel, c.signature) for c in calls] == [
+        ("biased_rows_listed", "f32[8,128],f32[8,128]")
+    ]
