@@ -211,6 +211,7 @@ def side_by_side(job: dict[str, Any]) -> dict[str, Any]:
     from autotune.measure import (
         TimingPolicy,
         cache_bytes,
+        compile_config,
         interleaved,
         rotation_sets,
         time_compiled,
@@ -236,8 +237,7 @@ def side_by_side(job: dict[str, Any]) -> dict[str, Any]:
     off = n if native is not args else 0
 
     def kernel_call(config: dict[str, Any]) -> Callable:
-        fn = functools.partial(spec.bound_function(config, interpret=True), **static)
-        exe = jax.jit(fn).lower(*args).compile()
+        exe, _ = compile_config(spec, config, args, static)
         return lambda *a: exe(*a[:n])
 
     vendor_exe = jax.jit(vendor).lower(*native).compile()
@@ -306,7 +306,10 @@ def cupti_kernels(call: Callable, args: list) -> list[tuple[str, float]] | None:
     if ext is None:
         return None
     jax.block_until_ready(call(*args))
-    ext._cupti_init()
+    try:
+        ext._cupti_init()
+    except RuntimeError:  # CUPTI refused here (profiling restricted): the timer fell back too
+        return None
     try:
         jax.block_until_ready(call(*args))
     finally:
@@ -409,11 +412,13 @@ def main(job_path: str, result_path: str) -> int:
 
     def save(stage: str) -> None:  # after each section: a case cut short keeps what it has
         result["stage"] = stage
-        Path(result_path).write_text(json.dumps(result, indent=1, default=str))
+        # whole or not at all: the parent may kill this process at any moment
+        partial = Path(f"{result_path}.tmp")
+        partial.write_text(json.dumps(result, indent=1, default=str))
+        partial.replace(result_path)
 
     import autotune.kernels  # noqa: F401  (registers the shipped kernels)
 
-    result["versions"] = versions()
     if job.get("extra"):
         save(job["extra"])
         result["extra"] = run_extra(job["extra"], job["timeout_s"])

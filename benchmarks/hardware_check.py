@@ -265,7 +265,7 @@ def job(step: Step, tune_s: float, db: str, smoke: bool, overheads: Overheads) -
         "trials": 2 if smoke else 200,
         "time_limit_s": max(1.0, tune_s),
         # the tune is stopped well past its usual overrun; the case's own timeout bounds it too
-        "tune_timeout_s": tune_s + 3 * OVERHEADS["gpu"].tune_past_limit_s,
+        "tune_timeout_s": tune_s + 3 * overheads.tune_past_limit_s,
     }
 
 
@@ -496,7 +496,6 @@ def main(argv: list[str] | None = None) -> int:
             timeout = min(planned * MARGIN, hard_end - time.perf_counter())
             print(f"{step.label}: {planned:.0f} s planned ({search_s:.0f} s of search)")
             result = run_step(job(step, search_s, db, args.smoke, overheads), timeout, Path(tmp))
-            result.pop("versions", None)
             rows.append(
                 {**row, **result, "planned_s": round(planned, 1), "search_s": round(search_s, 1)}
             )

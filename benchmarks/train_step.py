@@ -13,7 +13,8 @@ each call is then served from it, and times the step three ways in interleaved r
 wall time of a synchronised call): every call at its default configuration (an empty
 database), every call tuned, and the same block in plain JAX (jnp.dot, XLA's layer norm,
 jax.nn.dot_product_attention, which XLA or cuDNN serves). It prints a table; the loss and
-gradients of the three are compared first.
+gradients of the three are compared first (autotune.verify's tolerance). It exits 1 if a call
+failed to tune, is not served from the database afterwards, or the step differs from plain JAX.
 """
 
 from __future__ import annotations
@@ -147,6 +148,7 @@ def main(argv: list[str] | None = None) -> int:
         args.dtype, args.trials, args.rounds = "float32", 2, 3
     os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # workers share the GPU
     import autotune
+    from autotune.verify import compare
 
     dtype = jnp.dtype(args.dtype)
     shape = (args.batch, args.seq, args.d_model)
@@ -175,15 +177,15 @@ def main(argv: list[str] | None = None) -> int:
         jax.block_until_ready(default(params, x))
         plain = jax.jit(step(args.heads, jax_ops()))
         ref_loss, ref_grads = plain(params, x)
+        ok = served == {"db"} and all(o.status != "failed" for o in outcomes)
         for name, fn in (("tuned", tuned), ("default", default)):
             value, grads = fn(params, x)
-            err = max(
-                float(jnp.max(jnp.abs(g.astype(jnp.float32) - r.astype(jnp.float32))))
-                / max(1.0, float(jnp.max(jnp.abs(r.astype(jnp.float32)))))
-                for g, r in zip(jax.tree.leaves(grads), jax.tree.leaves(ref_grads))
-            )
+            # the project's tolerance (autotune.verify), as a candidate is judged
+            verdict = compare((value, grads), (ref_loss, ref_grads))
+            ok = ok and verdict.ok
             print(f"{name}: loss {float(value):.6f} (plain JAX {float(ref_loss):.6f}), "
-                  f"largest gradient error {err:.2e}")  # fmt: skip
+                  f"largest error {verdict.max_error:.2e} of {verdict.tolerance:.0e} allowed"
+                  f"{'' if verdict.ok else ': DIFFERS ' + verdict.message}")  # fmt: skip
         times = median_ms({"tuned": tuned, "default": default, "plain JAX": plain}, (params, x),
                           args.rounds)  # fmt: skip
     device = jax.devices()[0].device_kind
@@ -193,7 +195,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"|{'-' * 12}|{'-' * 12}|{'-' * 12}|")
     for name, ms in times.items():
         print(f"| {name:10s} | {ms:10.3f} | {times['default'] / ms:9.2f}x |")
-    return 0
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":
