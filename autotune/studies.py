@@ -244,10 +244,16 @@ class _Heartbeat:
         self.thread.join()
 
 
+_CHECKED: set[Path] = set()  # studies files this process found readable
+
+
 def _set_aside_if_corrupt(file: Path) -> None:
     """A studies file is a cache of progress: one that SQLite cannot read as a database is
     renamed (with its -wal and -shm files) for inspection, with a warning, and the run
-    starts afresh instead of failing every later run on it."""
+    starts afresh instead of failing every later run on it. Checked once per process: a
+    job opens the file for every task, and the check reads all of it."""
+    if file in _CHECKED:
+        return
     try:
         conn = sqlite3.connect(file, timeout=30.0)
         try:
@@ -259,6 +265,7 @@ def _set_aside_if_corrupt(file: Path) -> None:
     except sqlite3.DatabaseError as e:  # not a database, malformed
         problem = str(e)
     if problem == "ok":
+        _CHECKED.add(file)
         return
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
     aside = file.with_name(f"{file.name}.corrupt-{stamp}")
