@@ -10,6 +10,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from sqlalchemy import (
+    BigInteger,
     Boolean,
     DateTime,
     Float,
@@ -24,8 +25,10 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 # The newest revision of autotune/migrations/versions (a test holds the two equal), known here
 # without Alembic so that opening a current database stays cheap. v1: the first released
 # schema (tests/fixtures/v1.db); v2: the tables are prefixed (`autotune_trials`, ...), and each
-# trial records the oracle that judged it (`oracle`).
-SCHEMA_VERSION = 2
+# trial records the oracle that judged it (`oracle`); v3: each trial records the device that
+# measured it (`device`), the compiled program's fingerprint and the trial it duplicates
+# (`fingerprint`, `duplicate_of`), and the compiler's memory figures (`memory_*_bytes`).
+SCHEMA_VERSION = 3
 
 KEY_COLUMNS = (
     "kernel",
@@ -45,6 +48,7 @@ TRIAL_STATUSES = (
     "pruned",
     "crashed",
     "timeout",
+    "duplicate",  # compiled to a program already measured in its study (`duplicate_of`)
 )
 
 
@@ -122,6 +126,16 @@ class Trial(_KeyColumns, Base):
     error: Mapped[str | None] = mapped_column(Text, nullable=True)
     # which oracle judged it: "interpret" or "reference" (autotune.oracle); v2
     oracle: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    # v3: the device that measured it ("cpu:0", "gpu:3": platform and local index)
+    device: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    # v3: a hash of the program it compiled to; a duplicate names the trial that was measured
+    fingerprint: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    duplicate_of: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    # v3: the compiler's memory analysis of its program (None where the backend gives none)
+    memory_argument_bytes: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    memory_output_bytes: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    memory_temp_bytes: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    memory_peak_bytes: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     created_at: Mapped[datetime] = mapped_column(ReadableDateTime, default=utcnow)
 
 

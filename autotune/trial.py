@@ -35,7 +35,7 @@ class TrialRecord:
     """One measured candidate, as stored in the database's trials table."""
 
     config: Config
-    status: str  # ok | rejected | compile_error | runtime_error | crashed | timeout
+    status: str  # ok | rejected | compile_error | runtime_error | crashed | timeout | duplicate
     time_s: float | None = None
     time_min_s: float | None = None
     time_p10_s: float | None = None
@@ -48,6 +48,15 @@ class TrialRecord:
     error: str | None = None
     is_default: bool = False
     oracle: str | None = None  # which oracle judged it (autotune.oracle); None before schema v2
+    # schema v3 (None in older trials): the device that measured it ("gpu:3"), the fingerprint
+    # of the program it compiled to, the trial it duplicates, the compiler's memory figures
+    device: str | None = None
+    fingerprint: str | None = None
+    duplicate_of: int | None = None
+    memory_argument_bytes: int | None = None
+    memory_output_bytes: int | None = None
+    memory_temp_bytes: int | None = None
+    memory_peak_bytes: int | None = None
     db_id: int | None = None  # its row in the trials table, once stored
 
     def as_dict(self) -> dict[str, Any]:

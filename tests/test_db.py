@@ -82,3 +82,28 @@ def test_file_paths_are_taken_exactly(tmp_path):
 def test_a_jobs_studies_file_is_private_to_the_user(tmp_path):
     SharedStudy(default_storage(str(tmp_path / "tuning.db")), "s", sampler=None)
     assert stat.S_IMODE(os.stat(tmp_path / "tuning-studies.db").st_mode) == 0o600
+
+
+def test_a_trials_device_fingerprint_and_memory_are_stored(tmp_path):
+    from autotune.trial import TrialRecord
+
+    key = TuningKey("k", "1", "cpu", "cpu", "interpret", "f32[8]")
+    measured = TrialRecord(
+        {"block": 8},
+        "ok",
+        time_s=1e-3,
+        device="cpu:1",
+        fingerprint="ab12",
+        memory_argument_bytes=32,
+        memory_output_bytes=32,
+        memory_temp_bytes=0,
+        memory_peak_bytes=2**40,  # past 32 bits: a BigInteger column
+    )
+    with TuningDB(tmp_path / "t.db") as db:
+        [first] = db.add_trials(key, "run", [measured])
+        db.add_trials(key, "run", [TrialRecord({"block": 16}, "duplicate", duplicate_of=first)])
+        stored = db.trials(kernel="k")
+    assert [t["status"] for t in stored] == ["ok", "duplicate"]
+    assert stored[0]["device"] == "cpu:1" and stored[0]["fingerprint"] == "ab12"
+    assert stored[0]["memory_peak_bytes"] == 2**40 and stored[0]["memory_temp_bytes"] == 0
+    assert stored[1]["duplicate_of"] == stored[0]["id"]

@@ -20,6 +20,7 @@ from autotune import db as dbmod
 from autotune import migrations, schema
 from autotune.db import TuningDB
 from autotune.errors import DatabaseError
+from autotune.migrations.versions.v3_trial_device_memory import COLUMNS as V3_COLUMNS
 
 FIXTURES = Path(__file__).parent / "fixtures"
 ROLES = ("trials", "results", "misses")
@@ -94,10 +95,12 @@ def test_v1_database_opens_with_every_row_kept(v1_copy):
             {"block_k": 64, "block_m": 64, "block_n": 64},
         ]
         assert len(db.trials()) == 4 and [m["count"] for m in db.misses()] == [3, 1]
-    after = raw_rows(v1_copy, version=2)
+    after = raw_rows(v1_copy, version=dbmod.SCHEMA_VERSION)
     for role in ROLES:  # later schemas add columns: compare v1's
         assert [{k: r[k] for k in before[role][0]} for r in after[role]] == before[role]
     assert {r["oracle"] for r in after["trials"]} == {None}  # v2: not recorded before
+    for column in ("device", "fingerprint", "duplicate_of", "memory_peak_bytes"):  # v3
+        assert {r[column] for r in after["trials"]} == {None}
     assert after["schema_info"] == [{"id": 1, "version": dbmod.SCHEMA_VERSION}]
 
 
@@ -145,7 +148,7 @@ def test_next_schema_bump_is_one_revision_script(v1_copy, next_revision, monkeyp
     before = raw_rows(v1_copy)
     current = dbmod.SCHEMA_VERSION
     next_revision(NOTE)
-    with TuningDB(v1_copy) as db:  # v1 -> v2 -> v3 in one transaction
+    with TuningDB(v1_copy) as db:  # v1 -> ... -> the next revision, in one transaction
         assert len(db.query()) == 2
         columns = {c["name"] for c in inspect(db.engine).get_columns("autotune_results")}
     assert "note" in columns
@@ -163,11 +166,12 @@ def test_next_schema_bump_is_one_revision_script(v1_copy, next_revision, monkeyp
     assert digest(v1_copy) == untouched
 
 
-def test_a_v1_pallas_autotune_refuses_a_v2_file(v1_copy, monkeypatch):
-    TuningDB(v1_copy).close()  # upgraded to v2
+def test_a_v1_pallas_autotune_refuses_a_newer_file(v1_copy, monkeypatch):
+    TuningDB(v1_copy).close()  # upgraded to the current schema
     monkeypatch.setattr(dbmod, "SCHEMA_VERSION", 1)  # the v1 code reads schema_info, as before
     untouched = digest(v1_copy)
-    with pytest.raises(DatabaseError, match="schema v2, newer than this pallas-autotune"):
+    newest = f"schema v{ScriptDirectory(str(migrations.SCRIPTS)).get_current_head()}"
+    with pytest.raises(DatabaseError, match=f"{newest}, newer than this pallas-autotune"):
         TuningDB(v1_copy)
     assert digest(v1_copy) == untouched
 
@@ -193,7 +197,7 @@ def test_open_handle_never_writes_into_a_schema_upgraded_under_it(v1_copy):
     with pytest.raises(DatabaseError, match=f"upgraded to schema v{newer}"):
         db.record_miss(key)
     db.close()
-    assert len(raw_rows(v1_copy, version=2)["misses"]) == 2
+    assert len(raw_rows(v1_copy, version=dbmod.SCHEMA_VERSION)["misses"]) == 2
 
 
 @pytest.mark.postgres
@@ -263,6 +267,8 @@ def test_a_v1_postgres_database_is_upgraded_in_place(pg_url):
         for index in ("trials_kernel", "trials_run_id", "results_kernel", "misses_kernel"):
             conn.exec_driver_sql(f"ALTER INDEX ix_autotune_{index} RENAME TO ix_{index}")
         conn.exec_driver_sql("ALTER TABLE trials DROP COLUMN oracle")  # v2's new column
+        for column, _ in V3_COLUMNS:  # v3's
+            conn.exec_driver_sql(f"ALTER TABLE trials DROP COLUMN {column}")
         conn.exec_driver_sql("UPDATE schema_info SET version = 1")
     with TuningDB(pg_url) as db:
         assert [m["count"] for m in db.misses()] == [2]
