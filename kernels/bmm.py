@@ -15,8 +15,7 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 
 from autotune import autotuned
-from autotune.backends import mosaic_tpu, triton
-from autotune.hardware import clamp_block, kernel_platform
+from autotune.backends import clamp_block, kernel_platform, mosaic_tpu, triton
 from autotune.kernels import matmul as mm
 from autotune.kernels.differentiable import differentiable
 

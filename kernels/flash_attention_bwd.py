@@ -32,8 +32,8 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 
 from autotune import autotuned
-from autotune.backends import mosaic_tpu
-from autotune.hardware import TPU_LANES, gpu_smem_bytes, kernel_platform, tpu_vmem_budget
+from autotune.backends import kernel_platform, mosaic_tpu
+from autotune.hardware import TPU_LANES, gpu_smem_bytes
 from autotune.kernels.flash_attention import (
     MASK_VALUE,
     check_shapes,
@@ -75,7 +75,7 @@ def _fits(config: dict, sig, tpu_vmem, streamed: str) -> bool:
     bq, bk, _, _, dp = layout(sig.shapes[:2], config, sig.platform)
     itemsize = jnp.dtype(sig.dtypes[0]).itemsize
     if sig.platform == "tpu":
-        return tpu_vmem(bq, bk, dp, itemsize) <= tpu_vmem_budget(sig.device_kind)
+        return tpu_vmem(bq, bk, dp, itemsize) <= mosaic_tpu.vmem_budget(sig.device_kind)
     if sig.platform == "gpu":
         resident, step = (bq, bk) if streamed == "k" else (bk, bq)
         stages = config.get("num_stages", 2)

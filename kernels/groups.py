@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import importlib.util
 import math
-import re
 
 import jax
 import jax.numpy as jnp
 
+from autotune.backends import mosaic_gpu
 from autotune.device import DeviceInfo
 from autotune.kernels.flash_attention import flash_attention
 from autotune.kernels.matmul import matmul, matmul_reference
@@ -33,18 +33,10 @@ MGPU_ATTENTION_BLOCK_KV = 128
 MGPU_ATTENTION_STEPS = 2
 
 
-# Hopper GPUs by the device kind jax reports (a device worker's device is known by its kind)
-HOPPER = re.compile(r"\bG?H(100|200|800|20)\b")
-
-
 def needs_hopper(device: DeviceInfo) -> str | None:
     """Why a Mosaic GPU kernel cannot run on `device`, or None: it needs a Hopper GPU
-    (warpgroup MMA and TMA)."""
-    if device.platform != "gpu":
-        return f"a Mosaic GPU kernel needs a Hopper GPU; this call runs on {device.platform}"
-    if not HOPPER.search(device.device_kind):
-        return f"a Mosaic GPU kernel needs a Hopper GPU (H100, H200, H800, GH200), not {device.device_kind}"
-    return None
+    (a device worker's device is known by its kind)."""
+    return mosaic_gpu.why_not(device.platform, device.device_kind)
 
 
 def needs_hopper_and_absl(device: DeviceInfo) -> str | None:

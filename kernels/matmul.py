@@ -25,16 +25,8 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 
 from autotune import autotuned
-from autotune.backends import mosaic_tpu, triton
-from autotune.hardware import (
-    clamp_block,
-    gpu_registers_ok,
-    gpu_smem_bytes,
-    is_pow2,
-    kernel_platform,
-    tpu_block_ok,
-    tpu_vmem_budget,
-)
+from autotune.backends import clamp_block, kernel_platform, mosaic_tpu, triton
+from autotune.hardware import gpu_registers_ok, gpu_smem_bytes, is_pow2, tpu_block_ok
 from autotune.kernels.differentiable import differentiable
 
 ACC_DTYPE = jnp.float32
@@ -72,7 +64,7 @@ def fits_platform(config: dict, sig) -> bool:
             tpu_block_ok((bm, bk), (mp, kp))
             and tpu_block_ok((bk, bn), (kp, np_))
             and tpu_block_ok((bm, bn), (mp, np_))
-            and tpu_vmem(bm, bn, bk, itemsize) <= tpu_vmem_budget(sig.device_kind)
+            and tpu_vmem(bm, bn, bk, itemsize) <= mosaic_tpu.vmem_budget(sig.device_kind)
         )
     if sig.platform == "gpu":
         stages = config.get("num_stages", 2)

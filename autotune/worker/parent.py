@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from autotune import backends
 from autotune.compile_pool import AHEAD_PER_WORKER, default_compile_workers
 from autotune.device import DeviceInfo, current_device
 from autotune.errors import KernelError
@@ -135,10 +136,10 @@ class DeviceWorker:
                     stage, deadline = "run", time.monotonic() + self.limits.run_s
                 elif kind is Kind.RESULT:
                     self._prefetched.discard(config_id(config))
-                    if value.status == "runtime_error" and self.device.platform != "cpu":
-                        # a fault on an accelerator (a CUDA error) is sticky: every later
-                        # launch in this process would fail too; the next request starts a
-                        # fresh worker
+                    sticky = backends.of_platform(self.device.platform).sticky_faults
+                    if value.status == "runtime_error" and sticky:
+                        # every later launch in this process would fail too: the next
+                        # request starts a fresh worker
                         self._kill()
                     return value
         except _Died as d:
