@@ -3,12 +3,13 @@ rule that merges it into a database on a key conflict."""
 
 from __future__ import annotations
 
+import functools
 from datetime import datetime, timezone
 from typing import Any
 
-from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from autotune.dbwrite import upsert_entry
 from autotune.errors import DatabaseError, SignatureError
 from autotune.platforms import PLATFORMS
 from autotune.schema import KEY_COLUMNS, Result, encode_config, utcnow
@@ -64,6 +65,11 @@ def _parse_time(text: Any) -> datetime:
     return t if t.tzinfo else t.replace(tzinfo=timezone.utc)
 
 
+def _worse(new: dict[str, Any], prefer: str, row: Result) -> bool:
+    """Whether the stored `row` is to be kept over the entry `new`."""
+    return not _better(new, row, prefer)
+
+
 def _better(new: dict[str, Any], row: Result, prefer: str) -> bool:
     if prefer == "newer":
         if row.tuned_at is None:  # unreadable (tampered): any real date is newer
@@ -76,22 +82,19 @@ def _better(new: dict[str, Any], row: Result, prefer: str) -> bool:
 def merge_entries(s: Session, entries: list[dict[str, Any]], prefer: str) -> dict[str, int]:
     """Add validated entries in session `s`; on a key conflict keep the faster entry
     (prefer="faster") or the more recently tuned one (prefer="newer"). Returns the counts of
-    entries added, replaced and kept."""
+    entries added, replaced and kept. An entry's trials live in the other database: it points
+    at none here."""
     counts = {"added": 0, "replaced": 0, "kept": 0}
     for e in entries:
         key = {k: e[k] for k in KEY_COLUMNS}
-        fields = {k: v for k, v in e.items() if k in Result.__table__.columns}
-        fields["config"] = encode_config(e["config"])
-        fields["tuned_at"] = _parse_time(e.get("tuned_at"))
-        row = s.scalars(select(Result).filter_by(**key)).first()
-        if row is None:
-            s.add(Result(**{**fields, **key}))
-            counts["added"] += 1
-        elif _better(fields, row, prefer):
-            for k, v in fields.items():
-                setattr(row, k, v)
-            row.trial_id = None  # its trials live in the other database
-            counts["replaced"] += 1
-        else:
-            counts["kept"] += 1
+        fields = {
+            k: v for k, v in e.items() if k in Result.__table__.columns and k not in (*key, "id")
+        }
+        fields.update(
+            config=encode_config(e["config"]),
+            tuned_at=_parse_time(e.get("tuned_at")),
+            trial_id=None,
+        )
+        done, _ = upsert_entry(s, key, fields, keep=functools.partial(_worse, fields, prefer))
+        counts[done] += 1
     return counts

@@ -42,10 +42,10 @@ def build(db: Any, kernel: str | None = None) -> list[tuple[dict[str, Any], list
     from autotune.schema import KEY_COLUMNS
 
     sections: list[tuple[dict[str, Any], list[Chart]]] = []
-    entries = db.query(kernel=kernel)
+    entries = [e.as_row() for e in db.query(kernel=kernel)]
     names: set[str] = set()
     for entry in entries:
-        trials = db.trials(**{k: entry[k] for k in KEY_COLUMNS})
+        trials = [t.as_row() for t in db.trials(**{k: entry[k] for k in KEY_COLUMNS})]
         ok = [t for t in trials if t["status"] == "ok" and t["time_s"] is not None]
         name, what = _entry_name(entry, names), f"{entry['kernel']} {entry['signature']}"
         # an entry merged or imported without its trials has no history to chart

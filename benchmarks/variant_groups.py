@@ -38,7 +38,7 @@ def main() -> int:
 
     import jax
 
-    from autotune.tuner import tune
+    from autotune.tuning import tune
 
     on_cpu = jax.default_backend() == "cpu"
     dtype = args.dtype or ("float32" if on_cpu else "bfloat16")

@@ -23,7 +23,7 @@ import pytest
 from toy_kernels import make_input, scale
 
 import autotune
-import autotune.runtime
+import autotune.runtime_state
 from autotune import TuningDB
 from autotune.cli import main
 from autotune.device import current_device
@@ -75,7 +75,7 @@ def calls_survive(path, caplog):
         for rows in (64, 64, 32):
             x = make_input(rows=rows)
             np.testing.assert_allclose(scale(x), x * 2)
-        autotune.runtime.clear_memo()
+        autotune.runtime_state.clear_memo()
         x = make_input(rows=64)
         np.testing.assert_allclose(scale(x), x * 2)
     return [r.getMessage() for r in caplog.records if r.name == "autotune.runtime"]

@@ -38,9 +38,9 @@ def test_a_tuned_group_of_matmul_and_xla_serves_xla_on_a_cpu(db_url, tmp_path):
     got = group.explain(x, y)
     assert (got["variant"], got["config"], got["source"]) == ("dot", {}, "db")
     with TuningDB(db_url) as db:
-        entries = {r["kernel"]: r for r in db.query()}
-    assert entries["matmul_or_dot"]["config"] == {"variant": "dot"}
-    assert entries["matmul"]["config"] == result.members["matmul"].best_config  # beside it
+        entries = {r.key.kernel: r for r in db.query()}
+    assert entries["matmul_or_dot"].config == {"variant": "dot"}
+    assert entries["matmul"].config == result.members["matmul"].best_config  # beside it
     assert check_database(db_url)[0] == []  # the group's entry is one db check trusts
 
     want = np.asarray(x) @ np.asarray(y)
