@@ -74,5 +74,6 @@ def tune_task(
     the rest as in `tune`. It is measured on the device its worker owns."""
     bound = task if isinstance(task, BoundTask) else bind(task, current_device())
     settings = bound.task.settings(settings or TuneSettings())
-    tuner = tune_group if isinstance(bound.kernel, VariantGroup) else tune_kernel
-    return tuner(bound, settings, db=db, store=store, progress=progress, worker=worker)
+    if isinstance(bound.kernel, VariantGroup):
+        return tune_group(bound, settings, db=db, store=store, progress=progress, worker=worker)
+    return tune_kernel(bound, settings, db=db, store=store, progress=progress, worker=worker)

@@ -78,7 +78,7 @@ def bmm(
         out = mm.tpu_call(xp, yp, bm, bn, bk, precision)
         return out[:, :m, :n] if (mp, np_) != (m, n) else out
     out = pl.pallas_call(
-        functools.partial(mm._kernel, block_k=bk, n_k=kp // bk, precision=precision),
+        functools.partial(mm.tile_kernel, block_k=bk, n_k=kp // bk, precision=precision),
         out_shape=jax.ShapeDtypeStruct((b, mp, np_), x.dtype),
         grid=(b, mp // bm, np_ // bn),
         in_specs=[

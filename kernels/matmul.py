@@ -138,7 +138,10 @@ def tpu_call(x: jax.Array, y: jax.Array, bm: int, bn: int, bk: int, precision: s
     )(x, y)
 
 
-def _kernel(x_ref, y_ref, o_ref, *, block_k: int, n_k: int, precision: str):
+def tile_kernel(x_ref, y_ref, o_ref, *, block_k: int, n_k: int, precision: str):
+    """The GPU (and interpret-mode) body: one output tile, the row block of x times the
+    column block of y, K walked in `n_k` steps of `block_k`; bmm runs it per batch entry."""
+
     def step(i, acc):
         x = x_ref[:, pl.ds(i * block_k, block_k)]
         y = y_ref[pl.ds(i * block_k, block_k), :]
@@ -204,7 +207,7 @@ def matmul(
             return i, j
 
     out = pl.pallas_call(
-        functools.partial(_kernel, block_k=bk, n_k=kp // bk, precision=precision),
+        functools.partial(tile_kernel, block_k=bk, n_k=kp // bk, precision=precision),
         out_shape=jax.ShapeDtypeStruct((mp, np_), x.dtype),
         grid=grid,
         in_specs=[
