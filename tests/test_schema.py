@@ -16,7 +16,7 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import inspect
 
-from autotune import db as dbmod
+from autotune import dbopen as dbmod
 from autotune import migrations, schema
 from autotune.db import TuningDB
 from autotune.errors import DatabaseError
