@@ -44,7 +44,7 @@ def tuned(db_url):
 
 
 def test_importances_rank_the_parameter_that_matters_first(tuned):
-    trials = [t for t in TuningDB(tuned).trials() if t.status == "ok"]
+    trials = [t.as_row() for t in TuningDB(tuned).trials() if t.status == "ok"]
     imp = param_importances(trials)
     assert list(imp) == ["block_m", "block_k"] and imp["block_m"] > 0.9
     assert sum(imp.values()) == pytest.approx(1.0)
