@@ -1,0 +1,429 @@
+"""The report's charts, drawn as SVG here (no plotting library): axes with ticks and units, the
+trial history with every status marked apart, parameter importances, the time over the two
+most important parameters, the speedup per shape, and the speedup per kernel and device kind.
+Each Chart keeps the data it was drawn from, so that autotune.report.png draws it again."""
+
+from __future__ import annotations
+
+import html
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from autotune.report.entries import (
+    DUPLICATE,
+    MEASURED,
+    REJECTED,
+    STATUS_GROUPS,
+    status_group,
+)
+
+W, H = 520, 300  # a chart's default size in px: two side by side fit a laptop's screen
+WIDE = 1040  # the widest a chart grows for its labels: the page's width
+LABEL_CHAR_PX = 6.5  # the width of a character of an 11 px sans-serif label, near enough
+GRID, INK, MUTED, BEST_COLOUR = "#e3e3e3", "#222", "#666", "#c44e52"
+VIRIDIS = ("#440154", "#3b528b", "#21918c", "#5ec962", "#fde725")
+
+
+@dataclass
+class Chart:
+    """One chart: its SVG, and the data to draw it again as a PNG."""
+
+    name: str  # file stem
+    title: str
+    svg: str
+    kind: str  # history | importance | heatmap | speedup | devices
+    data: dict[str, Any]
+    size: tuple[float, float] = (W, H)  # px
+
+
+# ------------------------------------------------------------------ scales and ticks
+
+
+def nice_ticks(lo: float, hi: float, n: int = 5, integer: bool = False) -> list[float]:
+    """Round tick values (steps of 1, 2, 2.5 or 5 times a power of ten) covering [lo, hi]."""
+    if hi <= lo:
+        lo, hi = lo - (abs(lo) or 1.0) / 2, hi + (abs(hi) or 1.0) / 2
+    raw = (hi - lo) / n
+    mag = 10 ** math.floor(math.log10(raw))
+    steps = (1, 2, 5, 10) if integer else (1, 2, 2.5, 5, 10)
+    step = next(m * mag for m in steps if m * mag >= raw * (1 - 1e-9))
+    if integer:
+        step = max(step, 1)
+    first, last = math.floor(lo / step + 1e-9), math.ceil(hi / step - 1e-9)
+    return [round(i * step, 12) for i in range(first, last + 1)]
+
+
+def log_ticks(lo: float, hi: float) -> list[float]:
+    """1, 2, 5 times powers of ten covering [lo, hi] (lo > 0), thinned to powers of ten when
+    there would be more than eight."""
+    ticks = [
+        m * 10.0**e
+        for e in range(math.floor(math.log10(lo)), math.ceil(math.log10(hi)) + 1)
+        for m in (1, 2, 5)
+    ]
+    first = max(t for t in ticks if t <= lo * (1 + 1e-9))
+    last = min(t for t in ticks if t >= hi * (1 - 1e-9))
+    ticks = [t for t in ticks if first <= t <= last]
+    if len(ticks) > 8:
+        ticks = [t for t in ticks if math.log10(t) == round(math.log10(t))] or ticks
+    return ticks
+
+
+class Scale:
+    """Data values to pixels along one axis (linear, or log10 where the data span more than
+    `LOG_SPAN` times and are not counts), over the span of its ticks."""
+
+    LOG_SPAN = 10.0
+
+    def __init__(self, lo: float, hi: float, a: float, b: float, integer: bool = False) -> None:
+        self.log = not integer and lo > 0 and hi / lo > self.LOG_SPAN
+        self.ticks = log_ticks(lo, hi) if self.log else nice_ticks(lo, hi, integer=integer)
+        self.a, self.b = a, b
+        self.lo, self.hi = (self._t(self.ticks[0]), self._t(self.ticks[-1]))
+
+    def _t(self, v: float) -> float:
+        return math.log10(v) if self.log else v
+
+    def __call__(self, v: float) -> float:
+        return self.a + (self.b - self.a) * (self._t(v) - self.lo) / ((self.hi - self.lo) or 1.0)
+
+
+def time_unit(seconds: float) -> tuple[float, str]:
+    """The unit to show times of this size in: (factor from seconds, name)."""
+    for factor, name in ((1.0, "s"), (1e3, "ms"), (1e6, "µs")):
+        if seconds * factor >= 1:
+            return factor, name
+    return 1e9, "ns"
+
+
+def number(v: float) -> str:
+    return f"{v:.3g}" if abs(v) < 1e4 else f"{v:,.0f}"
+
+
+# ------------------------------------------------------------------ SVG pieces
+
+
+def svg(body: list[str], title: str, w: float = W, h: float = H) -> str:
+    return (
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{w:.0f}" height="{h:.0f}" '
+        f'viewBox="0 0 {w:.0f} {h:.0f}" font-family="sans-serif" font-size="11" fill="{INK}">'
+        f'<title>{html.escape(title)}</title><rect width="{w:.0f}" height="{h:.0f}" fill="white"/>'
+        + "".join(body)
+        + "</svg>"
+    )
+
+
+def text(x: float, y: float, s: Any, anchor: str = "middle", extra: str = "") -> str:
+    extra = f" {extra}" if extra else ""
+    return (
+        f'<text x="{x:.1f}" y="{y:.1f}" text-anchor="{anchor}"{extra}>{html.escape(str(s))}</text>'
+    )
+
+
+def line(x1: float, y1: float, x2: float, y2: float, stroke: str = INK, extra: str = "") -> str:
+    extra = f" {extra}" if extra else ""
+    return (
+        f'<line x1="{x1:.1f}" y1="{y1:.1f}" x2="{x2:.1f}" y2="{y2:.1f}" stroke="{stroke}"{extra}/>'
+    )
+
+
+def fit(label: str, px: float) -> str:
+    """The label, cut short with an ellipsis where it is wider than `px`."""
+    n = max(int(px / LABEL_CHAR_PX), 2)
+    return label if len(label) <= n else label[: n - 1] + "\u2026"
+
+
+def label_width(labels: Sequence[str], most: float) -> float:
+    """The width the longest label needs (at most `most`)."""
+    return min(max((len(s) for s in labels), default=0) * LABEL_CHAR_PX + 10, most)
+
+
+def x_axis(scale: Scale, y: float, top: float, label: str, fmt: Callable = number) -> list[str]:
+    out = [line(scale.a, y, scale.b, y)]
+    for t in scale.ticks:
+        x = scale(t)
+        out += [line(x, top, x, y, GRID), line(x, y, x, y + 4), text(x, y + 15, fmt(t))]
+    out.append(text((scale.a + scale.b) / 2, y + 31, label, extra=f'fill="{MUTED}"'))
+    return out
+
+
+def y_axis(scale: Scale, x: float, right: float, label: str) -> list[str]:
+    out = [line(x, scale.a, x, scale.b)]
+    for t in scale.ticks:
+        y = scale(t)
+        out += [
+            line(x, y, right, y, GRID),
+            line(x - 4, y, x, y),
+            text(x - 6, y + 4, number(t), "end"),
+        ]
+    middle = (scale.a + scale.b) / 2
+    out.append(
+        text(13, middle, label, extra=f'fill="{MUTED}" transform="rotate(-90 13 {middle:.1f})"')
+    )
+    return out
+
+
+BEST = "best so far"
+
+
+def marker(group: str, x: float, y: float) -> str:
+    if group == BEST:
+        return line(x - 5, y, x + 5, y, BEST_COLOUR, 'stroke-width="1.5"')
+    if group == MEASURED:
+        return f'<circle cx="{x:.1f}" cy="{y:.1f}" r="3" fill="#4878cf"/>'
+    if group == DUPLICATE:
+        return f'<circle cx="{x:.1f}" cy="{y:.1f}" r="3.5" fill="none" stroke="#888"/>'
+    if group == REJECTED:
+        d = f"M{x - 3:.1f},{y - 3:.1f}l6,6m0,-6l-6,6"
+        return f'<path d="{d}" stroke="#d62728" stroke-width="2"/>'
+    return f'<path d="M{x:.1f},{y - 4:.1f}l4,7h-8z" fill="#ff7f0e"/>'
+
+
+def ramp(t: float, stops: Sequence[str] = VIRIDIS) -> str:
+    """The colour at t (0..1) along the stops."""
+    t = min(max(t, 0.0), 1.0) * (len(stops) - 1)
+    i = min(int(t), len(stops) - 2)
+    a, b = (tuple(int(s[k : k + 2], 16) for k in (1, 3, 5)) for s in stops[i : i + 2])
+    return "#" + "".join(f"{round(p + (q - p) * (t - i)):02x}" for p, q in zip(a, b))
+
+
+def ink_on(colour: str) -> str:
+    """Black or white text, whichever reads on this background."""
+    r, g, b = (int(colour[k : k + 2], 16) for k in (1, 3, 5))
+    return INK if 0.299 * r + 0.587 * g + 0.114 * b > 140 else "white"
+
+
+# ------------------------------------------------------------------ the charts
+
+
+def history_chart(
+    name: str, trials: Sequence[dict[str, Any]], default_s: float | None, what: str
+) -> Chart:
+    """Every trial in order: measured ones at their time, duplicates as rings (at the time of
+    the program they repeat), rejected and failed ones in a band above; the best so far as a
+    line and the default configuration's time as a dashed one."""
+    by_id = {t["id"]: t for t in trials}
+    points = []
+    for i, t in enumerate(trials, 1):
+        group, time_s = status_group(t["status"]), t["time_s"]
+        if group == DUPLICATE and time_s is None:
+            time_s = by_id.get(t.get("duplicate_of"), {}).get("time_s")
+        points.append((i, group, time_s if group in (MEASURED, DUPLICATE) else None))
+    timed = [s for _, _, s in points if s is not None] + ([default_s] if default_s else [])
+    factor, unit = time_unit(max(timed, default=1.0))
+    title = f"{what}: time per trial in trial order, {unit}"
+    left, right, top, bottom = 58, W - 14, 52, H - 42
+    xs = Scale(1, max(len(points), 2), left + 8, right - 8, integer=True)
+    body = x_axis(xs, bottom, top, "trial")
+    ys = None
+    if timed:
+        ys = Scale(min(timed) * factor, max(timed) * factor, bottom, top)
+        body += y_axis(ys, left, right, f"time ({unit}){', log scale' if ys.log else ''}")
+        if default_s:
+            y = ys(default_s * factor)
+            body += [
+                line(left, y, right, y, "#999", 'stroke-dasharray="5 3"'),
+                text(right - 2, y - 4, "default", "end", f'fill="{MUTED}"'),
+            ]
+        best, steps = math.inf, []
+        for i, group, s in points:
+            if group == MEASURED and s is not None and s < best:
+                if steps:
+                    steps.append(f"{xs(i):.1f},{ys(best * factor):.1f}")
+                best = s
+                steps.append(f"{xs(i):.1f},{ys(s * factor):.1f}")
+        if steps:
+            steps.append(f"{xs(len(points)):.1f},{ys(best * factor):.1f}")
+            body.append(
+                f'<polyline points="{" ".join(steps)}" fill="none" stroke="{BEST_COLOUR}" stroke-width="1.5"/>'
+            )
+    band = top - 14
+    if any(s is None for _, _, s in points) or ys is None:
+        body.append(text(left - 6, band + 4, "not timed", "end", f'fill="{MUTED}"'))
+    for i, group, s in points:
+        y = band if s is None or ys is None else ys(s * factor)
+        body.append(marker(group, xs(i), y))
+    shown = [g for g in STATUS_GROUPS if any(p[1] == g for p in points)]
+    body += legend([*shown, BEST] if ys is not None else shown, left, 14)
+    data = {"points": points, "unit": unit, "factor": factor, "default_s": default_s}
+    return Chart(name, title, svg(body, title), "history", data)
+
+
+def legend(items: Sequence[str], x: float, y: float) -> list[str]:
+    """The markers' names in a row from (x, y): measured, duplicate (of a program already
+    measured: not measured again), rejected (a wrong result), failed (did not compile, run or
+    finish), best so far."""
+    out = []
+    for item in items:
+        out += [marker(item, x + 4, y - 4), text(x + 12, y, item, "start")]
+        x += 26 + len(item) * LABEL_CHAR_PX
+    return out
+
+
+def importance_chart(name: str, importances: dict[str, float], what: str) -> Chart:
+    title = f"{what}: parameter importances, share of the variance of log time explained"
+    h = 84 + 26 * len(importances)
+    left = 20 + label_width(list(importances), W / 3)
+    xs = Scale(0, 1, left, W - 46)
+    body = x_axis(xs, h - 42, 10, "share of log-time variance explained", lambda t: f"{t:.0%}")
+    for i, (param, value) in enumerate(importances.items()):
+        y = 14 + 26 * i
+        body += [
+            f'<rect x="{left:.1f}" y="{y}" width="{xs(value) - left:.1f}" height="18" fill="#6acc65"/>',
+            text(left - 6, y + 13, fit(param, left - 10), "end"),
+            text(xs(value) + 4, y + 13, f"{value:.0%}", "start"),
+        ]
+    return Chart(
+        name, title, svg(body, title, h=h), "importance", {"importances": importances}, (W, h)
+    )
+
+
+def heatmap_chart(name: str, trials: Sequence[dict[str, Any]], a: str, b: str, what: str) -> Chart:
+    """The best measured time of each pair of values of `a` and `b`, fastest brightest."""
+    xs = sorted({t["config"][a] for t in trials}, key=_order)
+    ys = sorted({t["config"][b] for t in trials}, key=_order)
+    cells: dict[tuple, float] = {}
+    for t in trials:
+        k = (t["config"][a], t["config"][b])
+        cells[k] = min(cells.get(k, math.inf), t["time_s"])
+    factor, unit = time_unit(max(cells.values()))
+    cells = {k: v * factor for k, v in cells.items()}
+    title = f"{what}: best time over {a} x {b}, {unit} (blank: not measured)"
+    lo, hi = min(cells.values()), max(cells.values())
+    shade = Scale(lo, hi, 1.0, 0.0) if hi > lo else None  # 1: the fastest
+    left = 30 + label_width([str(y) for y in ys], W / 4)
+    right, top, bottom = W - 86, 12, H - 42
+    cw, ch = (right - left) / len(xs), (bottom - top) / len(ys)
+    body = []
+    best = min(cells, key=cells.__getitem__)
+    for i, x in enumerate(xs):
+        body.append(text(left + (i + 0.5) * cw, bottom + 15, fit(str(x), cw)))
+        for j, y in enumerate(ys):
+            v = cells.get((x, y))
+            if v is None:
+                continue
+            colour = ramp(shade(v) if shade else 1.0)
+            edge = 'stroke="black" stroke-width="2"' if (x, y) == best else 'stroke="white"'
+            top_j = bottom - (j + 1) * ch
+            body.append(
+                f'<rect x="{left + i * cw:.1f}" y="{top_j:.1f}" width="{cw:.1f}" '
+                f'height="{ch:.1f}" fill="{colour}" {edge}/>'
+            )
+            if cw >= 34 and ch >= 14:
+                body.append(
+                    text(
+                        left + (i + 0.5) * cw,
+                        top_j + ch / 2 + 4,
+                        number(v),
+                        extra=f'fill="{ink_on(colour)}"',
+                    )
+                )
+    body += [
+        text(left - 6, bottom - (j + 0.5) * ch + 4, fit(str(y), left - 30), "end")
+        for j, y in enumerate(ys)
+    ]
+    body.append(text((left + right) / 2, bottom + 31, a, extra=f'fill="{MUTED}"'))
+    middle = (top + bottom) / 2
+    body.append(
+        text(13, middle, b, extra=f'fill="{MUTED}" transform="rotate(-90 13 {middle:.1f})"')
+    )
+    body += colour_bar(
+        Scale(lo, hi, bottom, top) if hi > lo else None, right + 18, top, bottom, unit
+    )
+    data = {"a": a, "b": b, "xs": xs, "ys": ys, "cells": cells, "unit": unit}
+    return Chart(name, title, svg(body, title), "heatmap", data)
+
+
+def colour_bar(scale: Scale | None, x: float, top: float, bottom: float, unit: str) -> list[str]:
+    """The heat map's legend: fastest (brightest) at the bottom, with the scale's ticks."""
+    n = 24
+    out = [
+        f'<rect x="{x}" y="{bottom - (k + 1) * (bottom - top) / n:.1f}" width="12" '
+        f'height="{(bottom - top) / n + 0.5:.1f}" fill="{ramp(1 - k / (n - 1))}"/>'
+        for k in range(n)
+    ]
+    if scale is not None:
+        for t in scale.ticks:
+            y = scale(t)
+            out += [line(x + 12, y, x + 16, y), text(x + 18, y + 4, number(t), "start")]
+    out.append(text(x + 6, top - 2 if top > 12 else bottom + 15, unit))
+    return out
+
+
+def speedup_chart(name: str, rows: Sequence[tuple[str, float]], kernel: str) -> Chart:
+    """Per shape (and device kind) of one kernel: the speedup over its default configuration."""
+    title = f"{kernel}: speedup over the default configuration per shape"
+    labels, values = [r[0] for r in rows], [r[1] for r in rows]
+    h = 76 + 22 * len(rows)
+    left = label_width(labels, WIDE - 330) + 6  # long labels widen the chart, up to WIDE
+    w = max(W, left + 330)
+    xs = Scale(0, max(max(values), 1.0), left, w - 50)
+    body = x_axis(
+        xs, h - 42, 8, "speedup over the default configuration (x)", lambda t: f"{number(t)}x"
+    )
+    for i, (label, value) in enumerate(rows):
+        y = 12 + 22 * i
+        body += [
+            f'<rect x="{left:.1f}" y="{y}" width="{xs(value) - left:.1f}" height="15" fill="#b47cc7"/>',
+            text(left - 6, y + 12, fit(label, left - 10), "end"),
+            text(xs(value) + 4, y + 12, f"{value:.2f}x", "start"),
+        ]
+    body.append(line(xs(1.0), 4, xs(1.0), h - 42, "#555", 'stroke-dasharray="4"'))
+    data = {"labels": labels, "values": values}
+    return Chart(name, title, svg(body, title, w, h), "speedup", data, (w, h))
+
+
+def devices_chart(name: str, cells: dict[str, dict[str, float]]) -> Chart:
+    """Kernels (rows) x device kinds (columns): the geometric mean speedup of a kernel's
+    entries there, green above 1x, red below."""
+    title = "speedup over the default configuration per kernel and device kind (geometric mean over shapes)"
+    kernels = list(cells)
+    devices = sorted({d for by_device in cells.values() for d in by_device})
+    left = 16 + label_width(kernels, W / 3)
+    w = min(max(W, left + 14 + 110 * len(devices)), WIDE)  # a column fits a device's name
+    cw, ch, top = (w - 14 - left) / len(devices), 26, 44
+    h = top + ch * len(kernels) + 14
+    body = []
+    for i, d in enumerate(devices):
+        words = _two_lines(d, cw)
+        body += [text(left + (i + 0.5) * cw, top - 26 + 13 * k, w) for k, w in enumerate(words)]
+    for j, kernel in enumerate(kernels):
+        y = top + j * ch
+        body.append(text(left - 6, y + ch / 2 + 4, fit(kernel, left - 16), "end"))
+        for i, d in enumerate(devices):
+            v = cells[kernel].get(d)
+            colour = "#f3f3f3" if v is None else _speedup_colour(v)
+            body.append(
+                f'<rect x="{left + i * cw:.1f}" y="{y}" width="{cw:.1f}" height="{ch}" fill="{colour}" stroke="white"/>'
+            )
+            body.append(
+                text(
+                    left + (i + 0.5) * cw,
+                    y + ch / 2 + 4,
+                    "not tuned" if v is None else f"{v:.2f}x",
+                    extra=f'fill="{MUTED if v is None else ink_on(colour)}"',
+                )
+            )
+    data = {"kernels": kernels, "devices": devices, "cells": cells}
+    return Chart(name, title, svg(body, title, w, h), "devices", data, (w, h))
+
+
+def _speedup_colour(v: float) -> str:
+    t = max(min(math.log(v) / math.log(4), 1.0), -1.0)  # 4x (or 1/4) and beyond: full colour
+    return ramp(t, ("#ffffff", "#1a9850")) if t >= 0 else ramp(-t, ("#ffffff", "#d73027"))
+
+
+def _two_lines(label: str, px: float) -> list[str]:
+    """A column label on up to two lines of `px`, broken at a space where it can be."""
+    n = max(int(px / LABEL_CHAR_PX), 2)
+    if len(label) <= n:
+        return [label]
+    cut = label.rfind(" ", 0, n + 1)
+    first, rest = (label[:cut], label[cut + 1 :]) if cut > 0 else (label[:n], label[n:])
+    return [first, fit(rest, px)]
+
+
+def _order(v: Any) -> tuple:
+    return (0, v, "") if isinstance(v, (int, float)) else (1, 0, str(v))
