@@ -1,11 +1,11 @@
 """An example report from a real tuning run on this host, and a picture of it.
 
-    python benchmarks/report_example.py --out report-example [--trials 12]
+    python benchmarks/report_example.py --out report-example [--trials 12] [--db FILE]
                                         [--screenshot docs/report.png]
 
 Tunes a small training step (train_step.py's attention and MLP block at small sizes, forward
 and backward: every call `autotune.calls_in` finds) with `--trials` per call into a throw-away
-database, writes `autotune report --program report_example:example` of it into --out, and
+database (or into --db, kept: a call tuned there already is skipped), writes `autotune report --program report_example:example` of it into --out, and
 where Chromium is installed opens the page in it (headless, nothing loaded from the network),
 takes a screenshot and checks that it is not blank. It prints a table: each call's source,
 default and tuned time; then the step's sums and how long tuning, writing the report and the
@@ -93,6 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", required=True, help="the report's directory")
     p.add_argument("--trials", type=int, default=12, help="per call")
     p.add_argument("--screenshot", type=Path, help="keep the picture here (PNG, reduced colours)")
+    p.add_argument("--db", help="tune into this SQLite file and keep it (default: throw-away)")
     args = p.parse_args(argv)
 
     import autotune
@@ -100,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
 
     fn, call_args = example()
     with tempfile.TemporaryDirectory() as tmp:
-        url = os.path.join(tmp, "tuning.db")
+        url = args.db or os.path.join(tmp, "tuning.db")
         autotune.configure(db=url)
         t0 = time.perf_counter()
         outcomes = autotune.tune_program(fn, call_args, db=url, n_trials=args.trials, seed=0)

@@ -166,15 +166,24 @@ def test_the_history_marks_each_status_apart_on_axes_with_ticks_and_units(fleet)
     root = ET.fromstring(history.svg)
     texts = [t.text for t in root.iter(f"{SVG}text")]
     assert "time (µs)" in texts and "trial" in texts and "not timed" in texts
-    assert {"measured", "duplicate", "rejected", "failed", "best so far"} <= set(texts)
+    assert {"measured", "duplicate", "rejected", "failed", "fastest so far", "stored"} <= set(texts)
     assert {"5", "10"} <= set(texts)  # the trial axis's ticks
     circles = list(root.iter(f"{SVG}circle"))
     measured = [c for c in circles if c.get("fill") == "#4878cf"]
-    rings = [c for c in circles if c.get("fill") == "none"]
-    assert len(measured) == 9 + 1 and len(rings) == 1 + 1  # each trial, and one in the legend
-    # the duplicate sits at the time of the trial it repeats
-    first = measured[0] if measured[0].get("cx") != rings[0].get("cx") else measured[1]
-    assert rings[-1].get("cy") == first.get("cy") or rings[0].get("cy") == first.get("cy")
+    rings = [c for c in circles if c.get("stroke") == "#888"]
+    stored = [c for c in circles if c.get("stroke") == "#222"]
+    assert len(measured) == 9 + 1 and len(rings) == len(stored) == 1 + 1  # and in the legend
+    # the duplicate sits at the time of the trial it repeats (the first); the stored one circled
+    assert rings[0].get("cy") == measured[0].get("cy")
+    best = min(range(9), key=lambda i: time_of(GRID[i]))
+    assert (stored[0].get("cx"), stored[0].get("cy")) == (
+        measured[best].get("cx"),
+        measured[best].get("cy"),
+    )
+    for t in root.iter(f"{SVG}text"):  # every label inside the chart
+        x, n = float(t.get("x")), len(t.text) * report.charts.LABEL_CHAR_PX
+        start = {"start": x, "middle": x - n / 2, "end": x - n}[t.get("text-anchor")]
+        assert start >= 0 and start + n <= report.charts.W or "rotate" in t.get("transform", "")
     assert history.data["points"][-1] == (12, "duplicate", time_of(GRID[0]))
     assert [p[1] for p in history.data["points"][9:11]] == ["rejected", "failed"]
     assert importance.kind == "importance" and heatmap.kind == "heatmap"
@@ -367,3 +376,15 @@ def test_the_cli_refuses_a_program_that_cannot_be_loaded(db_url, tmp_path, capsy
     err = capsys.readouterr().err
     assert rc == 2 and len(err.strip().splitlines()) == 1, err
     assert "has no function 'nothing'" in err
+
+
+def test_the_readme_shows_a_small_picture_of_a_report():
+    root = Path(__file__).resolve().parent.parent
+    assert (
+        "![The report of a training step tuned on a CPU](docs/report.png)"
+        in (root / "README.md").read_text()
+    )
+    picture = root / "docs" / "report.png"
+    assert picture.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert picture.stat().st_size < 200_000
+    assert report_example.blank(picture) is None

@@ -72,14 +72,14 @@ def build(db: Any, kernel: str | None = None, program: Any = None) -> Page:
         views = [v for v in views if v.entry["id"] in served]
         title = f"pallas-autotune report: {name}"
     speedups = []
-    for name in sorted({v.entry["kernel"] for v in views}):
+    for kernel_name in sorted({v.entry["kernel"] for v in views}):
         rows = [
             (f"{v.entry['signature']} {v.entry['device_kind']}", v.entry["speedup"])
             for v in views
-            if v.entry["kernel"] == name and v.entry["speedup"]
+            if v.entry["kernel"] == kernel_name and v.entry["speedup"]
         ]
         if rows:
-            speedups.append(speedup_chart(f"{slug(name)}_speedup", rows, name))
+            speedups.append(speedup_chart(f"{slug(kernel_name)}_speedup", rows, kernel_name))
     cells = speedup_by_kernel_and_device(views)
     several = len({d for by_device in cells.values() for d in by_device}) > 1
     return Page(
@@ -101,7 +101,7 @@ def entry_charts(v: EntryView) -> list[Chart]:
     what = f"{v.entry['kernel']} {v.entry['signature']}"
     if not v.trials:
         return []
-    charts = [history_chart(f"{v.anchor}_history", v.trials, v.entry["default_time_s"], what)]
+    charts = [history_chart(f"{v.anchor}_history", v.trials, v.entry, what)]
     measured = [t for t in v.trials if t["status"] == "ok" and (t["time_s"] or 0) > 0]
     if len(measured) < MIN_LANDSCAPE_TRIALS:
         return charts
@@ -110,7 +110,7 @@ def entry_charts(v: EntryView) -> list[Chart]:
         charts.append(importance_chart(f"{v.anchor}_importance", importances, what))
     if len(importances) >= 2:
         a, b = list(importances)[:2]
-        charts.append(heatmap_chart(f"{v.anchor}_heatmap", measured, a, b, what))
+        charts.append(heatmap_chart(f"{v.anchor}_heatmap", measured, a, b, v.entry["config"], what))
     return charts
 
 

@@ -165,12 +165,14 @@ def y_axis(scale: Scale, x: float, right: float, label: str) -> list[str]:
     return out
 
 
-BEST = "best so far"
+BEST, CHOSEN = "fastest so far", "stored"
 
 
 def marker(group: str, x: float, y: float) -> str:
     if group == BEST:
         return line(x - 5, y, x + 5, y, BEST_COLOUR, 'stroke-width="1.5"')
+    if group == CHOSEN:
+        return f'<circle cx="{x:.1f}" cy="{y:.1f}" r="6.5" fill="none" stroke="{INK}" stroke-width="1.5"/>'
     if group == MEASURED:
         return f'<circle cx="{x:.1f}" cy="{y:.1f}" r="3" fill="#4878cf"/>'
     if group == DUPLICATE:
@@ -199,12 +201,16 @@ def ink_on(colour: str) -> str:
 
 
 def history_chart(
-    name: str, trials: Sequence[dict[str, Any]], default_s: float | None, what: str
+    name: str, trials: Sequence[dict[str, Any]], entry: dict[str, Any], what: str
 ) -> Chart:
     """Every trial in order: measured ones at their time, duplicates as rings (at the time of
-    the program they repeat), rejected and failed ones in a band above; the best so far as a
-    line and the default configuration's time as a dashed one."""
+    the program they repeat), rejected and failed ones in a band above; the fastest first
+    measurement so far as a line, the default configuration's time as a dashed one, and the
+    trial whose configuration the entry stores circled (the finalists' re-measurement may
+    choose another than the fastest first measurement)."""
     by_id = {t["id"]: t for t in trials}
+    default_s = entry.get("default_time_s")
+    chosen = next((i for i, t in enumerate(trials, 1) if t["id"] == entry.get("trial_id")), None)
     points = []
     for i, t in enumerate(trials, 1):
         group, time_s = status_group(t["status"]), t["time_s"]
@@ -214,7 +220,7 @@ def history_chart(
     timed = [s for _, _, s in points if s is not None] + ([default_s] if default_s else [])
     factor, unit = time_unit(max(timed, default=1.0))
     title = f"{what}: time per trial in trial order, {unit}"
-    left, right, top, bottom = 58, W - 14, 52, H - 42
+    left, right, top, bottom = 66, W - 14, 52, H - 42
     xs = Scale(1, max(len(points), 2), left + 8, right - 8, integer=True)
     body = x_axis(xs, bottom, top, "trial")
     ys = None
@@ -245,9 +251,13 @@ def history_chart(
     for i, group, s in points:
         y = band if s is None or ys is None else ys(s * factor)
         body.append(marker(group, xs(i), y))
+        if i == chosen:
+            body.append(marker(CHOSEN, xs(i), y))
     shown = [g for g in STATUS_GROUPS if any(p[1] == g for p in points)]
-    body += legend([*shown, BEST] if ys is not None else shown, left, 14)
-    data = {"points": points, "unit": unit, "factor": factor, "default_s": default_s}
+    extra = [BEST] if ys is not None else []
+    body += legend([*shown, *extra, *([CHOSEN] if chosen else [])], 16, 14)
+    data = {"points": points, "unit": unit, "factor": factor, "default_s": default_s,
+            "chosen": chosen}  # fmt: skip
     return Chart(name, title, svg(body, title), "history", data)
 
 
@@ -258,7 +268,7 @@ def legend(items: Sequence[str], x: float, y: float) -> list[str]:
     out = []
     for item in items:
         out += [marker(item, x + 4, y - 4), text(x + 12, y, item, "start")]
-        x += 26 + len(item) * LABEL_CHAR_PX
+        x += 20 + len(item) * LABEL_CHAR_PX
     return out
 
 
@@ -280,8 +290,11 @@ def importance_chart(name: str, importances: dict[str, float], what: str) -> Cha
     )
 
 
-def heatmap_chart(name: str, trials: Sequence[dict[str, Any]], a: str, b: str, what: str) -> Chart:
-    """The best measured time of each pair of values of `a` and `b`, fastest brightest."""
+def heatmap_chart(
+    name: str, trials: Sequence[dict[str, Any]], a: str, b: str, chosen: Any, what: str
+) -> Chart:
+    """The best measured time of each pair of values of `a` and `b`, fastest brightest; the
+    pair of the stored configuration (`chosen`, else the fastest) outlined."""
     xs = sorted({t["config"][a] for t in trials}, key=_order)
     ys = sorted({t["config"][b] for t in trials}, key=_order)
     cells: dict[tuple, float] = {}
@@ -298,6 +311,8 @@ def heatmap_chart(name: str, trials: Sequence[dict[str, Any]], a: str, b: str, w
     cw, ch = (right - left) / len(xs), (bottom - top) / len(ys)
     body = []
     best = min(cells, key=cells.__getitem__)
+    if isinstance(chosen, dict) and (chosen.get(a), chosen.get(b)) in cells:
+        best = (chosen[a], chosen[b])
     for i, x in enumerate(xs):
         body.append(text(left + (i + 0.5) * cw, bottom + 15, fit(str(x), cw)))
         for j, y in enumerate(ys):

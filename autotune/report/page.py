@@ -96,7 +96,9 @@ def render(page: Page, pngs: set[str] | None) -> str:
 def seconds(s: float | None) -> str:
     if s is None:
         return "n/a"
-    factor, unit = time_unit(abs(s) or 1.0)
+    if s == 0:
+        return "0"
+    factor, unit = time_unit(abs(s))
     return f"{s * factor:.3g} {unit}"
 
 
@@ -120,6 +122,13 @@ def mib(n: int | None) -> str:
 def sig(signature: str) -> str:
     """A signature that may break after each argument's comma, never inside a shape."""
     return html.escape(signature).replace("],", "],<wbr>")
+
+
+def static_line(static: str) -> str:
+    """Static arguments (JSON) under a signature, breaking after commas; "" where none."""
+    if static in ("", "{}"):
+        return ""
+    return f"<div class=small>{html.escape(static).replace(',', ',<wbr>')}</div>"
 
 
 def num_cell(text: str, value: Any, extra: str = "") -> str:
@@ -225,7 +234,7 @@ def overview_html(views: Sequence[EntryView], t: Totals) -> str:
     )
     for v in views:
         r, counts = v.entry, v.counts
-        static = "" if r["static"] in ("", "{}") else f"<div class=small>{e(r['static'])}</div>"
+        static = static_line(r["static"])
         devices = f"<div class=small>{e(', '.join(v.devices))}</div>" if v.devices else ""
         breakdown = ", ".join(f"{n} {g}" for g, n in counts.items() if n)
         cells = [
@@ -299,7 +308,7 @@ def program_html(p: ProgramView, anchors: dict[int, str]) -> str:
     for r in p.rows:
         anchor = anchors.get(r.entry.get("id")) if r.source == "db" and r.entry else None
         name = f'<a href="#e-{anchor}">{e(r.kernel)}</a>' if anchor else e(r.kernel)
-        static = "" if r.static in ("", "{}") else f"<div class=small>{e(r.static)}</div>"
+        static = static_line(r.static)
         detail = f"<div class=small>{e(r.detail)}</div>" if r.detail else ""
         saved = seconds(r.saved_s) if r.timed else "n/a" if r.entry else "not tuned"
         bar = ""
@@ -333,7 +342,7 @@ def comparisons_html(comparisons: Sequence[DeviceComparison]) -> str:
         "<th class=num>default</th><th class=num>speedup</th><th>configuration</th></tr></thead><tbody>",
     ]
     for c in comparisons:
-        static = "" if c.static in ("", "{}") else f"<div class=small>{e(c.static)}</div>"
+        static = static_line(c.static)
         first = True
         for kind, v in c.by_device.items():
             r = v.entry

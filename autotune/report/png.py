@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from autotune.report.charts import BEST, BEST_COLOUR, Chart
+from autotune.report.charts import BEST, BEST_COLOUR, CHOSEN, Chart
 from autotune.report.entries import DUPLICATE, FAILED, MEASURED, REJECTED, STATUS_GROUPS
 
 log = logging.getLogger(__name__)
@@ -97,6 +97,10 @@ def _history(ax: Any, d: dict[str, Any]) -> None:
             steps.append((i, best))
     if steps:
         ax.step(*zip(*steps), where="post", color=BEST_COLOUR, label=BEST)
+    chosen = next((p for p in d["points"] if p[0] == d["chosen"] and p[2] is not None), None)
+    if chosen:
+        ring = {"marker": "o", "markersize": 11, "markerfacecolor": "none", "color": "#222"}
+        ax.plot([chosen[0]], [chosen[2] * factor], linestyle="", label=CHOSEN, **ring)
     if d["default_s"]:
         ax.axhline(d["default_s"] * factor, color="#999", linestyle="--", label="default")
     ax.set(xlabel="trial", ylabel=f"time ({d['unit']})")
