@@ -237,6 +237,19 @@ def test_the_page_loads_nothing_from_the_network(fleet, tmp_path):
     assert "<script>" in text and "<script src" not in text
 
 
+def test_what_a_row_holds_is_shown_as_text_never_run(db_url, tmp_path):
+    hostile = "<img src=x onerror=alert(1)>"
+    k = TuningKey("matmul", "v1", "gpu", f"GPU {hostile}", "triton", "f32[8,8]",
+                  '{"note":"</script><script>alert(1)</script>"}')  # fmt: skip
+    with TuningDB(db_url) as db:
+        tune_into(db, k, [TrialRecord({"block_m": 8, "block_k": 8}, "ok", time_s=1e-5,
+                                      device=hostile)])  # fmt: skip
+    index, _ = report.write(TuningDB(db_url), tmp_path / "r", pngs=False)
+    text = index.read_text()
+    assert "<img" not in text and "alert(1)</script>" not in text
+    assert text.count("<script>") == 1 and "&lt;img src=x onerror=alert(1)&gt;" in text
+
+
 def test_pngs_of_every_chart(fleet, tmp_path):
     out = tmp_path / "report"
     assert main(["report", "--out", str(out)]) == 0

@@ -1,6 +1,6 @@
 """The report's page: one self-contained HTML file (inline CSS, SVG and a few lines of script
 to sort and filter its tables; nothing is loaded from the network). In reading order: the
-totals and the overview table of every entry, the program's calls where one was given, the
+program's calls where one was given, the totals and the overview table of every entry, the
 entries tuned on several device kinds side by side, the speedup per shape of each kernel, then
 one section per entry with its charts."""
 
@@ -248,8 +248,8 @@ def overview_html(views: Sequence[EntryView], t: Totals) -> str:
             num_cell(str(v.n_trials), v.n_trials, f' title="{e(breakdown)}"'),
             num_cell(str(counts[REJECTED]), counts[REJECTED]),
             num_cell("n/a" if counts[FAILED] is None else str(counts[FAILED]), counts[FAILED]),
-            f'<td class=num data-v="{e(r["tuned_at"] or "")}" title="{when(r["tuned_at"])}">'
-            f"{when(r['tuned_at'])[:10]}</td>",
+            f'<td class=num data-v="{e(r["tuned_at"] or "")}" title="{e(when(r["tuned_at"]))}">'
+            f"{e(when(r['tuned_at'])[:10])}</td>",
             f"<td>{stale_badge(v)}</td>",
         ]
         if memory:
