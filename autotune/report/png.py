@@ -64,18 +64,26 @@ def draw_png(c: Chart) -> Any:
         ax.set(xlabel=d["a"], ylabel=d["b"])
         fig.colorbar(im, ax=ax, label=d["unit"])
     elif c.kind == "devices":
+        from matplotlib.colors import LogNorm
+
         grid = [
             [d["cells"][k].get(dev, float("nan")) for dev in d["devices"]] for k in d["kernels"]
         ]
-        im = ax.imshow(grid, aspect="auto", cmap="RdYlGn", vmin=0.25, vmax=4.0)
+        # 1x in the middle of the colours: 4x (or 1/4) and beyond at either end
+        im = ax.imshow(grid, aspect="auto", cmap="RdYlGn", norm=LogNorm(0.25, 4.0))
+        for j, row in enumerate(grid):
+            for i, v in enumerate(row):
+                ax.text(i, j, "not tuned" if v != v else f"{v:.2f}x", ha="center", va="center")
         ax.set_xticks(range(len(d["devices"])), [textwrap.fill(v, 16) for v in d["devices"]])
         ax.set_yticks(range(len(d["kernels"])), d["kernels"])
-        fig.colorbar(im, ax=ax, label="speedup (x)")
+        bar = fig.colorbar(im, ax=ax, label="speedup")
+        bar.minorticks_off()
+        bar.set_ticks([0.25, 0.5, 1, 2, 4], labels=["0.25x", "0.5x", "1x", "2x", "4x"])
     else:
         ax.barh(d["labels"], d["values"], color="#b47cc7")
         ax.axvline(1.0, color="gray", linestyle="--")
         ax.invert_yaxis()
-        ax.set_xlabel("speedup over the default configuration (x)")
+        ax.set_xlabel("speedup (x)")
     # over the figure, not the axes (which long labels push right), and wrapped to its width
     fig.suptitle(textwrap.fill(c.title, PNG_TITLE_CHARS), fontsize=8)
     fig.tight_layout()
@@ -103,5 +111,8 @@ def _history(ax: Any, d: dict[str, Any]) -> None:
         ax.plot([chosen[0]], [chosen[2] * factor], linestyle="", label=CHOSEN, **ring)
     if d["default_s"]:
         ax.axhline(d["default_s"] * factor, color="#999", linestyle="--", label="default")
+    from matplotlib.ticker import MaxNLocator
+
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set(xlabel="trial", ylabel=f"time ({d['unit']})")
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
