@@ -181,9 +181,9 @@ def test_the_history_marks_each_status_apart_on_axes_with_ticks_and_units(fleet)
         measured[best].get("cy"),
     )
     for t in root.iter(f"{SVG}text"):  # every label inside the chart
-        x, n = float(t.get("x")), len(t.text) * report.charts.LABEL_CHAR_PX
+        x, n = float(t.get("x")), len(t.text) * report.svg.LABEL_CHAR_PX
         start = {"start": x, "middle": x - n / 2, "end": x - n}[t.get("text-anchor")]
-        assert start >= 0 and start + n <= report.charts.W or "rotate" in t.get("transform", "")
+        assert start >= 0 and start + n <= report.svg.W or "rotate" in t.get("transform", "")
     assert history.data["points"][-1] == (12, "duplicate", time_of(GRID[0]))
     assert [p[1] for p in history.data["points"][9:11]] == ["rejected", "failed"]
     assert importance.kind == "importance" and heatmap.kind == "heatmap"
@@ -224,7 +224,7 @@ def test_entries_without_trials_and_long_labels(tmp_path):
     ]
     assert labels
     for t in labels:  # a label ending at x: its start lies inside the chart
-        assert float(t.get("x")) - len(t.text) * report.charts.LABEL_CHAR_PX >= 0, t.text
+        assert float(t.get("x")) - len(t.text) * report.svg.LABEL_CHAR_PX >= 0, t.text
 
 
 def test_the_page_loads_nothing_from_the_network(fleet, tmp_path):

@@ -13,7 +13,7 @@ from datetime import datetime
 from typing import Any
 
 from autotune.report.assets import CSS, SCRIPT
-from autotune.report.charts import Chart, time_unit
+from autotune.report.charts import Chart
 from autotune.report.entries import (
     DUPLICATE,
     FAILED,
@@ -23,6 +23,7 @@ from autotune.report.entries import (
     Totals,
 )
 from autotune.report.program import ProgramView
+from autotune.report.svg import time_unit
 from autotune.trial import config_text
 
 
