@@ -32,7 +32,7 @@ from autotune.report.svg import (
     number,
     ramp,
     svg,
-    text,
+    svg_text,
     time_unit,
     two_lines,
     x_axis,
@@ -104,7 +104,7 @@ def history_chart(
             y = ys(default_s * factor)
             body += [
                 line(left, y, right, y, "#999", 'stroke-dasharray="5 3"'),
-                text(right - 2, y - 4, "default", "end", f'fill="{MUTED}"'),
+                svg_text(right - 2, y - 4, "default", "end", f'fill="{MUTED}"'),
             ]
         best, steps = math.inf, []
         for i, group, s in points:
@@ -120,7 +120,7 @@ def history_chart(
             )
     band = top - 14
     if any(s is None for _, _, s in points) or ys is None:
-        body.append(text(left - 6, band + 4, "not timed", "end", f'fill="{MUTED}"'))
+        body.append(svg_text(left - 6, band + 4, "not timed", "end", f'fill="{MUTED}"'))
     for i, group, s in points:
         y = band if s is None or ys is None else ys(s * factor)
         body.append(marker(group, xs(i), y))
@@ -140,7 +140,7 @@ def legend(items: Sequence[str], x: float, y: float) -> list[str]:
     finish), best so far."""
     out = []
     for item in items:
-        out += [marker(item, x + 4, y - 4), text(x + 12, y, item, "start")]
+        out += [marker(item, x + 4, y - 4), svg_text(x + 12, y, item, "start")]
         x += 20 + len(item) * LABEL_CHAR_PX
     return out
 
@@ -155,8 +155,8 @@ def importance_chart(name: str, importances: dict[str, float], what: str) -> Cha
         y = 14 + 26 * i
         body += [
             f'<rect x="{left:.1f}" y="{y}" width="{xs(value) - left:.1f}" height="18" fill="#6acc65"/>',
-            text(left - 6, y + 13, fit(param, left - 10), "end"),
-            text(xs(value) + 4, y + 13, f"{value:.0%}", "start"),
+            svg_text(left - 6, y + 13, fit(param, left - 10), "end"),
+            svg_text(xs(value) + 4, y + 13, f"{value:.0%}", "start"),
         ]
     return Chart(
         name, title, svg(body, title, h=h), "importance", {"importances": importances}, (W, h)
@@ -187,7 +187,7 @@ def heatmap_chart(
     if isinstance(chosen, dict) and (chosen.get(a), chosen.get(b)) in cells:
         best = (chosen[a], chosen[b])
     for i, x in enumerate(xs):
-        body.append(text(left + (i + 0.5) * cw, bottom + 15, fit(str(x), cw)))
+        body.append(svg_text(left + (i + 0.5) * cw, bottom + 15, fit(str(x), cw)))
         for j, y in enumerate(ys):
             v = cells.get((x, y))
             if v is None:
@@ -201,7 +201,7 @@ def heatmap_chart(
             )
             if cw >= 34 and ch >= 14:
                 body.append(
-                    text(
+                    svg_text(
                         left + (i + 0.5) * cw,
                         top_j + ch / 2 + 4,
                         number(v),
@@ -209,13 +209,13 @@ def heatmap_chart(
                     )
                 )
     body += [
-        text(left - 6, bottom - (j + 0.5) * ch + 4, fit(str(y), left - 30), "end")
+        svg_text(left - 6, bottom - (j + 0.5) * ch + 4, fit(str(y), left - 30), "end")
         for j, y in enumerate(ys)
     ]
-    body.append(text((left + right) / 2, bottom + 31, a, extra=f'fill="{MUTED}"'))
+    body.append(svg_text((left + right) / 2, bottom + 31, a, extra=f'fill="{MUTED}"'))
     middle = (top + bottom) / 2
     body.append(
-        text(13, middle, b, extra=f'fill="{MUTED}" transform="rotate(-90 13 {middle:.1f})"')
+        svg_text(13, middle, b, extra=f'fill="{MUTED}" transform="rotate(-90 13 {middle:.1f})"')
     )
     body += colour_bar(
         Scale(lo, hi, bottom, top) if hi > lo else None, right + 18, top, bottom, unit
@@ -235,8 +235,8 @@ def colour_bar(scale: Scale | None, x: float, top: float, bottom: float, unit: s
     if scale is not None:
         for t in scale.ticks:
             y = scale(t)
-            out += [line(x + 12, y, x + 16, y), text(x + 18, y + 4, number(t), "start")]
-    out.append(text(x + 6, top - 2 if top > 12 else bottom + 15, unit))
+            out += [line(x + 12, y, x + 16, y), svg_text(x + 18, y + 4, number(t), "start")]
+    out.append(svg_text(x + 6, top - 2 if top > 12 else bottom + 15, unit))
     return out
 
 
@@ -255,8 +255,8 @@ def speedup_chart(name: str, rows: Sequence[tuple[str, float]], kernel: str) -> 
         y = 12 + 22 * i
         body += [
             f'<rect x="{left:.1f}" y="{y}" width="{xs(value) - left:.1f}" height="15" fill="#b47cc7"/>',
-            text(left - 6, y + 12, fit(label, left - 10), "end"),
-            text(xs(value) + 4, y + 12, f"{value:.2f}x", "start"),
+            svg_text(left - 6, y + 12, fit(label, left - 10), "end"),
+            svg_text(xs(value) + 4, y + 12, f"{value:.2f}x", "start"),
         ]
     body.append(line(xs(1.0), 4, xs(1.0), h - 42, "#555", 'stroke-dasharray="4"'))
     data = {"labels": labels, "values": values}
@@ -276,10 +276,10 @@ def devices_chart(name: str, cells: dict[str, dict[str, float]]) -> Chart:
     body = []
     for i, d in enumerate(devices):
         words = two_lines(d, cw)
-        body += [text(left + (i + 0.5) * cw, top - 26 + 13 * k, w) for k, w in enumerate(words)]
+        body += [svg_text(left + (i + 0.5) * cw, top - 26 + 13 * k, w) for k, w in enumerate(words)]
     for j, kernel in enumerate(kernels):
         y = top + j * ch
-        body.append(text(left - 6, y + ch / 2 + 4, fit(kernel, left - 16), "end"))
+        body.append(svg_text(left - 6, y + ch / 2 + 4, fit(kernel, left - 16), "end"))
         for i, d in enumerate(devices):
             v = cells[kernel].get(d)
             colour = "#f3f3f3" if v is None else _speedup_colour(v)
@@ -287,7 +287,7 @@ def devices_chart(name: str, cells: dict[str, dict[str, float]]) -> Chart:
                 f'<rect x="{left + i * cw:.1f}" y="{y}" width="{cw:.1f}" height="{ch}" fill="{colour}" stroke="white"/>'
             )
             body.append(
-                text(
+                svg_text(
                     left + (i + 0.5) * cw,
                     y + ch / 2 + 4,
                     "not tuned" if v is None else f"{v:.2f}x",

@@ -87,7 +87,7 @@ def svg(body: list[str], title: str, w: float = W, h: float = H) -> str:
     )
 
 
-def text(x: float, y: float, s: Any, anchor: str = "middle", extra: str = "") -> str:
+def svg_text(x: float, y: float, s: Any, anchor: str = "middle", extra: str = "") -> str:
     extra = f" {extra}" if extra else ""
     return (
         f'<text x="{x:.1f}" y="{y:.1f}" text-anchor="{anchor}"{extra}>{html.escape(str(s))}</text>'
@@ -116,8 +116,8 @@ def x_axis(scale: Scale, y: float, top: float, label: str, fmt: Callable = numbe
     out = [line(scale.a, y, scale.b, y)]
     for t in scale.ticks:
         x = scale(t)
-        out += [line(x, top, x, y, GRID), line(x, y, x, y + 4), text(x, y + 15, fmt(t))]
-    out.append(text((scale.a + scale.b) / 2, y + 31, label, extra=f'fill="{MUTED}"'))
+        out += [line(x, top, x, y, GRID), line(x, y, x, y + 4), svg_text(x, y + 15, fmt(t))]
+    out.append(svg_text((scale.a + scale.b) / 2, y + 31, label, extra=f'fill="{MUTED}"'))
     return out
 
 
@@ -128,11 +128,11 @@ def y_axis(scale: Scale, x: float, right: float, label: str) -> list[str]:
         out += [
             line(x, y, right, y, GRID),
             line(x - 4, y, x, y),
-            text(x - 6, y + 4, number(t), "end"),
+            svg_text(x - 6, y + 4, number(t), "end"),
         ]
     middle = (scale.a + scale.b) / 2
     out.append(
-        text(13, middle, label, extra=f'fill="{MUTED}" transform="rotate(-90 13 {middle:.1f})"')
+        svg_text(13, middle, label, extra=f'fill="{MUTED}" transform="rotate(-90 13 {middle:.1f})"')
     )
     return out
 
