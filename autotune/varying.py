@@ -1,0 +1,74 @@
+"""Pallas calls inside `jax.shard_map`: the mesh axes a value varies over, across JAX versions.
+
+With shard_map's default `check_vma=True`, a `pallas_call` must say how its output varies over
+the mesh's manual axes: its out_shape's `jax.ShapeDtypeStruct` carries them. JAX 0.10 and newer
+call the field `manual_axis_type` (a `jax.sharding.ManualAxisType`); earlier releases call it
+`vma` (a frozenset of axis names). Outside shard_map both are empty and JAX ignores them.
+
+A kernel computes each output from all its inputs, so an output varies over every axis any input
+varies over (`out_struct`). For gradients the inputs must agree too (`vary_alike`): a custom VJP
+returns one cotangent per input of that input's type, and a weight that is the same on every
+device (invariant) gets a cotangent that differs per device until it is summed. Casting the
+weight to varying before the kernel makes JAX insert that sum, as the cast's transpose.
+A cast adds no work: it changes the type, not the data.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import jax
+
+# JAX 0.10 renamed `vma` (a frozenset) to `manual_axis_type` (a ManualAxisType).
+_MANUAL_AXIS_TYPE = hasattr(jax.sharding, "ManualAxisType")
+
+
+def varying_axes(x: Any) -> frozenset:
+    """The mesh axes along which `x` (an array or tracer) differs from device to device."""
+    aval = jax.typeof(x)
+    if _MANUAL_AXIS_TYPE:
+        mat = getattr(aval, "manual_axis_type", None)
+        return frozenset() if mat is None else frozenset(mat.varying)
+    return frozenset(getattr(aval, "vma", ()))
+
+
+def _union(inputs: Sequence[Any]) -> frozenset:
+    return frozenset().union(*(varying_axes(x) for x in inputs if hasattr(x, "dtype")))
+
+
+def out_struct(shape: Sequence[int], dtype: Any, *inputs: Any) -> jax.ShapeDtypeStruct:
+    """The `jax.ShapeDtypeStruct` of a Pallas call's output computed from `inputs`: varying
+    over every mesh axis that any input varies over (inside `jax.shard_map`), the plain
+    struct elsewhere. Use it as `out_shape` so the kernel runs under check_vma=True."""
+    axes = _union(inputs)
+    if _MANUAL_AXIS_TYPE:
+        return jax.ShapeDtypeStruct(
+            shape, dtype, manual_axis_type=jax.sharding.ManualAxisType(varying=axes)
+        )
+    return jax.ShapeDtypeStruct(shape, dtype, vma=axes)
+
+
+def vary_alike(*arrays: Any) -> tuple:
+    """`arrays` cast to vary over the same mesh axes (the union of theirs); values unchanged.
+    Non-arrays pass through. Outside shard_map this returns the arrays as they are."""
+    axes = _union(arrays)
+    return tuple(_vary(a, axes) if hasattr(a, "dtype") else a for a in arrays)
+
+
+def vary_like(out: Any, *inputs: Any) -> Any:
+    """Every array in the pytree `out` cast to vary over the mesh axes `inputs` vary over: for
+    a kernel whose output type lost them (Mosaic GPU's `plgpu.kernel` traces with check_vma
+    off in JAX 0.10-0.12, so its outputs come back typed as the same on every device)."""
+    axes = _union(inputs)
+    return jax.tree.map(lambda a: _vary(a, axes), out)
+
+
+def _vary(x: Any, axes: frozenset) -> Any:
+    missing = tuple(sorted(axes - varying_axes(x), key=str))
+    if not missing:
+        return x
+    pcast = getattr(jax.lax, "pcast", None)
+    if pcast is not None:  # JAX 0.8.2 and newer
+        return pcast(x, missing, to="varying")
+    return jax.lax.pvary(x, missing)
