@@ -1,9 +1,10 @@
-"""Pallas calls inside `jax.shard_map`: the mesh axes a value varies over, across JAX versions.
+"""Pallas calls inside `jax.shard_map`: the mesh axes a value varies over.
 
 With shard_map's default `check_vma=True`, a `pallas_call` must say how its output varies over
-the mesh's manual axes: its out_shape's `jax.ShapeDtypeStruct` carries them. JAX 0.10 and newer
-call the field `manual_axis_type` (a `jax.sharding.ManualAxisType`); earlier releases call it
-`vma` (a frozenset of axis names). Outside shard_map both are empty and JAX ignores them.
+the mesh's manual axes: its out_shape's `jax.ShapeDtypeStruct` carries them, in the field JAX
+0.10 to 0.12 call `manual_axis_type` (a `jax.sharding.ManualAxisType`; releases before 0.10,
+which this package does not support, called it `vma`). Written here once, for every kernel.
+Outside shard_map the axes are empty and JAX ignores them.
 
 A kernel computes each output from all its inputs, so an output varies over every axis any input
 varies over (`out_struct`). For gradients the inputs must agree too (`vary_alike`): a custom VJP
@@ -20,17 +21,11 @@ from typing import Any
 
 import jax
 
-# JAX 0.10 renamed `vma` (a frozenset) to `manual_axis_type` (a ManualAxisType).
-_MANUAL_AXIS_TYPE = hasattr(jax.sharding, "ManualAxisType")
-
 
 def varying_axes(x: Any) -> frozenset:
     """The mesh axes along which `x` (an array or tracer) differs from device to device."""
-    aval = jax.typeof(x)
-    if _MANUAL_AXIS_TYPE:
-        mat = getattr(aval, "manual_axis_type", None)
-        return frozenset() if mat is None else frozenset(mat.varying)
-    return frozenset(getattr(aval, "vma", ()))
+    mat = getattr(jax.typeof(x), "manual_axis_type", None)
+    return frozenset() if mat is None else frozenset(mat.varying)
 
 
 def _union(inputs: Sequence[Any]) -> frozenset:
@@ -41,12 +36,8 @@ def out_struct(shape: Sequence[int], dtype: Any, *inputs: Any) -> jax.ShapeDtype
     """The `jax.ShapeDtypeStruct` of a Pallas call's output computed from `inputs`: varying
     over every mesh axis that any input varies over (inside `jax.shard_map`), the plain
     struct elsewhere. Use it as `out_shape` so the kernel runs under check_vma=True."""
-    axes = _union(inputs)
-    if _MANUAL_AXIS_TYPE:
-        return jax.ShapeDtypeStruct(
-            shape, dtype, manual_axis_type=jax.sharding.ManualAxisType(varying=axes)
-        )
-    return jax.ShapeDtypeStruct(shape, dtype, vma=axes)
+    mat = jax.sharding.ManualAxisType(varying=_union(inputs))
+    return jax.ShapeDtypeStruct(shape, dtype, manual_axis_type=mat)
 
 
 def vary_alike(*arrays: Any) -> tuple:
@@ -66,9 +57,4 @@ def vary_like(out: Any, *inputs: Any) -> Any:
 
 def _vary(x: Any, axes: frozenset) -> Any:
     missing = tuple(sorted(axes - varying_axes(x), key=str))
-    if not missing:
-        return x
-    pcast = getattr(jax.lax, "pcast", None)
-    if pcast is not None:  # JAX 0.8.2 and newer
-        return pcast(x, missing, to="varying")
-    return jax.lax.pvary(x, missing)
+    return jax.lax.pcast(x, missing, to="varying") if missing else x
