@@ -17,13 +17,18 @@ A cast adds no work: it changes the type, not the data.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import jax
+if TYPE_CHECKING:
+    import jax
+
+# jax is imported in each function: `import autotune` loads no jax (tests/test_tune_settings.py)
 
 
 def varying_axes(x: Any) -> frozenset:
     """The mesh axes along which `x` (an array or tracer) differs from device to device."""
+    import jax
+
     mat = getattr(jax.typeof(x), "manual_axis_type", None)
     return frozenset() if mat is None else frozenset(mat.varying)
 
@@ -36,6 +41,8 @@ def out_struct(shape: Sequence[int], dtype: Any, *inputs: Any) -> jax.ShapeDtype
     """The `jax.ShapeDtypeStruct` of a Pallas call's output computed from `inputs`: varying
     over every mesh axis that any input varies over (inside `jax.shard_map`), the plain
     struct elsewhere. Use it as `out_shape` so the kernel runs under check_vma=True."""
+    import jax
+
     mat = jax.sharding.ManualAxisType(varying=_union(inputs))
     return jax.ShapeDtypeStruct(shape, dtype, manual_axis_type=mat)
 
@@ -51,10 +58,14 @@ def vary_like(out: Any, *inputs: Any) -> Any:
     """Every array in the pytree `out` cast to vary over the mesh axes `inputs` vary over: for
     a kernel whose output type lost them (Mosaic GPU's `plgpu.kernel` traces with check_vma
     off in JAX 0.10-0.12, so its outputs come back typed as the same on every device)."""
+    import jax
+
     axes = _union(inputs)
     return jax.tree.map(lambda a: _vary(a, axes), out)
 
 
 def _vary(x: Any, axes: frozenset) -> Any:
+    import jax
+
     missing = tuple(sorted(axes - varying_axes(x), key=str))
     return jax.lax.pcast(x, missing, to="varying") if missing else x
