@@ -23,7 +23,7 @@ import jax
 import jax.numpy as jnp
 from jax.experimental import pallas as pl
 
-from autotune import autotuned
+from autotune import autotuned, out_struct
 from autotune.backends import clamp_block, kernel_platform, mosaic_tpu, whole_block
 from autotune.hardware import TPU_LANES, gpu_smem_bytes, is_pow2, tpu_block_ok
 from autotune.kernels.differentiable import differentiable
@@ -254,10 +254,10 @@ def _attention_tpu(
 
     q_spec = pl.BlockSpec((None, None, bq, d), lambda i, j, t, u: (i, j, t, 0))
     kv_spec = pl.BlockSpec((None, None, bk, d), kv_index)
-    out_shape = [jax.ShapeDtypeStruct((b, h, sqp, d), q.dtype)]
+    out_shape = [out_struct((b, h, sqp, d), q.dtype, q, k, v)]
     out_specs = [q_spec]
     if with_lse:  # [B, H, Sq, 1], as the GPU layout keeps it
-        out_shape.append(jax.ShapeDtypeStruct((b, h, sqp, 1), F32))
+        out_shape.append(out_struct((b, h, sqp, 1), F32, q, k, v))
         out_specs.append(pl.BlockSpec((None, None, bq, 1), lambda i, j, t, u: (i, j, t, 0)))
     outs = pl.pallas_call(
         functools.partial(
@@ -339,11 +339,11 @@ def attention_on(
 
     q_spec = pl.BlockSpec((None, None, bq, dp), lambda i, j, t: (i, j, q_block(t), 0))
     kv_spec = pl.BlockSpec((None, None, skp, dp), lambda i, j, t: (i, j, 0, 0))
-    out_shape = [jax.ShapeDtypeStruct((b, h, sqp, dp), q.dtype)]
+    out_shape = [out_struct((b, h, sqp, dp), q.dtype, q, k, v)]
     out_specs = [q_spec]
     if with_lse:
         # a trailing axis of 1: a [block_q, 1] block meets the TPU tiling rule, a [block_q] one not
-        out_shape.append(jax.ShapeDtypeStruct((b, h, sqp, 1), F32))
+        out_shape.append(out_struct((b, h, sqp, 1), F32, q, k, v))
         out_specs.append(pl.BlockSpec((None, None, bq, 1), lambda i, j, t: (i, j, q_block(t), 0)))
     outs = pl.pallas_call(
         functools.partial(

@@ -31,7 +31,7 @@ import jax
 import jax.numpy as jnp
 from jax.experimental import pallas as pl
 
-from autotune import autotuned
+from autotune import autotuned, out_struct
 from autotune.backends import kernel_platform, mosaic_tpu
 from autotune.hardware import TPU_LANES, gpu_smem_bytes
 from autotune.kernels.flash_attention import (
@@ -438,7 +438,7 @@ def _backward_tpu(which, q, k, v, do, lse, delta, causal, scale, bq, bk, precisi
             return (i, j, kv_block_fetched(t, u, bq, bk) if causal else u, 0)
 
         grid, kernel = (b, h, n_q, n_k), _dq_tpu_kernel
-        out_shape = [jax.ShapeDtypeStruct((b, h, sqp, d), q.dtype)]
+        out_shape = [out_struct((b, h, sqp, d), q.dtype, q, k, v, do, lse, delta)]
         scratch, vmem = [pltpu.VMEM((bq, d), F32)], tpu_vmem_dq(bq, bk, d, q.dtype.itemsize)
     else:  # grid (b, h, key blocks, q blocks)
 
@@ -449,7 +449,7 @@ def _backward_tpu(which, q, k, v, do, lse, delta, causal, scale, bq, bk, precisi
             return (i, j, u, 0)
 
         grid, kernel = (b, h, n_k, n_q), _dkv_tpu_kernel
-        out_shape = [jax.ShapeDtypeStruct((b, h, skp, d), k.dtype)] * 2
+        out_shape = [out_struct((b, h, skp, d), k.dtype, q, k, v, do, lse, delta)] * 2
         scratch = [pltpu.VMEM((bk, d), F32)] * 2
         vmem = tpu_vmem_dkv(bq, bk, d, q.dtype.itemsize)
     q_spec = pl.BlockSpec((None, None, bq, d), q_index)
@@ -538,12 +538,15 @@ def backward_on(
         rows_blk = pl.BlockSpec((None, None, bq, 1), lambda i, j, t: (i, j, t, 0))
         body = functools.partial(kernel, block_k=bk, n_k=skp // bk)
         grid, in_specs = (b, h, sqp // bq), [q_blk, kv_all, kv_all, q_blk, rows_blk, rows_blk]
-        out_shape, out_specs = [jax.ShapeDtypeStruct((b, h, sqp, dp), q.dtype)], [q_blk]
+        out_shape, out_specs = (
+            [out_struct((b, h, sqp, dp), q.dtype, q, k, v, do, lse, delta)],
+            [q_blk],
+        )
     else:
         kv_blk = pl.BlockSpec((None, None, bk, dp), lambda i, j, t: (i, j, t, 0))
         body = functools.partial(kernel, block_q=bq, n_q=sqp // bq)
         grid, in_specs = (b, h, skp // bk), [q_all, kv_blk, kv_blk, q_all, rows_all, rows_all]
-        out_shape = [jax.ShapeDtypeStruct((b, h, skp, dp), k.dtype)] * 2
+        out_shape = [out_struct((b, h, skp, dp), k.dtype, q, k, v, do, lse, delta)] * 2
         out_specs = [kv_blk, kv_blk]
     outs = pl.pallas_call(
         functools.partial(body, sm_scale=scale, causal=bool(causal), seq_k=sk, precision=precision),

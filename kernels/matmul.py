@@ -24,7 +24,7 @@ import jax
 import jax.numpy as jnp
 from jax.experimental import pallas as pl
 
-from autotune import autotuned
+from autotune import autotuned, out_struct
 from autotune.backends import clamp_block, kernel_platform, mosaic_tpu, triton
 from autotune.hardware import gpu_registers_ok, gpu_smem_bytes, is_pow2, tpu_block_ok
 from autotune.kernels.differentiable import differentiable
@@ -123,7 +123,7 @@ def tpu_call(x: jax.Array, y: jax.Array, bm: int, bn: int, bk: int, precision: s
     grid = (*batch, mp // bm, np_ // bn, kp // bk)
     return pl.pallas_call(
         functools.partial(_tpu_kernel, k_axis=len(grid) - 1, precision=precision),
-        out_shape=jax.ShapeDtypeStruct((*batch, mp, np_), x.dtype),
+        out_shape=out_struct((*batch, mp, np_), x.dtype, x, y),
         grid=grid,
         in_specs=[
             pl.BlockSpec((*lead, bm, bk), lambda *g: (*g[:-3], g[-3], g[-1])),
@@ -208,7 +208,7 @@ def matmul(
 
     out = pl.pallas_call(
         functools.partial(tile_kernel, block_k=bk, n_k=kp // bk, precision=precision),
-        out_shape=jax.ShapeDtypeStruct((mp, np_), x.dtype),
+        out_shape=out_struct((mp, np_), x.dtype, xp, yp),
         grid=grid,
         in_specs=[
             pl.BlockSpec((bm, kp), lambda *g: (tile(*g)[0], 0)),

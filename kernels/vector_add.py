@@ -12,7 +12,7 @@ import jax
 import jax.numpy as jnp
 from jax.experimental import pallas as pl
 
-from autotune import autotuned
+from autotune import autotuned, out_struct
 from autotune.backends import kernel_platform, mosaic_tpu, triton
 from autotune.hardware import TPU_LANES, is_pow2, tpu_block_ok
 from autotune.kernels.differentiable import differentiable
@@ -86,7 +86,7 @@ def vector_add(
     spec = pl.BlockSpec((b // TPU_LANES, TPU_LANES), lambda i: (i, 0))
     out = pl.pallas_call(
         _kernel,
-        out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+        out_shape=out_struct(x.shape, x.dtype, x, y),
         grid=(padded // b,),
         in_specs=[spec, spec],
         out_specs=spec,
