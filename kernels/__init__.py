@@ -3,6 +3,7 @@
 Importing this package registers them by name, with the variant groups over them (groups.py).
 """
 
+from autotune.kernels.attention_mgpu import attention_mgpu
 from autotune.kernels.bmm import bmm, bmm_reference
 from autotune.kernels.flash_attention import attention_reference, flash_attention
 from autotune.kernels.flash_attention_bwd import (
@@ -28,6 +29,7 @@ from autotune.kernels.vector_add import vector_add, vector_add_reference
 
 __all__ = [
     "attention_dkv_reference",
+    "attention_mgpu",
     "attention_dq_reference",
     "attention_reference",
     "attention_variants",
