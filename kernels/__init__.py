@@ -1,6 +1,9 @@
 """The Pallas kernels shipped with pallas-autotune, each decorated with @autotuned.
 
 Importing this package registers them by name, with the variant groups over them (groups.py).
+Each reads the tuned tables shipped in tuned/ (`tuned="tuned"`: `autotune db export` files, one
+per hardware check; see tuned/README.md), which serve the calls a user's database has no
+entry for.
 """
 
 from autotune.kernels.attention_mgpu import attention_mgpu

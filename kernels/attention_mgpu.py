@@ -90,6 +90,7 @@ def scaled_query(q: jax.Array, scale: float) -> jax.Array:
     constraints=[fits_hopper],
     reference=attention_reference,
     backend="mosaic_gpu",
+    tuned="tuned",
 )
 def attention_mgpu(
     q: jax.Array,

@@ -44,7 +44,13 @@ def _bwd(residuals: tuple, g: jax.Array, *, precision: str, interpret: bool, **_
     )
 
 
-@autotuned(name="bmm", space="bmm", constraints=[fits_platform], reference=bmm_reference)
+@autotuned(
+    name="bmm",
+    space="bmm",
+    constraints=[fits_platform],
+    reference=bmm_reference,
+    tuned="tuned",
+)
 @differentiable(_bwd)
 def bmm(
     x: jax.Array,

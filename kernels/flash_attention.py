@@ -289,6 +289,7 @@ def _bwd(residuals: tuple, do: jax.Array, *, causal, sm_scale, precision, interp
     space="flash_attention",
     constraints=[fits_platform],
     reference=attention_reference,
+    tuned="tuned",
 )
 @differentiable(_bwd, _fwd)
 def flash_attention(

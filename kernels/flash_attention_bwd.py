@@ -349,6 +349,7 @@ def backward_on(
     space="flash_attention_dq",
     constraints=[fits_platform_dq],
     reference=attention_dq_reference,
+    tuned="tuned",
 )
 def flash_attention_dq(
     q: jax.Array,
@@ -395,6 +396,7 @@ def flash_attention_dq(
     space="flash_attention_dkv",
     constraints=[fits_platform_dkv],
     reference=attention_dkv_reference,
+    tuned="tuned",
 )
 def flash_attention_dkv(
     q: jax.Array,

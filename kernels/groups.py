@@ -92,6 +92,7 @@ cudnn_attention = _dot_product_attention("cudnn")
 matmul_variants = variants(
     "matmul_variants",
     [matmul, Member(matmul_mgpu, why_not=needs_hopper), Member(matmul_reference, name="xla")],
+    tuned="tuned",
 )
 
 attention_variants = variants(
@@ -102,4 +103,5 @@ attention_variants = variants(
         Member(cudnn_attention, name="cudnn", why_not=needs_nvidia_gpu),
         Member(xla_attention, name="xla"),
     ],
+    tuned="tuned",
 )

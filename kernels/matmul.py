@@ -182,7 +182,13 @@ def _bwd(residuals: tuple, g: jax.Array, *, precision: str, interpret: bool, **_
     )
 
 
-@autotuned(name="matmul", space="matmul", constraints=[fits_platform], reference=matmul_reference)
+@autotuned(
+    name="matmul",
+    space="matmul",
+    constraints=[fits_platform],
+    reference=matmul_reference,
+    tuned="tuned",
+)
 @differentiable(_bwd)
 def matmul(
     x: jax.Array,
