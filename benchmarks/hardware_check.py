@@ -384,11 +384,15 @@ def overheads_of(platform: str) -> Overheads:
     return OVERHEADS.get(platform, OVERHEADS["gpu"])
 
 
-def job(step: Step, tune_s: float, db: str, smoke: bool, info: dict[str, Any]) -> dict[str, Any]:
-    """What `hardware_case.py` runs for a step."""
+def job(
+    step: Step, tune_s: float, db: str, smoke: bool, info: dict[str, Any], limit_s: float = 1e9
+) -> dict[str, Any]:
+    """What `hardware_case.py` runs for a step stopped after `limit_s`."""
     overheads = overheads_of(info.get("platform", "gpu"))
     if step.extra is not None:
-        return {"extra": step.extra.id, "timeout_s": overheads.extras_s[step.extra.id], "db": db}
+        # the script stops itself first, within its process's limit, and says so
+        timeout = min(overheads.extras_s[step.extra.id], limit_s - overheads.start_s)
+        return {"extra": step.extra.id, "timeout_s": max(1.0, timeout), "db": db}
     case = step.case
     kernel = case.kernel
     return {
@@ -464,8 +468,20 @@ def fmt(value: float | None, unit: str = "") -> str:
     return f"{value:.2f}{unit}"
 
 
-# Datasheet peaks (dense) by a device_kind substring: bf16 TFLOP/s, f32 TFLOP/s, HBM TB/s.
-PEAKS = {"H200": (989.0, 67.0, 4.8), "H100": (989.0, 67.0, 3.35), "A100": (312.0, 19.5, 2.0)}
+# Peaks (dense) of one device by a device_kind substring, more specific names first: bf16
+# TFLOP/s, f32 TFLOP/s (None: no float32 peak of its own), HBM TB/s. NVIDIA's datasheets; the
+# TPUs' from JAX's tpu_info.py, per device as JAX makes them (a v4 or v5p megacore: the chip;
+# v7x: one of its two TensorCores).
+PEAKS = {
+    "H200": (989.0, 67.0, 4.8),
+    "H100": (989.0, 67.0, 3.35),
+    "A100": (312.0, 19.5, 2.0),
+    "TPU v5 lite": (197.0, None, 0.82),
+    "TPU v6 lite": (920.0, None, 1.64),
+    "TPU v4": (275.0, None, 1.23),
+    "TPU v5": (459.0, None, 2.46),
+    "TPU7": (1155.0, None, 3.7),
+}
 
 
 def report(
@@ -507,12 +523,11 @@ def report(
     for r in timed:
         tflops, tbs = r["tflops"], r["tb_per_s"]
         peak = ""
-        if peaks and (tflops or tbs):
-            peak = (
-                f"{100 * tflops / peaks[0 if 'bfloat16' in r['case'] else 1]:.0f}% compute"
-                if tflops
-                else f"{100 * tbs / peaks[2]:.0f}% HBM"
-            )
+        compute = peaks and peaks[0 if "bfloat16" in r["case"] else 1]
+        if peaks and tflops and compute:
+            peak = f"{100 * tflops / compute:.0f}% compute"
+        elif peaks and tbs and not tflops:
+            peak = f"{100 * tbs / peaks[2]:.0f}% HBM"
         lines.append(
             f"| {r['case']} | {r['shapes']} | {r['timer']} | {ms(r['default_s'])} "
             f"| {ms(r.get('tuned_s'))} | {ms(r['vendor_s'])} ({r['vendor']}) "
@@ -692,7 +707,9 @@ def main(argv: list[str] | None = None) -> int:
                 flush=True,
             )
             result = run_step(
-                job(step, planned.search_s, db, args.smoke, info), planned.limit_s, Path(tmp)
+                job(step, planned.search_s, db, args.smoke, info, planned.limit_s),
+                planned.limit_s,
+                Path(tmp),
             )
             rows.append(
                 {

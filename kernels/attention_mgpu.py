@@ -4,10 +4,11 @@ FA3-style Hopper kernel), called unedited, with its block sizes and pipeline dep
 JAX's kernel takes [batch, seq, heads, head_dim] and computes softmax(q k^T) v: it applies no
 softmax scale. Here q, k and v are [B, H, S, D], as flash_attention's, and enter it viewed as
 [B * H, S, 1, D]: a reshape, no transpose (each (batch, head) pair is one of its batch entries,
-with one head). The scale multiplies q in float32 before the one rounding back to q's dtype:
-exact where the scale is a power of two (the default one at head_dim 64 or 256), otherwise one
-rounding more than flash_attention's, which scales the float32 scores; JAX's backward
-differentiates that same scaled q, so its gradients agree with its forward.
+with one head). The scale multiplies q in float32, the scale itself unrounded (`q * scale` in
+q's dtype would round the scale to bf16 first, then the product), before the one rounding back
+to q's dtype: exact where the scale is a power of two (the default one at head_dim 64 or 256),
+otherwise the one rounding that flash_attention, which scales the float32 scores, does not
+have; JAX's backward differentiates that same scaled q, so its gradients agree with its forward.
 
 Only its forward is differentiable as JAX ships it for a causal call; its own backward needs
 backward block sizes, which this wrapper does not tune.

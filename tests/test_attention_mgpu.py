@@ -93,9 +93,12 @@ def test_the_shape_rules_are_the_kernels_own():
 
 
 def test_the_scale_rounds_q_once_and_exactly_for_a_power_of_two():
-    q = jax.random.normal(jax.random.key(0), (64,), jnp.float32).astype(jnp.bfloat16)
+    q = jax.random.normal(jax.random.key(0), (4096,), jnp.float32).astype(jnp.bfloat16)
     assert (module.scaled_query(q, 0.125).astype(jnp.float32) == q.astype(jnp.float32) / 8).all()
-    once = module.scaled_query(q, 0.3).astype(jnp.float32)
-    assert (once == (q.astype(jnp.float32) * 0.3).astype(jnp.bfloat16).astype(jnp.float32)).all()
+    scale = 1 / 128**0.5  # the default at head_dim 128
+    once = (q.astype(jnp.float32) * scale).astype(jnp.bfloat16)
+    assert (module.scaled_query(q, scale) == once).all()
+    # `q * scale` in bf16 rounds the scale to bf16 first, then the product: twice
+    assert (q * scale != once).any()
     x = jnp.arange(2 * 3 * 4 * 5).reshape(2, 3, 4, 5)
     assert (module.heads_as_batch(x)[:, :, 0] == x.reshape(6, 4, 5)).all()  # no transpose

@@ -222,3 +222,21 @@ def test_a_case_past_its_timeout_is_stopped_and_says_where_it_was(hc, tmp_path):
     assert time.perf_counter() - start < 5.0
     assert result["outcome"].startswith("timeout after 1 s (during ")
     assert "default_s" not in result
+
+
+@pytest.mark.slow
+def test_a_backward_case_tunes_dq_and_times_it_against_the_vjp_of_xlas_attention(hc, tmp_path):
+    # lse and delta float32 beside bf16 q, k, v, dO: correctness, `autotune tune` and the side
+    # by side, on this CPU in interpret mode
+    (case,) = [c for c in hc.CASES if c.kernel == "flash_attention_dq"]
+    step = hc.Step(case, ("bfloat16",), True)
+    job = hc.job(step, 3.0, str(tmp_path / "check.db"), smoke=True, info={"platform": "cpu"})
+    job["tune_timeout_s"] = 120.0  # a busy host: what is tested here is not the plan's timing
+    result = hc.run_step(job, 240.0, tmp_path)
+    assert result["outcome"] == "done", result
+    assert [(c["dtype"], c["ok"]) for c in result["correctness"]] == [("bfloat16", True)]
+    assert result["rc"] == 0 and result["tuned_ok"], result.get("tune_output")
+    assert result["vendor"].startswith("the VJP of jax.nn.dot_product_attention") and (
+        result["vendor"].endswith("(xla)")
+    )
+    assert result["default_s"] > 0 and result["vendor_s"] > 0
