@@ -124,6 +124,9 @@ def _kernel(a_gmem, b_gmem, out_gmem, *, config, tiles, grid_minor_dim, grid_til
     split_m = config["wg_dimension"] == "m"
     along = config["cluster_dimension"]
     k_steps = a_gmem.shape[1] // tile_k
+    # a K loop of one step has no next step to overlap with: a slot released a step late would
+    # never be released, and the block's third tile would wait for a slot forever
+    delay = DELAY_RELEASE if k_steps > DELAY_RELEASE else 0
     epi_m, epi_n = epilogue_tile(config)
     out_slots = min(2, tile_m * tile_n // (epi_m * epi_n))
 
@@ -143,14 +146,14 @@ def _kernel(a_gmem, b_gmem, out_gmem, *, config, tiles, grid_minor_dim, grid_til
                     (rows, tile_k),
                     lambda s: (0, s),
                     transforms=swizzled(tile_k),
-                    delay_release=DELAY_RELEASE,
+                    delay_release=delay,
                     collective_axes=("cluster",) if along == "n" else (),
                 ),
                 plgpu.BlockSpec(
                     (tile_k, cols),
                     lambda s: (s, 0),
                     transforms=swizzled(tile_k),
-                    delay_release=DELAY_RELEASE,
+                    delay_release=delay,
                     collective_axes=("cluster",) if along == "m" else (),
                 ),
             ],
@@ -193,7 +196,7 @@ def _kernel(a_gmem, b_gmem, out_gmem, *, config, tiles, grid_minor_dim, grid_til
 
             def mma(_, a_smem, b_smem, acc_ref):
                 plgpu.wgmma(acc_ref, a_smem.at[wg_rows], b_smem.at[:, wg_cols])
-                plgpu.wgmma_wait(DELAY_RELEASE)  # the step before has retired: its slot is free
+                plgpu.wgmma_wait(delay)  # the step before has retired: its slot is free
                 return acc_ref
 
             def compute_context(run_pipeline):

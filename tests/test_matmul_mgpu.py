@@ -133,7 +133,8 @@ def test_float32_is_refused_with_the_rule():
         (jnp.bfloat16, ((128, 64), (64, 256)), dict(tile_m=128, tile_n=128, epi_tile_n=128)),
         (jnp.bfloat16, ((64, 64), (64, 128)), dict(tile_n=64, epi_tile_m=256, epi_tile_n=256)),
         # JAX's grid tile widths: 2 x 5 output tiles walked in bands of 4 (and a remainder of 1)
-        # along M, then N
+        # along M, then N. K is one step: its slot is released at once (released a step late,
+        # as longer K loops do, it never was, and the block's third tile waited forever)
         (jnp.bfloat16, ((128, 64), (64, 640)), dict(tile_m=64, tile_n=64, grid_tile_width=4)),
         (
             jnp.bfloat16,
