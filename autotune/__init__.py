@@ -1,6 +1,7 @@
 """pallas-autotune: find, verify, store and serve the best block sizes for Pallas kernels.
 
-The runtime surface (``autotuned``, ``register``, ``configure``, ``variants``, ``overlay``) is cheap to import; ``tune`` and
+The runtime surface (``autotuned``, ``register``, ``configure``, ``variants``, ``overlay``,
+``out_struct``) is cheap to import; ``tune`` and
 ``TuningDB`` load the tuner (Optuna) and the database layer (SQLAlchemy) on first use, and
 ``TuneSettings`` the measurement's settings (neither); ``BestEntry`` is what
 ``TuningDB.put_best`` stores.
@@ -21,6 +22,7 @@ from autotune.errors import (
 from autotune.overlays import overlay
 from autotune.runtime import AutotunedKernel, autotuned, configure, register
 from autotune.variants import Member, variants
+from autotune.varying import out_struct
 
 __all__ = [
     "AutotuneError",
@@ -38,6 +40,7 @@ __all__ = [
     "autotuned",
     "calls_in",
     "configure",
+    "out_struct",
     "overlay",
     "register",
     "tune",

@@ -25,6 +25,7 @@ from autotune import autotuned
 from autotune.backends import mosaic_gpu as backend
 from autotune.kernels.flash_attention import attention_reference
 from autotune.kernels.matmul import Precision, check_precision
+from autotune.varying import vary_like
 
 DTYPES = ("bfloat16", "float16")  # what JAX's kernel takes
 BLOCK_MULTIPLE = 64  # block_q and block_kv: multiples of a wgmma tile's 64 rows
@@ -127,4 +128,5 @@ def attention_mgpu(
     out = jax_attention.attention(
         heads_as_batch(scaled_query(q, scale)), heads_as_batch(k), heads_as_batch(v), config
     )
-    return out.reshape(b, h, sq, d)
+    # inside shard_map, typed to vary as its inputs do: Mosaic GPU's kernel loses the type
+    return vary_like(out.reshape(b, h, sq, d), q, k, v)

@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 from jax.experimental import pallas as pl
 
-from autotune import autotuned
+from autotune import autotuned, out_struct
 from autotune.backends import mosaic_tpu, triton
 from autotune.hardware import clamp_block, kernel_platform
 from autotune.kernels import matmul as mm
@@ -88,7 +88,7 @@ def bmm(
         return out[:, :m, :n] if (mp, np_) != (m, n) else out
     out = pl.pallas_call(
         functools.partial(mm._kernel, block_k=bk, n_k=kp // bk, precision=precision),
-        out_shape=jax.ShapeDtypeStruct((b, mp, np_), x.dtype),
+        out_shape=out_struct((b, mp, np_), x.dtype, xp, yp),
         grid=(b, mp // bm, np_ // bn),
         in_specs=[
             pl.BlockSpec((None, bm, kp), lambda t, i, j: (t, i, 0)),

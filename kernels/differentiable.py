@@ -8,6 +8,12 @@ to the VJP, `fwd(forward, *arrays, **options)` returns the output and what the b
 cotangent into one cotangent per array. Both see every option, defaults included. A backward
 that calls other `@autotuned` kernels gets their tuned configurations, looked up under their
 own keys.
+
+Inside `jax.shard_map` the arrays are first cast to vary over the same mesh axes
+(`autotune.varying.vary_alike`): the VJP's cotangents then have their inputs' types, and the
+cotangent of an array that is the same on every device is summed over the devices (by the
+cast's transpose), as plain JAX code's would be. The output is typed to vary over those axes
+too (`vary_like`), also where the kernel's Pallas call lost them (Mosaic GPU's).
 """
 
 from __future__ import annotations
@@ -18,6 +24,8 @@ from collections.abc import Callable
 from typing import Any
 
 import jax
+
+from autotune.varying import vary_alike, vary_like
 
 
 def keep_inputs(forward: Callable, *arrays: Any, **options: Any) -> tuple[Any, tuple]:
@@ -35,10 +43,11 @@ def differentiable(bwd: Callable, fwd: Callable = keep_inputs) -> Callable[[Call
 
         @functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
         def call(options: tuple, *values: Any) -> Any:
-            return forward(*values, **dict(options))
+            return vary_like(forward(*values, **dict(options)), *values)
 
         def call_fwd(options: tuple, *values: Any) -> tuple[Any, Any]:
-            return fwd(forward, *values, **dict(options))
+            out, residuals = fwd(forward, *values, **dict(options))
+            return vary_like(out, *values), residuals
 
         def call_bwd(options: tuple, residuals: Any, cotangent: Any) -> tuple:
             return tuple(bwd(residuals, cotangent, **dict(options)))
@@ -51,7 +60,7 @@ def differentiable(bwd: Callable, fwd: Callable = keep_inputs) -> Callable[[Call
             bound.apply_defaults()
             given = bound.arguments
             options = tuple(sorted((n, v) for n, v in given.items() if n not in arrays))
-            return call(options, *(given[n] for n in arrays))
+            return call(options, *vary_alike(*(given[n] for n in arrays)))
 
         return run
 

@@ -24,7 +24,7 @@ import jax
 import jax.numpy as jnp
 from jax.experimental import pallas as pl
 
-from autotune import autotuned
+from autotune import autotuned, out_struct
 from autotune.backends import mosaic_tpu
 from autotune.hardware import (
     GPU_TILE_REGISTERS,
@@ -236,11 +236,11 @@ def attention_on(
 
     q_spec = pl.BlockSpec((None, None, bq, dp), lambda i, j, t: (i, j, q_block(t), 0))
     kv_spec = pl.BlockSpec((None, None, skp, dp), lambda i, j, t: (i, j, 0, 0))
-    out_shape = [jax.ShapeDtypeStruct((b, h, sqp, dp), q.dtype)]
+    out_shape = [out_struct((b, h, sqp, dp), q.dtype, q, k, v)]
     out_specs = [q_spec]
     if with_lse:
         # a trailing axis of 1: a [block_q, 1] block meets the TPU tiling rule, a [block_q] one not
-        out_shape.append(jax.ShapeDtypeStruct((b, h, sqp, 1), F32))
+        out_shape.append(out_struct((b, h, sqp, 1), F32, q, k, v))
         out_specs.append(pl.BlockSpec((None, None, bq, 1), lambda i, j, t: (i, j, q_block(t), 0)))
     outs = pl.pallas_call(
         functools.partial(

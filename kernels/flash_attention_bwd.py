@@ -31,7 +31,7 @@ import jax
 import jax.numpy as jnp
 from jax.experimental import pallas as pl
 
-from autotune import autotuned
+from autotune import autotuned, out_struct
 from autotune.backends import mosaic_tpu
 from autotune.hardware import gpu_smem_bytes, kernel_platform, tpu_vmem_budget
 from autotune.kernels.attention_masks import NT, TN, padded_keys, probs
@@ -318,12 +318,15 @@ def backward_on(
         rows_blk = pl.BlockSpec((None, None, bq, 1), lambda i, j, t: (i, j, t, 0))
         body = functools.partial(kernel, block_k=bk, n_k=skp // bk)
         grid, in_specs = (b, h, sqp // bq), [q_blk, kv_all, kv_all, q_blk, rows_blk, rows_blk]
-        out_shape, out_specs = [jax.ShapeDtypeStruct((b, h, sqp, dp), q.dtype)], [q_blk]
+        out_shape, out_specs = (
+            [out_struct((b, h, sqp, dp), q.dtype, q, k, v, do, lse, delta)],
+            [q_blk],
+        )
     else:
         kv_blk = pl.BlockSpec((None, None, bk, dp), lambda i, j, t: (i, j, t, 0))
         body = functools.partial(kernel, block_q=bq, n_q=sqp // bq)
         grid, in_specs = (b, h, skp // bk), [q_all, kv_blk, kv_blk, q_all, rows_all, rows_all]
-        out_shape = [jax.ShapeDtypeStruct((b, h, skp, dp), k.dtype)] * 2
+        out_shape = [out_struct((b, h, skp, dp), k.dtype, q, k, v, do, lse, delta)] * 2
         out_specs = [kv_blk, kv_blk]
     outs = pl.pallas_call(
         functools.partial(body, sm_scale=scale, causal=bool(causal), seq_k=sk, precision=precision),

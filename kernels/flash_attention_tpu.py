@@ -23,6 +23,7 @@ import jax
 import jax.numpy as jnp
 from jax.experimental import pallas as pl
 
+from autotune import out_struct
 from autotune.backends import mosaic_tpu
 from autotune.hardware import TPU_LANES
 from autotune.kernels.attention_masks import (
@@ -185,10 +186,10 @@ def attention_tpu(
 
     q_spec = pl.BlockSpec((None, None, bq, d), grid.index_map(lambda i, j, t, u: (i, j, t, 0)))
     kv_spec = pl.BlockSpec((None, None, bk, d), grid.index_map(kv_index))
-    out_shape = [jax.ShapeDtypeStruct((b, h, sqp, d), q.dtype)]
+    out_shape = [out_struct((b, h, sqp, d), q.dtype, q, k, v)]
     out_specs = [q_spec]
     if with_lse:  # [B, H, Sq, 1], as the GPU layout keeps it
-        out_shape.append(jax.ShapeDtypeStruct((b, h, sqp, 1), F32))
+        out_shape.append(out_struct((b, h, sqp, 1), F32, q, k, v))
         out_specs.append(
             pl.BlockSpec((None, None, bq, 1), grid.index_map(lambda i, j, t, u: (i, j, t, 0)))
         )
@@ -355,7 +356,7 @@ def backward_tpu(which, q, k, v, do, lse, delta, causal, scale, bq, bk, precisio
             return (i, j, kv_block_fetched(t, u, bq, bk) if causal else u, 0)
 
         sizes, walked, kernel = (b, h, n_q), n_k, _dq_kernel
-        out_shape = [jax.ShapeDtypeStruct((b, h, sqp, d), q.dtype)]
+        out_shape = [out_struct((b, h, sqp, d), q.dtype, q, k, v, do, lse, delta)]
         scratch, vmem = [pltpu.VMEM((bq, d), F32)], tpu_vmem_dq(bq, bk, d, q.dtype.itemsize)
     else:  # grid (b, h, key blocks, q blocks)
 
@@ -366,7 +367,7 @@ def backward_tpu(which, q, k, v, do, lse, delta, causal, scale, bq, bk, precisio
             return (i, j, u, 0)
 
         sizes, walked, kernel = (b, h, n_k), n_q, _dkv_kernel
-        out_shape = [jax.ShapeDtypeStruct((b, h, skp, d), k.dtype)] * 2
+        out_shape = [out_struct((b, h, skp, d), k.dtype, q, k, v, do, lse, delta)] * 2
         scratch = [pltpu.VMEM((bk, d), F32)] * 2
         vmem = tpu_vmem_dkv(bq, bk, d, q.dtype.itemsize)
     grid = mosaic_tpu.ParallelGrid.of(sizes)

@@ -24,7 +24,7 @@ import jax
 import jax.numpy as jnp
 from jax.experimental import pallas as pl
 
-from autotune import autotuned
+from autotune import autotuned, out_struct
 from autotune.backends import mosaic_tpu, triton
 from autotune.hardware import (
     clamp_block,
@@ -148,7 +148,7 @@ def tpu_call(x: jax.Array, y: jax.Array, bm: int, bn: int, bk: int, precision: s
     grid = mosaic_tpu.ParallelGrid.of(parallel)
     return pl.pallas_call(
         functools.partial(_tpu_kernel, k_axis=len(parallel), precision=precision),
-        out_shape=jax.ShapeDtypeStruct((*batch, mp, np_), x.dtype),
+        out_shape=out_struct((*batch, mp, np_), x.dtype, x, y),
         grid=grid.grid(parallel, kp // bk),
         in_specs=[
             pl.BlockSpec((*lead, bm, bk), grid.index_map(lambda *g: (*g[:-3], g[-3], g[-1]))),
@@ -237,7 +237,7 @@ def matmul(
 
     out = pl.pallas_call(
         functools.partial(_kernel, block_k=bk, n_k=kp // bk, precision=precision),
-        out_shape=jax.ShapeDtypeStruct((mp, np_), x.dtype),
+        out_shape=out_struct((mp, np_), x.dtype, xp, yp),
         grid=grid,
         in_specs=[
             pl.BlockSpec((bm, kp), lambda *g: (tile(*g)[0], 0)),

@@ -27,7 +27,7 @@ import jax
 import jax.numpy as jnp
 from jax.experimental import pallas as pl
 
-from autotune import autotuned
+from autotune import autotuned, out_struct
 from autotune.backends import mosaic_gpu as backend
 from autotune.kernels.differentiable import differentiable
 
@@ -302,7 +302,7 @@ def matmul_mgpu(
     )
     out = backend.plgpu().kernel(
         body,
-        out_type=jax.ShapeDtypeStruct((mp, np_), x.dtype),
+        out_type=out_struct((mp, np_), x.dtype, xp, yp),
         grid=(
             max(1, min(backend.num_sms(interpret) // cluster_size(config), tiles[0] * tiles[1])),
         ),

@@ -18,7 +18,7 @@ import jax
 import jax.numpy as jnp
 from jax.experimental import pallas as pl
 
-from autotune import autotuned
+from autotune import autotuned, out_struct
 from autotune.hardware import kernel_platform
 from autotune.kernels.norms import layer_norm_reference, rms_norm_reference
 from autotune.kernels.rowwise import (
@@ -112,8 +112,8 @@ def row_grads_call(
     sum_spec = pl.BlockSpec((None, 1, cols_p), lambda i: (i, 0, 0))
     outs = pl.pallas_call(
         kernel,
-        out_shape=[jax.ShapeDtypeStruct((layout.rows_padded, cols_p), rows[0].dtype)]
-        + [jax.ShapeDtypeStruct((blocks, 1, cols_p), F32)] * n_sums,
+        out_shape=[out_struct((layout.rows_padded, cols_p), rows[0].dtype, *rows, *vectors)]
+        + [out_struct((blocks, 1, cols_p), F32, *rows, *vectors)] * n_sums,
         grid=(blocks,),
         in_specs=[row_spec] * len(rows) + [vec_spec] * len(vectors),
         out_specs=[row_spec] + [sum_spec] * n_sums,

@@ -15,6 +15,7 @@ import jax
 import jax.numpy as jnp
 from jax.experimental import pallas as pl
 
+from autotune import out_struct
 from autotune.backends import triton
 from autotune.hardware import (
     TRITON_MAX_NUMEL,
@@ -82,7 +83,7 @@ def rowwise_call(kernel, x: jax.Array, vectors: list[jax.Array], layout: RowLayo
     vec_spec = pl.BlockSpec((1, cols_p), lambda i: (0, 0))
     return pl.pallas_call(
         kernel,
-        out_shape=jax.ShapeDtypeStruct((layout.rows_padded, cols_p), x.dtype),
+        out_shape=out_struct((layout.rows_padded, cols_p), x.dtype, x, *vectors),
         grid=(layout.rows_padded // br,),
         in_specs=[row_spec] + [vec_spec] * len(vectors),
         out_specs=row_spec,

@@ -12,7 +12,7 @@ import jax
 import jax.numpy as jnp
 from jax.experimental import pallas as pl
 
-from autotune import autotuned
+from autotune import autotuned, out_struct
 from autotune.backends import triton
 from autotune.hardware import TPU_LANES, is_pow2, kernel_platform, tpu_block_ok, tpu_vmem_bytes
 from autotune.kernels.differentiable import differentiable
@@ -87,7 +87,7 @@ def vector_add(
     spec = pl.BlockSpec((b // TPU_LANES, TPU_LANES), lambda i: (i, 0))
     out = pl.pallas_call(
         _kernel,
-        out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+        out_shape=out_struct(x.shape, x.dtype, x, y),
         grid=(padded // b,),
         in_specs=[spec, spec],
         out_specs=spec,

@@ -32,6 +32,20 @@ def subprocess_env(db_url) -> dict[str, str]:
     return env
 
 
+# tests/multidevice/ needs several host devices, which XLA_FLAGS gives only before jax starts:
+# tests/test_multidevice.py runs it in a child process that sets the flag. Elsewhere it is left
+# out, so the rest of the suite keeps one device.
+FORCED_DEVICES = "--xla_force_host_platform_device_count=4"
+
+
+def pytest_ignore_collect(collection_path: Path, config) -> bool | None:
+    if collection_path.name == "multidevice" and FORCED_DEVICES not in os.environ.get(
+        "XLA_FLAGS", ""
+    ):
+        return True
+    return None
+
+
 PG_ADMIN_URL = os.environ.get("PALLAS_AUTOTUNE_PG_URL", "postgresql://postgres@127.0.0.1:5432/test")
 
 
