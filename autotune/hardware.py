@@ -57,11 +57,24 @@ def gpu_l2_bytes(device_kind: str) -> int:
     return by_kind(GPU_L2, device_kind, GPU_L2_DEFAULT)
 
 
-def gpu_registers_ok(accumulator_elems: int, num_warps: int, bytes_per_elem: int = 4) -> bool:
-    """Whether a block's accumulator alone fits in the registers of its threads (Triton keeps
-    it there; beyond this it must spill)."""
+# A Triton kernel that keeps several float32 tiles live at once (an accumulator and a score
+# tile) gives them at most this many registers a thread: the rest of the 255 go to its operands,
+# addresses and indices. JAX's own GPU attention takes 4 warps up to head_dim 64 and 8 past it
+# at 128 x 128 blocks: 192 and 128 registers a thread of float32 tiles; 4 warps at head_dim 128
+# would need 256 and spill (jax/experimental/pallas/ops/gpu/attention.py).
+GPU_TILE_REGISTERS = 192
+
+
+def gpu_registers_ok(
+    accumulator_elems: int,
+    num_warps: int,
+    bytes_per_elem: int = 4,
+    budget: int = GPU_MAX_REGISTERS_PER_THREAD,
+) -> bool:
+    """Whether a block's live tiles (`accumulator_elems` elements in all) fit in `budget`
+    registers of each of its threads (Triton keeps them there; beyond this it must spill)."""
     per_thread = accumulator_elems * bytes_per_elem // 4 / (GPU_WARP * num_warps)
-    return per_thread <= GPU_MAX_REGISTERS_PER_THREAD and num_warps <= GPU_MAX_WARPS
+    return per_thread <= budget and num_warps <= GPU_MAX_WARPS
 
 
 def tpu_block_ok(block: tuple[int, ...], array: tuple[int, ...]) -> bool:

@@ -1,6 +1,7 @@
-"""One case of the hardware check, in its own process (`hardware_check.py` starts it, with a
-timeout): a kernel at its default configuration against its reference on awkward shapes, then
-`autotune tune` of it at a realistic shape, then the default, tuned and vendor calls side by side.
+"""One step of the hardware check, in its own process (`hardware_check.py` starts it, with a
+timeout): a case (a kernel at its default configuration against its reference on awkward
+shapes, then `autotune tune` of it at a realistic shape, then the default, tuned and vendor calls
+side by side), or one of the extras (a script, its output streamed as it comes).
 
     python benchmarks/hardware_case.py JOB.json RESULT.json
 
@@ -15,9 +16,13 @@ import datetime
 import functools
 import json
 import math
+import os
 import platform
+import signal
 import subprocess
 import sys
+import tempfile
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -31,6 +36,23 @@ def format_shapes(shapes: Shapes) -> str:
     return ",".join("x".join(map(str, s)) for s in shapes)
 
 
+# The backward kernels take the forward's log-sum-exp and delta = rowsum(dO * O) in float32
+# beside their 16-bit q, k, v and dO: how many of their last arguments are float32 whatever the
+# case's dtype.
+FLOAT32_TAIL = {"flash_attention_dq": 2, "flash_attention_dkv": 2}
+# Attention's dots of one call, in units of b * h * sq * sk * d multiply-adds (x2 flops): the
+# forward's two (scores, p @ v), dq's three (scores, dp, ds @ k), dkv's four (and dv, dk).
+ATTENTION_DOTS = {"flash_attention": 2, "flash_attention_dq": 3, "flash_attention_dkv": 4}
+# what each attention kernel writes, in q-sized arrays: out; dq; dk and dv
+ATTENTION_OUTPUTS = {"flash_attention": 1, "flash_attention_dq": 1, "flash_attention_dkv": 2}
+
+
+def arg_dtypes(kernel: str, dtype: str, n: int) -> list[str]:
+    """The dtypes of a kernel's `n` arguments in a case of `dtype`."""
+    tail = FLOAT32_TAIL.get(kernel, 0)
+    return [dtype] * (n - tail) + ["float32"] * tail
+
+
 def work(kernel: str, dtype: str, static: dict, shapes: Shapes) -> tuple[float, float]:
     """(floating-point operations, bytes read and written) of one call."""
     itemsize = 2 if dtype == "bfloat16" else 4
@@ -40,17 +62,18 @@ def work(kernel: str, dtype: str, static: dict, shapes: Shapes) -> tuple[float, 
         n = shapes[1][-1]
         b = math.prod(batch)
         return 2.0 * b * m * k * n, float((elems + b * m * n) * itemsize)
-    if kernel == "flash_attention":
+    if kernel in ATTENTION_DOTS:
         b, h, s, d = shapes[0]
-        flops = 4.0 * b * h * s * s * d * (0.5 if static.get("causal") else 1.0)
-        return flops, float((elems + b * h * s * d) * itemsize)
+        causal = 0.5 if static.get("causal") else 1.0
+        flops = 2.0 * ATTENTION_DOTS[kernel] * b * h * s * s * d * causal
+        return flops, float((elems + ATTENTION_OUTPUTS[kernel] * b * h * s * d) * itemsize)
     out = math.prod(shapes[0])  # elementwise and row-wise: one output of the first shape
     return 0.0, float((elems + out) * itemsize)
 
 
 def vendor_op(kernel: str, dtype: str, static: dict) -> tuple[str, Callable | None]:
-    """The vendor library's (or XLA's) operation for the same call; attention: None (see
-    `attention_ops`)."""
+    """The vendor library's (or XLA's) operation for the same call; attention, forward or
+    backward: None (see `attention_ops`)."""
     import jax
     import jax.numpy as jnp
 
@@ -68,24 +91,36 @@ def vendor_op(kernel: str, dtype: str, static: dict) -> tuple[str, Callable | No
         "flash_attention": ("jax.nn.dot_product_attention", None),
     }
     ops["matmul_mgpu"] = ops["matmul"]
+    # dq's and dkv's rows each against the whole backward, which computes dq, dk and dv at once
+    backward = ("the VJP of jax.nn.dot_product_attention (dq, dk and dv together)", None)
+    ops["flash_attention_dq"] = ops["flash_attention_dkv"] = backward
     return ops[kernel]
 
 
-def attention_ops(causal: bool, implementation: str | None) -> tuple[Callable, Callable]:
-    """jax.nn.dot_product_attention on its native [B, S, H, D] layout, and the transpose of the
-    kernel's [B, H, S, D] inputs to it: the transposes are prepared outside the timed call, so the
-    vendor's time is its attention kernels' alone."""
+def attention_ops(
+    causal: bool, implementation: str, precision: str, backward: bool
+) -> tuple[Callable, Callable]:
+    """jax.nn.dot_product_attention by `implementation` ("cudnn", "xla") on its
+    [B, S, H, D] layout, float32 at `precision`; with `backward`, its VJP: dq, dk and dv from
+    q, k, v and dO. And what turns the kernel's [B, H, S, D] arguments into its inputs: views
+    as [B * H, S, 1, D] (`heads_as_batch`, no transpose), prepared outside the timed call."""
     import jax
 
-    def op(q, k, v):
-        return jax.nn.dot_product_attention(
-            q, k, v, is_causal=causal, implementation=implementation
-        )
+    from autotune.kernels.attention_mgpu import heads_as_batch
+
+    def forward(q, k, v):
+        with jax.default_matmul_precision(precision):
+            return jax.nn.dot_product_attention(
+                q, k, v, is_causal=causal, implementation=implementation
+            )
+
+    def grads(q, k, v, do):
+        return jax.vjp(forward, q, k, v)[1](do)
 
     def to_native(args: list) -> list:
-        return [jax.block_until_ready(a.transpose(0, 2, 1, 3)) for a in args]
+        return [jax.block_until_ready(heads_as_batch(a)) for a in args[: 4 if backward else 3]]
 
-    return op, to_native
+    return (grads if backward else forward), to_native
 
 
 # ------------------------------------------------------------------------------- the sections
@@ -117,12 +152,13 @@ def versions() -> dict[str, Any]:
     return info
 
 
-def inputs(shapes: Shapes, dtype: str, seed: int = 0) -> list[Any]:
+def inputs(kernel: str, shapes: Shapes, dtype: str, seed: int = 0) -> list[Any]:
     import jax
 
     from autotune.inputs import random_inputs
 
-    return random_inputs([jax.ShapeDtypeStruct(tuple(s), dtype) for s in shapes], seed)
+    dtypes = arg_dtypes(kernel, dtype, len(shapes))
+    return random_inputs([jax.ShapeDtypeStruct(tuple(s), d) for s, d in zip(shapes, dtypes)], seed)
 
 
 def correctness(
@@ -139,7 +175,7 @@ def correctness(
     spec = registry.resolve(kernel_name).spec
     rows = []
     for dtype in dtypes:
-        args = inputs(shapes, dtype)
+        args = inputs(kernel_name, shapes, dtype)
         sig = spec.signature(args, static, current_device())
         config = spec.default_config(sig)
         start = time.perf_counter()
@@ -177,7 +213,8 @@ def correctness(
 def tune(job: dict[str, Any]) -> dict[str, Any]:
     """`autotune tune` for the case, as a user runs it; the tuning wall time and its trials."""
     cmd = [sys.executable, "-m", "autotune.cli", "tune", job["kernel"]]
-    cmd += ["--shape", format_shapes(job["shapes"]), "--dtype", job["dtype"], "--db", job["db"]]
+    dtypes = ",".join(arg_dtypes(job["kernel"], job["dtype"], len(job["shapes"])))
+    cmd += ["--shape", format_shapes(job["shapes"]), "--dtype", dtypes, "--db", job["db"]]
     cmd += ["--seed", "0", "--trials", str(job["trials"])]
     cmd += ["--time-limit", f"{job['time_limit_s']:.0f}"]
     if job[
@@ -221,7 +258,7 @@ def side_by_side(job: dict[str, Any]) -> dict[str, Any]:
     device = current_device()
     spec = registry.resolve(job["kernel"]).spec
     static = job["static"]
-    args = inputs(job["shapes"], job["dtype"])
+    args = inputs(job["kernel"], job["shapes"], job["dtype"])
     sig = spec.signature(args, static, device)
     key = spec.key(sig, device)
     with TuningDB(job["db"]) as handle:
@@ -266,7 +303,7 @@ def side_by_side(job: dict[str, Any]) -> dict[str, Any]:
         "trial_timers": sorted({t.timer for t in trials if t.timer}),
         # the first error of each kind of failed trial: a rejection's or a crash's reason
         "trial_errors": {
-            t.status: (t.error or "")[:300] for t in reversed(trials) if t.status != "ok"
+            t.status: short_error(t.error) for t in reversed(trials) if t.status != "ok"
         },
     }
     if tuned is not None:
@@ -325,23 +362,39 @@ COUNTED = {
 }
 
 
+def short_error(text: str | None) -> str:
+    """A trial's error for the report: its start, and what the device worker logged meanwhile
+    (the device's own words: see autotune.worker.parent) in full."""
+    head, logged, tail = (text or "").partition("; stderr: ")
+    return head[:300] + (f" ... stderr: {tail[-1600:]}" if logged else "")
+
+
 def _vendor(job: dict[str, Any], args: list) -> tuple[str, Callable, list]:
-    """The vendor's operation for the call, and its inputs: `args`, or their copies on its
-    native layout (attention: cuDNN where it runs for these inputs, else XLA's)."""
+    """The vendor's operation for the call, and its inputs: `args`, or their views on its
+    native layout (attention: cuDNN where it runs for these inputs, else XLA's; float32 at the
+    kernel's own precision, "highest")."""
     import jax
+
+    from autotune.kernels.matmul import dot_precision
 
     name, op = vendor_op(job["kernel"], job["dtype"], job["static"])
     if op is not None:
         return name, op, args
-    for implementation in ([] if job["smoke"] else ["cudnn"]) + [None]:
-        op, to_native = attention_ops(job["static"].get("causal", False), implementation)
+    gpu = job["platform"] == "gpu" and not job["smoke"]
+    for implementation in (["cudnn"] if gpu else []) + ["xla"]:
+        op, to_native = attention_ops(
+            job["static"].get("causal", False),
+            implementation,
+            dot_precision(None, job["dtype"]),
+            backward=job["kernel"] != "flash_attention",
+        )
         native = to_native(args)
         try:
             jax.block_until_ready(jax.jit(op)(*native))
         except Exception as e:  # cuDNN refuses some shapes, dtypes and GPUs
             print(f"  attention through {implementation}: {type(e).__name__}: {str(e)[:120]}")
             continue
-        return f"{name} ({implementation or 'xla'})", op, native
+        return f"{name} ({implementation})", op, native
     raise RuntimeError("no attention implementation runs here")
 
 
@@ -363,14 +416,21 @@ def ms(t: float | None) -> str:
 README_EXAMPLE = "### JAX's own Hopper matmul, tuned without editing it"
 
 
-# The scripts of hardware_check.EXTRAS (besides the README's example), at the sizes a GPU run
-# gives them: the issues' cases (bf16 4096^3 matmul, 4x16x2048x128 causal attention) for the
-# groups, and a transformer block at batch 2, 1024 tokens, d_model 1024, 8 heads for the step.
+# The scripts of hardware_check's extras (besides the README's example), at the sizes an
+# accelerator run gives them: the issue's calls (bf16 4096^3 matmul, 4x16x2048x128 causal
+# attention) for the groups, each member tuned into the check's database ({db}: what the cases
+# tuned warm-starts them, and the export ships their choices too); a transformer block at batch
+# 1, 1024 tokens, d_model 1024, 8 heads for the step. Each caps its own searches (--time-limit),
+# the step's process is capped by the plan.
 EXTRA_SCRIPTS = {
-    "groups": ["variant_groups.py", "--trials", "16"],
-    "train_step": ["train_step.py", "--batch", "2", "--seq", "1024", "--d-model", "1024",
-                   "--heads", "8", "--trials", "4"],
+    "groups_matmul": ["variant_groups.py", "--group", "matmul_variants", "--trials", "16",
+                      "--time-limit", "6", "--db", "{db}"],
+    "groups_attention": ["variant_groups.py", "--group", "attention_variants", "--trials", "16",
+                         "--time-limit", "6", "--db", "{db}"],
+    "train_step": ["train_step.py", "--batch", "1", "--seq", "1024", "--d-model", "1024",
+                   "--heads", "8", "--trials", "3", "--time-limit", "2"],
 }  # fmt: skip
+OUTPUT_KEPT = 40  # an extra's last lines of output, in the report
 
 
 def readme_code() -> str:
@@ -382,24 +442,68 @@ def readme_code() -> str:
     ]
 
 
-def run_extra(extra: str, timeout_s: float) -> dict[str, Any]:
-    """One of hardware_check.EXTRAS in a process of its own: its exit code, time and last lines
-    (a table, for the scripts)."""
+def extra_command(extra: str, db: str) -> list[str]:
+    """The process an extra runs."""
     if extra == "readme":
-        command = [sys.executable, "-c", readme_code()]
-    else:
-        script, *args = EXTRA_SCRIPTS[extra]
-        command = [sys.executable, str(ROOT / "benchmarks" / script), *args]
+        return [sys.executable, "-c", readme_code()]
+    script, *args = EXTRA_SCRIPTS[extra]
+    return [sys.executable, str(ROOT / "benchmarks" / script), *(a.format(db=db) for a in args)]
+
+
+def stream(
+    command: list[str], timeout_s: float, on_line: Callable[[list[str]], None]
+) -> tuple[int | None, list[str], str]:
+    """Run `command`, passing its stdout's lines so far to `on_line` as each comes; stopped
+    with everything it started after `timeout_s` (exit code None). Returns the exit code, the
+    lines and the end of its stderr."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}  # its lines as they are printed
+    with tempfile.TemporaryFile() as errors:
+        proc = subprocess.Popen(
+            command, stdout=subprocess.PIPE, stderr=errors, text=True, env=env,
+            start_new_session=True,
+        )  # fmt: skip
+        lines: list[str] = []
+
+        def read() -> None:
+            for line in proc.stdout:
+                lines.append(line.rstrip("\n"))
+                on_line(lines)
+
+        reader = threading.Thread(target=read, daemon=True)
+        reader.start()
+        try:
+            rc = proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            rc = None
+        reader.join(timeout=5)
+        errors.seek(0)
+        tail = errors.read().decode(errors="replace").strip().splitlines()[-10:]
+    return rc, lines, "\n".join(tail)
+
+
+def run_extra(
+    extra: str, timeout_s: float, db: str, save: Callable[[dict[str, Any]], None]
+) -> dict[str, Any]:
+    """One of hardware_check's extras, its output printed and saved (`save`) line by line:
+    stopped at its time limit, it still shows where it was. Its exit code, time and last lines
+    (a table, for the scripts), with its stderr's end when it failed."""
     start = time.perf_counter()
-    try:
-        proc = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s)
-        text = proc.stdout if proc.returncode == 0 else proc.stdout + proc.stderr
-        lines = text.strip().splitlines()
-        rc, output = proc.returncode, lines[-4:] if extra == "readme" else lines[-30:]
-    except subprocess.TimeoutExpired:
-        rc, output = None, [f"stopped after {timeout_s:.0f} s"]
+
+    def on_line(lines: list[str]) -> None:
+        print(f"  | {lines[-1]}", flush=True)
+        save({"rc": None, "wall_s": round(time.perf_counter() - start, 1),
+              "output": lines[-OUTPUT_KEPT:]})  # fmt: skip
+
+    rc, lines, errors = stream(extra_command(extra, db), timeout_s, on_line)
+    output = lines[-OUTPUT_KEPT:]
+    if rc is None:
+        output.append(f"stopped at its time limit, {timeout_s:.0f} s")
+    elif rc != 0:
+        output += errors.splitlines()
     wall = time.perf_counter() - start
-    print(f"  {extra}: rc {rc}, {wall:.1f} s: {' | '.join(output[-4:])[:300]}")
+    print(f"  {extra}: rc {rc}, {wall:.1f} s")
     return {"rc": rc, "wall_s": round(wall, 1), "output": output}
 
 
@@ -417,13 +521,18 @@ def main(job_path: str, result_path: str) -> int:
         partial.write_text(json.dumps(result, indent=1, default=str))
         partial.replace(result_path)
 
-    import autotune.kernels  # noqa: F401  (registers the shipped kernels)
-
     if job.get("extra"):
+
+        def partial(extra: dict[str, Any]) -> None:
+            result["extra"] = extra
+            save(job["extra"])
+
         save(job["extra"])
-        result["extra"] = run_extra(job["extra"], job["timeout_s"])
+        result["extra"] = run_extra(job["extra"], job["timeout_s"], job["db"], partial)
         save("done")
         return 0
+    import autotune.kernels  # noqa: F401  (registers the shipped kernels)
+
     save("correctness")
     if job["check_dtypes"]:
         result["correctness"] = correctness(
@@ -441,4 +550,9 @@ def main(job_path: str, result_path: str) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(*sys.argv[1:]))
+    code = main(*sys.argv[1:])
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # the result is written: the interpreter's teardown (jax's, the compile threads') takes
+    # seconds on a busy host and is no part of the step; the parent's time limit counts it
+    os._exit(code)

@@ -1,14 +1,16 @@
 """A transformer block's training step: every call tuned, every call at its default, plain JAX.
 
     python benchmarks/train_step.py [--batch 4 --seq 2048 --d-model 1024 --heads 16]
-                                    [--dtype bfloat16] [--trials 12] [--rounds 20]
+                                    [--dtype bfloat16] [--trials 12] [--time-limit S]
+                                    [--rounds 20]
     python benchmarks/train_step.py --smoke     # tiny shapes on this host (interpret mode on a CPU)
 
 The block is pre-norm attention and MLP: layer_norm, the QKV matmul, causal flash_attention,
 the output matmul, rms_norm, two MLP matmuls (GELU between); the step is
 jax.jit(jax.value_and_grad(loss)) over the block's weights. The script lists the step's
 @autotuned calls from jax.ShapeDtypeStructs (autotune.calls_in: forward and backward kernels),
-tunes them (autotune.tune_program, `--trials` each, into a throw-away database), checks that
+tunes them (autotune.tune_program, `--trials` each within `--time-limit` seconds each, into a
+throw-away database; each call's outcome printed as it is done), checks that
 each call is then served from it, and times the step three ways in interleaved rounds (median
 wall time of a synchronised call): every call at its default configuration (an empty
 database), every call tuned, and the same block in plain JAX (jnp.dot, XLA's layer norm,
@@ -140,6 +142,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--heads", type=int, default=16)
     p.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float32"))
     p.add_argument("--trials", type=int, default=12, help="configurations measured per call")
+    p.add_argument("--time-limit", type=float, help="seconds of search per call (default: none)")
     p.add_argument("--rounds", type=int, default=20, help="timed rounds of the three steps")
     p.add_argument("--smoke", action="store_true", help="tiny shapes, 2 trials, 3 rounds")
     args = p.parse_args(argv)
@@ -161,10 +164,15 @@ def main(argv: list[str] | None = None) -> int:
         for c in calls:
             print(f"  {c.kernel:20s} {c.signature} {c.static}")
         start = time.perf_counter()
-        outcomes = autotune.tune_program(pallas_step, abstract, n_trials=args.trials)
+
+        def show(progress: Any, outcome: Any) -> None:  # each call as it is done
+            if outcome is not None:
+                print(f"  {outcome.status:7s} {outcome.task.label}: {outcome.detail}"[:200])
+
+        outcomes = autotune.tune_program(
+            pallas_step, abstract, n_trials=args.trials, time_limit_s=args.time_limit, show=show
+        )
         tune_s = time.perf_counter() - start
-        for o in outcomes:
-            print(f"  {o.status:7s} {o.task.label}: {o.detail}"[:200])
         served = {c.source for c in autotune.calls_in(pallas_step, abstract)}
         print(f"tuned in {tune_s:.0f} s; afterwards the calls are served from: {sorted(served)}")
 

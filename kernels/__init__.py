@@ -1,8 +1,12 @@
 """The Pallas kernels shipped with pallas-autotune, each decorated with @autotuned.
 
 Importing this package registers them by name, with the variant groups over them (groups.py).
+Each reads the tuned tables shipped in tuned/ (`tuned="tuned"`: `autotune db export` files, one
+per hardware check; see tuned/README.md), which serve the calls a user's database has no
+entry for.
 """
 
+from autotune.kernels.attention_mgpu import attention_mgpu
 from autotune.kernels.bmm import bmm, bmm_reference
 from autotune.kernels.flash_attention import attention_reference, flash_attention
 from autotune.kernels.flash_attention_bwd import (
@@ -28,6 +32,7 @@ from autotune.kernels.vector_add import vector_add, vector_add_reference
 
 __all__ = [
     "attention_dkv_reference",
+    "attention_mgpu",
     "attention_dq_reference",
     "attention_reference",
     "attention_variants",

@@ -2,7 +2,7 @@
 
 The batch axis is squeezed out of every block, so each step runs matmul's kernel body on one
 (M, N) output tile; padding, clamping and the per-platform rules are matmul's, and so is the
-TPU body (`matmul.tpu_call`, with the batch as its first "parallel" grid axis).
+TPU body (`matmul.tpu_call`, with the batch a "parallel" grid axis).
 """
 
 from __future__ import annotations
@@ -28,7 +28,8 @@ def fits_platform(config: dict, sig) -> bool:
     return mm.fits_platform(config, dataclasses.replace(sig, args=per_entry))
 
 
-def bmm_reference(x: jax.Array, y: jax.Array, *, precision: str = "highest") -> jax.Array:
+def bmm_reference(x: jax.Array, y: jax.Array, *, precision: str | None = None) -> jax.Array:
+    precision = mm.dot_precision(precision, x.dtype)
     out = jnp.einsum("bmk,bkn->bmn", x, y, precision=precision, preferred_element_type=mm.ACC_DTYPE)
     return out.astype(x.dtype)
 
@@ -42,7 +43,13 @@ def _bwd(residuals: tuple, g: jax.Array, *, precision: str, interpret: bool, **_
     )
 
 
-@autotuned(name="bmm", space="bmm", constraints=[fits_platform], reference=bmm_reference)
+@autotuned(
+    name="bmm",
+    space="bmm",
+    constraints=[fits_platform],
+    reference=bmm_reference,
+    tuned="tuned",
+)
 @differentiable(_bwd)
 def bmm(
     x: jax.Array,
@@ -53,17 +60,18 @@ def bmm(
     block_k: int = 128,
     num_warps: int = 4,
     num_stages: int = 2,
-    precision: mm.Precision = "highest",
+    precision: mm.Precision = None,
     interpret: bool = False,
 ) -> jax.Array:
-    """x @ y per batch entry for x [B, M, K] and y [B, K, N] of one float dtype (float32 inputs
-    multiplied at `precision`, as in matmul). Differentiable: the backward's products are bmm
-    calls of their own."""
+    """x @ y per batch entry for x [B, M, K] and y [B, K, N] of one float dtype (the dots at
+    `precision`, as in matmul). Differentiable: the backward's products are bmm calls of
+    their own."""
     mm.check_precision(precision)
     if x.ndim != 3 or y.ndim != 3 or x.shape[0] != y.shape[0] or x.shape[2] != y.shape[1]:
         raise ValueError(f"bmm needs x [B, M, K] and y [B, K, N], got {x.shape=} and {y.shape=}")
     if x.dtype != y.dtype:
         raise ValueError(f"bmm needs one dtype, got {x.dtype=} and {y.dtype=}")
+    precision = mm.dot_precision(precision, x.dtype)
     (b, m, k), n = x.shape, y.shape[2]
     if x.size == 0 or y.size == 0:  # an empty batch, or K = 0: the sum over nothing
         return jnp.zeros((b, m, n), x.dtype)

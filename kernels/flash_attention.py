@@ -6,9 +6,10 @@ matrix never exists in full). Sequences that are not multiples of the blocks are
 padded query rows are computed and dropped, padded keys are masked out of the softmax. Causal
 masking is top-left aligned (query i sees keys 0..i), and a causal step stops at the last key
 block its rows can see; only the key blocks that cross the diagonal or hold padded keys are
-masked, and the query blocks that see the most keys run first. The softmax runs in base 2: the
-scale and log2(e) multiply q once, and exp2 replaces exp. On GPU head_dim is zero-padded to a
-power of two (zeros change no dot product).
+masked (kernels/attention_masks.py), and the query blocks that see the most keys run first. The
+softmax runs in base 2: the scale and log2(e) multiply the float32 scores, and exp2 replaces exp.
+On GPU head_dim is zero-padded to a power of two (zeros change no dot product). On a TPU the
+kernel has its own body (kernels/flash_attention_tpu.py).
 
 Differentiable: under jax.grad the forward also keeps each row's log-sum-exp, and the backward
 is two kernels of their own (kernels/flash_attention_bwd.py).
@@ -25,14 +26,20 @@ from jax.experimental import pallas as pl
 
 from autotune import autotuned, out_struct
 from autotune.backends import clamp_block, kernel_platform, mosaic_tpu, whole_block
-from autotune.hardware import TPU_LANES, gpu_smem_bytes, is_pow2, tpu_block_ok
+from autotune.hardware import (
+    GPU_TILE_REGISTERS,
+    TPU_LANES,
+    gpu_registers_ok,
+    gpu_smem_bytes,
+    is_pow2,
+    tpu_block_ok,
+)
+from autotune.kernels.attention_masks import NT, mask_scores, padded_keys
 from autotune.kernels.differentiable import differentiable
-from autotune.kernels.matmul import Precision, check_precision
+from autotune.kernels.flash_attention_tpu import attention_tpu, tpu_vmem
+from autotune.kernels.matmul import Precision, dot_precision
 from autotune.kernels.rowwise import F32, gpu_compiler_params
 
-# A finite "minus infinity" for masked scores: exp(MASK - m) is exactly 0 for any real max m,
-# and a block with every key masked cannot turn the running max into NaN.
-MASK_VALUE = -0.7 * float(jnp.finfo(F32).max)
 LOG2_E = math.log2(math.e)
 
 
@@ -45,21 +52,11 @@ def layout(shapes, config: dict, platform: str) -> tuple[int, int, int, int, int
     return bq, bk, pl.cdiv(sq, bq) * bq, pl.cdiv(sk, bk) * bk, dp
 
 
-def tpu_vmem(bq: int, bk: int, d: int, itemsize: int) -> int:
-    """VMEM bytes of the TPU body's step: q, k, v and out blocks double-buffered by the
-    pipeline; the float32 scratch (running max and sum, 128 lanes each, and the output sum);
-    float32 temporaries: the score tile, its exponentials and a block of p @ v. The lse output
-    that the backward keeps ([block_q, 1] float32, a row of 128 lanes per row, double-buffered)
-    is counted too: one tuned configuration serves calls under jax.grad and without."""
-    blocks = 2 * (2 * bq * d + 2 * bk * d) * itemsize + 2 * bq * TPU_LANES * 4
-    scratch = (2 * bq * TPU_LANES + bq * d) * 4
-    return blocks + scratch + (2 * bq * bk + bq * d) * 4
-
-
 def fits_platform(config: dict, sig) -> bool:
     """TPU: (8, 128) tiling of the q, k and v blocks and of the (block_q, block_k) score tile,
     the step's VMEM (`tpu_vmem`) within the chip's budget; GPU: power-of-two tiles of at least
-    16 (tl.dot), stages of q, k and v tiles within shared memory."""
+    16 (tl.dot), stages of q, k and v tiles within shared memory, the float32 output sum and
+    score tile within the registers of the config's warps."""
     if len(sig.shapes) != 3 or any(len(s) != 4 for s in sig.shapes):
         return True  # the kernel itself rejects such calls with a clear message
     bq, bk, sqp, skp, dp = layout(sig.shapes, config, sig.platform)
@@ -74,10 +71,24 @@ def fits_platform(config: dict, sig) -> bool:
     if sig.platform == "gpu":
         stages = config.get("num_stages", 2)
         smem = (bq * dp + stages * 2 * bk * dp) * itemsize
-        return all(is_pow2(b) and b >= 16 for b in (bq, bk, dp)) and smem <= gpu_smem_bytes(
-            sig.device_kind
+        return (
+            gpu_tiles_ok(bq, bk, dp)
+            and smem <= gpu_smem_bytes(sig.device_kind)
+            and gpu_tiles_in_registers(bq * dp + bq * bk, config)  # the output sum, the scores
         )
     return True
+
+
+def gpu_tiles_ok(bq: int, bk: int, dp: int) -> bool:
+    """Triton's tiles: powers of two of at least 16 (tl.dot)."""
+    return all(is_pow2(b) and b >= 16 for b in (bq, bk, dp))
+
+
+def gpu_tiles_in_registers(f32_elems: int, config: dict) -> bool:
+    """Whether float32 tiles of `f32_elems` elements in all, live at once, fit the registers a
+    thread gives its tiles (hardware.GPU_TILE_REGISTERS) at the config's `num_warps`: 8 warps
+    past head_dim 64 at 128 x 128 blocks, as JAX's own GPU attention takes."""
+    return gpu_registers_ok(f32_elems, config.get("num_warps", 4), budget=GPU_TILE_REGISTERS)
 
 
 def attention_reference(
@@ -87,8 +98,11 @@ def attention_reference(
     *,
     causal: bool = False,
     sm_scale: float | None = None,
-    precision: str = "highest",
+    precision: str | None = None,
 ) -> jax.Array:
+    # in float32 whatever the inputs: None is "highest" here (dot_precision's 16-bit "default"
+    # would be TF32 on a GPU for these float32 copies)
+    precision = precision or "highest"
     scale = 1.0 / math.sqrt(q.shape[-1]) if sm_scale is None else sm_scale
     s = jnp.einsum("bhqd,bhkd->bhqk", q.astype(F32), k.astype(F32), precision=precision) * scale
     if causal:
@@ -127,15 +141,10 @@ def _kernel(
         m, denom, acc = carry
         k = k_ref[pl.ds(j * block_k, block_k), :]
         v = v_ref[pl.ds(j * block_k, block_k), :]
-        s = scale * jax.lax.dot_general(
-            q, k, (((1,), (1,)), ((), ())), precision=precision, preferred_element_type=F32
-        )
+        s = scale * jax.lax.dot_general(q, k, NT, precision=precision, preferred_element_type=F32)
         if masked:
             cols = j * block_k + lanes
-            if seq_k % block_k:  # padded keys (zeros) would otherwise take a share of the softmax
-                s = jnp.where(cols < seq_k, s, MASK_VALUE)
-            if causal:
-                s = jnp.where(cols <= rows, s, MASK_VALUE)
+            s = mask_scores(s, rows, cols, causal=causal, seq_k=padded_keys(seq_k, block_k))
         m_new = jnp.maximum(m, s.max(axis=-1, keepdims=True))
         alpha = jnp.exp2(m - m_new)
         p = jnp.exp2(s - m_new)
@@ -163,122 +172,6 @@ def _kernel(
     o_ref[...] = (acc / denom).astype(o_ref.dtype)
     if lse_ref is not None:  # kept for the backward (kernels/flash_attention_bwd.py), base e
         lse_ref[...] = m / LOG2_E + jnp.log(denom)
-
-
-def last_visible_block(q_block, block_q: int, block_k: int):
-    """The last key block that a causal q block's rows can see (its last row's)."""
-    # lax.div: `//` on integers lowers through sign(), which Mosaic lowers only on a TPU host
-    return jax.lax.div((q_block + 1) * block_q - 1, block_k)
-
-
-def kv_block_fetched(q_block, kv_block, block_q: int, block_k: int):
-    """The key block a causal step fetches: its own, or for a step the kernel skips (past the
-    last block the q block's rows see) that last one again: a step whose block index repeats
-    the previous step's makes the pipeline fetch nothing."""
-    return jnp.minimum(kv_block, last_visible_block(q_block, block_q, block_k))
-
-
-def _tpu_kernel(q_ref, k_ref, v_ref, o_ref, *refs, sm_scale, causal, seq_k, precision):
-    # refs: the lse output when the backward needs it, then the m, l and acc scratch
-    lse_ref = refs[0] if len(refs) == 4 else None
-    m_ref, l_ref, acc_ref = refs[-3:]
-    block_q, block_k = q_ref.shape[0], k_ref.shape[0]
-    q_block, kv_block = pl.program_id(2), pl.program_id(3)
-
-    @pl.when(kv_block == 0)
-    def _init():
-        m_ref[...] = jnp.full(m_ref.shape, -jnp.inf, F32)
-        l_ref[...] = jnp.zeros(l_ref.shape, F32)
-        acc_ref[...] = jnp.zeros(acc_ref.shape, F32)
-
-    def step():
-        s = jax.lax.dot_general(
-            q_ref[...],
-            k_ref[...],
-            (((1,), (1,)), ((), ())),
-            precision=precision,
-            preferred_element_type=F32,
-        )
-        s = s * sm_scale
-        cols = kv_block * block_k + jax.lax.broadcasted_iota(jnp.int32, s.shape, 1)
-        if seq_k % block_k:  # padded keys (zeros) would otherwise take a share of the softmax
-            s = jnp.where(cols < seq_k, s, MASK_VALUE)
-        if causal:
-            rows = q_block * block_q + jax.lax.broadcasted_iota(jnp.int32, s.shape, 0)
-            s = jnp.where(cols <= rows, s, MASK_VALUE)
-        # m and l are kept on all 128 lanes of a row (a whole vreg row); column 0 is the value
-        m_prev = m_ref[...]
-        m_next = jnp.maximum(m_prev, s.max(axis=-1, keepdims=True))
-        alpha = jnp.exp(m_prev - m_next)
-        p = jnp.exp(s - m_next[:, :1])
-        l_ref[...] = alpha * l_ref[...] + p.sum(axis=-1, keepdims=True)
-        m_ref[...] = m_next
-        pv = jnp.dot(
-            p.astype(v_ref.dtype), v_ref[...], precision=precision, preferred_element_type=F32
-        )
-        acc_ref[...] = alpha[:, :1] * acc_ref[...] + pv
-
-    if causal:
-        pl.when(kv_block <= last_visible_block(q_block, block_q, block_k))(step)
-    else:
-        step()
-
-    # Key 0 is in block 0 and visible to every row, so each row's sum is positive.
-    @pl.when(kv_block == pl.num_programs(3) - 1)
-    def _store():
-        o_ref[...] = (acc_ref[...] / l_ref[:, :1]).astype(o_ref.dtype)
-        if lse_ref is not None:  # kept for the backward, base e as the GPU layout's
-            lse_ref[...] = m_ref[:, :1] + jnp.log(l_ref[:, :1])
-
-
-def _attention_tpu(
-    q, k, v, causal: bool, scale: float, bq: int, bk: int, precision: str, with_lse: bool
-):
-    """The TPU body (on a TPU, and when lowered for one or run under TPU interpret mode): grid
-    (batch, heads, q blocks, key blocks), the key axis last and "arbitrary", so a step holds one
-    q block and one k and v block whatever the sequence length, and the running max, sum and
-    output live in VMEM scratch across the key steps (the layout of JAX's
-    ops/tpu/flash_attention.py). A causal key block that no row of the q block sees is skipped,
-    and its index map repeats the last visible block, so the pipeline fetches nothing for it.
-    Sequences are zero-padded to the blocks; head_dim stays whole."""
-    from jax.experimental.pallas import tpu as pltpu
-
-    (b, h, sq, d), sk = q.shape, k.shape[2]
-    sqp, skp = pl.cdiv(sq, bq) * bq, pl.cdiv(sk, bk) * bk
-
-    def pad(x, s, sp):
-        return jnp.pad(x, ((0, 0), (0, 0), (0, sp - s), (0, 0))) if sp != s else x
-
-    def kv_index(i, j, t, u):
-        return (i, j, kv_block_fetched(t, u, bq, bk) if causal else u, 0)
-
-    q_spec = pl.BlockSpec((None, None, bq, d), lambda i, j, t, u: (i, j, t, 0))
-    kv_spec = pl.BlockSpec((None, None, bk, d), kv_index)
-    out_shape = [out_struct((b, h, sqp, d), q.dtype, q, k, v)]
-    out_specs = [q_spec]
-    if with_lse:  # [B, H, Sq, 1], as the GPU layout keeps it
-        out_shape.append(out_struct((b, h, sqp, 1), F32, q, k, v))
-        out_specs.append(pl.BlockSpec((None, None, bq, 1), lambda i, j, t, u: (i, j, t, 0)))
-    outs = pl.pallas_call(
-        functools.partial(
-            _tpu_kernel, sm_scale=scale, causal=causal, seq_k=sk, precision=precision
-        ),
-        out_shape=out_shape,
-        grid=(b, h, sqp // bq, skp // bk),
-        in_specs=[q_spec, kv_spec, kv_spec],
-        out_specs=out_specs,
-        scratch_shapes=[
-            pltpu.VMEM((bq, TPU_LANES), F32),
-            pltpu.VMEM((bq, TPU_LANES), F32),
-            pltpu.VMEM((bq, d), F32),
-        ],
-        compiler_params=mosaic_tpu.compiler_params(
-            ("parallel", "parallel", "parallel", "arbitrary"),
-            tpu_vmem(bq, bk, d, q.dtype.itemsize),
-        ),
-    )(pad(q, sq, sqp), pad(k, sk, skp), pad(v, sk, skp))
-    out = outs[0][:, :, :sq] if sqp != sq else outs[0]
-    return (out, outs[1][:, :, :sq, 0]) if with_lse else out
 
 
 def check_shapes(q: jax.Array, k: jax.Array, v: jax.Array) -> None:
@@ -313,13 +206,13 @@ def attention_on(
     num_stages: int,
     platform: str,
     interpret: bool,
-    precision: str = "highest",
+    precision: str | None = None,
     with_lse: bool = False,
 ) -> jax.Array | tuple[jax.Array, jax.Array]:
     """The kernel laid out for `platform` (tests run the GPU layout in interpret mode); with
     `with_lse`, also each query row's log-sum-exp of its scaled scores, [B, H, Sq] float32."""
     check_shapes(q, k, v)
-    check_precision(precision)
+    precision = dot_precision(precision, q.dtype)
     if q.size == 0:
         return (q, jnp.zeros(q.shape[:3], F32)) if with_lse else q
     (b, h, sq, d), sk = q.shape, k.shape[2]
@@ -327,7 +220,7 @@ def attention_on(
     bq, bk, sqp, skp, dp = layout((q.shape, k.shape), config, platform)
     scale = 1.0 / math.sqrt(d) if sm_scale is None else float(sm_scale)
     if mosaic_tpu.targets_tpu(platform, interpret):
-        return _attention_tpu(q, k, v, bool(causal), scale, bq, bk, precision, with_lse)
+        return attention_tpu(q, k, v, bool(causal), scale, bq, bk, precision, with_lse)
 
     def pad(x, s, sp):
         return jnp.pad(x, ((0, 0), (0, 0), (0, sp - s), (0, dp - d))) if (sp, dp) != (s, d) else x
@@ -392,6 +285,7 @@ def _bwd(residuals: tuple, do: jax.Array, *, causal, sm_scale, precision, interp
     space="flash_attention",
     constraints=[fits_platform],
     reference=attention_reference,
+    tuned="tuned",
 )
 @differentiable(_bwd, _fwd)
 def flash_attention(
@@ -403,13 +297,14 @@ def flash_attention(
     sm_scale: float | None = None,
     block_q: int = 128,
     block_k: int = 128,
-    num_warps: int = 4,
+    num_warps: int = 8,  # 4 would spill past head_dim 64 (gpu_tiles_in_registers)
     num_stages: int = 2,
-    precision: Precision = "highest",
+    precision: Precision = None,
     interpret: bool = False,
 ) -> jax.Array:
     """Attention of q [B, H, Sq, D] over k, v [B, H, Sk, D]; sm_scale defaults to 1/sqrt(D);
-    float32 inputs multiplied at `precision` (see autotune.kernels.matmul.PRECISIONS).
+    the dots at `precision` (None: "highest" for float32, the native pass for 16-bit floats;
+    see autotune.kernels.matmul.dot_precision).
     Differentiable: the backward is the tuned kernels flash_attention_dq and _dkv."""
     return attention_on(
         q,

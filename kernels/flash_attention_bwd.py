@@ -10,12 +10,12 @@ dp = dO v^T and ds = p * (dp - delta): dq = ds k * sm_scale, dk = ds^T q * sm_sc
 - `flash_attention_dkv`: a grid step holds `block_k` keys and walks the query rows `block_q`
   at a time (causal: from the first query block that sees its keys).
 
-On a TPU each takes its own body (`_backward_tpu`), laid out as the forward's: the walked side
-is the last grid axis, "arbitrary", and the float32 accumulators live in VMEM scratch, so a step
-holds one block of each side whatever the sequence lengths.
+On a TPU each takes its own body (kernels/flash_attention_tpu.py), laid out as the forward's:
+the walked side is the last grid axis, "arbitrary", and the float32 accumulators live in VMEM
+scratch, so a step holds one block of each side whatever the sequence lengths.
 
 Their block sizes are tuned apart from the forward's and from each other's (the two loops run
-in opposite directions). Padding and masking are the forward's (kernels/flash_attention.py):
+in opposite directions). Padding and masking are the forward's (kernels/attention_masks.py):
 padded keys are masked out, padded query rows carry a zero dO and add nothing. Each kernel's
 reference is the VJP of attention_reference written in the saved lse and delta, so that it is
 defined for any inputs (the oracle draws them at random).
@@ -33,71 +33,57 @@ from jax.experimental import pallas as pl
 
 from autotune import autotuned, out_struct
 from autotune.backends import kernel_platform, mosaic_tpu
-from autotune.hardware import TPU_LANES, gpu_smem_bytes
+from autotune.hardware import gpu_smem_bytes
+from autotune.kernels.attention_masks import NT, TN, padded_keys, probs
 from autotune.kernels.flash_attention import (
-    MASK_VALUE,
     check_shapes,
-    kv_block_fetched,
-    last_visible_block,
+    gpu_tiles_in_registers,
+    gpu_tiles_ok,
     layout,
 )
 from autotune.kernels.flash_attention import fits_platform as fits_forward
-from autotune.kernels.matmul import Precision, check_precision
+from autotune.kernels.flash_attention_tpu import backward_tpu, tpu_vmem_dkv, tpu_vmem_dq
+from autotune.kernels.matmul import Precision, dot_precision
 from autotune.kernels.rowwise import F32, gpu_compiler_params
 
 
-def tpu_vmem_dq(bq: int, bk: int, d: int, itemsize: int) -> int:
-    """VMEM bytes of a step of dq's TPU body: the q, dO and dq blocks and the k and v blocks,
-    double-buffered; lse and delta, [block_q, 1] float32 blocks that take a row of 128 lanes
-    per row, double-buffered; the float32 dq accumulator (scratch); float32 temporaries: the
-    scores, probabilities, dp and ds tiles and a block of ds @ k."""
-    blocks = 2 * (3 * bq + 2 * bk) * d * itemsize + 2 * 2 * bq * TPU_LANES * 4
-    return blocks + bq * d * 4 + (4 * bq * bk + bq * d) * 4
-
-
-def tpu_vmem_dkv(bq: int, bk: int, d: int, itemsize: int) -> int:
-    """VMEM bytes of a step of dkv's TPU body: the k, v, dk and dv blocks and the q and dO
-    blocks, double-buffered; lse and delta as in `tpu_vmem_dq`; the float32 dk and dv
-    accumulators (scratch); float32 temporaries: the scores, probabilities, dp and ds tiles and
-    a block each of ds^T @ q and p^T @ dO."""
-    blocks = 2 * (4 * bk + 2 * bq) * d * itemsize + 2 * 2 * bq * TPU_LANES * 4
-    return blocks + 2 * bk * d * 4 + (4 * bq * bk + 2 * bk * d) * 4
-
-
 def _fits(config: dict, sig, tpu_vmem, streamed: str) -> bool:
-    """The forward's tiling rules for q, k and v, then the step's memory: on a TPU the body's
-    VMEM (`tpu_vmem`); on a GPU the shared memory of two resident blocks (q and dO for dq, k
-    and v for dkv) and `num_stages` copies of the two blocks `streamed` along the loop."""
+    """On a TPU the forward's tiling rules for q, k and v and the step's VMEM (`tpu_vmem`); on
+    a GPU the forward's tiles, the shared memory of two resident blocks (q and dO for dq, k and
+    v for dkv) and `num_stages` copies of the two blocks `streamed` along the loop, and in
+    registers the float32 accumulators (dq; dk and dv) beside the probability and dp tiles."""
     if len(sig.shapes) != 6:
         return True  # the kernel itself rejects such calls with a clear message
-    if not fits_forward(config, dataclasses.replace(sig, args=sig.args[:3])):
-        return False
     bq, bk, _, _, dp = layout(sig.shapes[:2], config, sig.platform)
     itemsize = jnp.dtype(sig.dtypes[0]).itemsize
     if sig.platform == "tpu":
-        return tpu_vmem(bq, bk, dp, itemsize) <= mosaic_tpu.vmem_budget(sig.device_kind)
+        return fits_forward(config, dataclasses.replace(sig, args=sig.args[:3])) and tpu_vmem(
+            bq, bk, dp, itemsize
+        ) <= mosaic_tpu.vmem_budget(sig.device_kind)
     if sig.platform == "gpu":
         resident, step = (bq, bk) if streamed == "k" else (bk, bq)
         stages = config.get("num_stages", 2)
         smem = 2 * (resident + stages * step) * dp * itemsize
-        return smem <= gpu_smem_bytes(sig.device_kind)
+        accumulators = bq * dp if streamed == "k" else 2 * bk * dp
+        return (
+            gpu_tiles_ok(bq, bk, dp)
+            and smem <= gpu_smem_bytes(sig.device_kind)
+            and gpu_tiles_in_registers(accumulators + 2 * bq * bk, config)
+        )
     return True
 
 
 def fits_platform_dq(config: dict, sig) -> bool:
     """The forward's tiles; on a TPU a step of dq's TPU body (`tpu_vmem_dq`, independent of the
-    sequence length) within the chip's budget; on a GPU q and dO held while k and v stream."""
+    sequence length) within the chip's budget; on a GPU q and dO held while k and v stream, the
+    dq accumulator in registers."""
     return _fits(config, sig, tpu_vmem_dq, streamed="k")
 
 
 def fits_platform_dkv(config: dict, sig) -> bool:
     """As `fits_platform_dq`, for dkv: its TPU body's VMEM (`tpu_vmem_dkv`); on a GPU k and v
-    held while q and dO stream."""
+    held while q and dO stream, the dk and dv accumulators in registers."""
     return _fits(config, sig, tpu_vmem_dkv, streamed="q")
-
-
-_NT = (((1,), (1,)), ((), ()))  # a @ b^T
-_TN = (((0,), (0,)), ((), ()))  # a^T @ b
 
 
 def _scale(d: int, sm_scale: float | None) -> float:
@@ -105,6 +91,7 @@ def _scale(d: int, sm_scale: float | None) -> float:
 
 
 def _reference_parts(q, k, v, do, lse, delta, causal, sm_scale, precision):
+    precision = precision or "highest"  # in float32 whatever the inputs, as attention_reference
     scale = _scale(q.shape[-1], sm_scale)
     q, k, v, do = (a.astype(F32) for a in (q, k, v, do))
     s = jnp.einsum("bhqd,bhkd->bhqk", q, k, precision=precision) * scale
@@ -125,7 +112,7 @@ def attention_dq_reference(
     *,
     causal: bool = False,
     sm_scale: float | None = None,
-    precision: str = "highest",
+    precision: str | None = None,
 ) -> jax.Array:
     scale, _, kf, _, _, ds = _reference_parts(q, k, v, do, lse, delta, causal, sm_scale, precision)
     return (jnp.einsum("bhqk,bhkd->bhqd", ds, kf, precision=precision) * scale).astype(q.dtype)
@@ -141,7 +128,7 @@ def attention_dkv_reference(
     *,
     causal: bool = False,
     sm_scale: float | None = None,
-    precision: str = "highest",
+    precision: str | None = None,
 ) -> tuple[jax.Array, jax.Array]:
     scale, qf, _, dof, p, ds = _reference_parts(
         q, k, v, do, lse, delta, causal, sm_scale, precision
@@ -149,17 +136,6 @@ def attention_dkv_reference(
     dk = jnp.einsum("bhqk,bhqd->bhkd", ds, qf, precision=precision) * scale
     dv = jnp.einsum("bhqk,bhqd->bhkd", p, dof, precision=precision)
     return dk.astype(k.dtype), dv.astype(v.dtype)
-
-
-def _probs(q, k, lse, rows, cols, *, sm_scale, causal, seq_k, precision):
-    """exp(s - lse) of one (query block, key block) tile; keys at or past `seq_k` (None: no
-    padded keys here) and, if `causal`, keys after a row's own at exactly 0."""
-    s = jax.lax.dot_general(q, k, _NT, precision=precision, preferred_element_type=F32) * sm_scale
-    if seq_k is not None:
-        s = jnp.where(cols < seq_k, s, MASK_VALUE)
-    if causal:
-        s = jnp.where(cols <= rows, s, MASK_VALUE)
-    return jnp.exp(s - lse)
 
 
 def _dq_kernel(
@@ -187,7 +163,7 @@ def _dq_kernel(
     def step(j, dq, masked: bool):
         k = k_ref[pl.ds(j * block_k, block_k), :]
         v = v_ref[pl.ds(j * block_k, block_k), :]
-        p = _probs(
+        p = probs(
             q,
             k,
             lse,
@@ -195,10 +171,10 @@ def _dq_kernel(
             j * block_k + lanes,
             sm_scale=sm_scale,
             causal=causal and masked,
-            seq_k=seq_k if masked and seq_k % block_k else None,
+            seq_k=padded_keys(seq_k, block_k) if masked else None,
             precision=precision,
         )
-        dp = jax.lax.dot_general(do, v, _NT, precision=precision, preferred_element_type=F32)
+        dp = jax.lax.dot_general(do, v, NT, precision=precision, preferred_element_type=F32)
         ds = p * (dp - delta)
         return dq + jnp.dot(ds.astype(k.dtype), k, precision=precision, preferred_element_type=F32)
 
@@ -245,7 +221,7 @@ def _dkv_kernel(
         do = do_ref[pl.ds(i * block_q, block_q), :]
         lse = lse_ref[pl.ds(i * block_q, block_q), :]
         delta = delta_ref[pl.ds(i * block_q, block_q), :]
-        p = _probs(
+        p = probs(
             q,
             k,
             lse,
@@ -253,16 +229,16 @@ def _dkv_kernel(
             cols,
             sm_scale=sm_scale,
             causal=causal and masked,
-            seq_k=seq_k if seq_k % block_k else None,
+            seq_k=padded_keys(seq_k, block_k),
             precision=precision,
         )
         dv = dv + jax.lax.dot_general(
-            p.astype(do.dtype), do, _TN, precision=precision, preferred_element_type=F32
+            p.astype(do.dtype), do, TN, precision=precision, preferred_element_type=F32
         )
-        dp = jax.lax.dot_general(do, v, _NT, precision=precision, preferred_element_type=F32)
+        dp = jax.lax.dot_general(do, v, NT, precision=precision, preferred_element_type=F32)
         ds = p * (dp - delta)
         dk = dk + jax.lax.dot_general(
-            ds.astype(q.dtype), q, _TN, precision=precision, preferred_element_type=F32
+            ds.astype(q.dtype), q, TN, precision=precision, preferred_element_type=F32
         )
         return dk, dv
 
@@ -278,202 +254,6 @@ def _dkv_kernel(
     dk, dv = jax.lax.fori_loop(whole, n_q, functools.partial(step, masked=False), carry)
     dk_ref[...] = (dk * sm_scale).astype(dk_ref.dtype)
     dv_ref[...] = dv.astype(dv_ref.dtype)
-
-
-def _dq_tpu_kernel(
-    q_ref,
-    k_ref,
-    v_ref,
-    do_ref,
-    lse_ref,
-    delta_ref,
-    dq_ref,
-    acc_ref,
-    *,
-    sm_scale,
-    causal,
-    seq_k,
-    precision,
-):
-    block_q, block_k = q_ref.shape[0], k_ref.shape[0]
-    q_block, kv_block = pl.program_id(2), pl.program_id(3)
-
-    @pl.when(kv_block == 0)
-    def _init():
-        acc_ref[...] = jnp.zeros(acc_ref.shape, F32)
-
-    def step():
-        shape = (block_q, block_k)
-        k = k_ref[...]
-        p = _probs(
-            q_ref[...],
-            k,
-            lse_ref[...],
-            q_block * block_q + jax.lax.broadcasted_iota(jnp.int32, shape, 0),
-            kv_block * block_k + jax.lax.broadcasted_iota(jnp.int32, shape, 1),
-            sm_scale=sm_scale,
-            causal=causal,
-            seq_k=seq_k if seq_k % block_k else None,
-            precision=precision,
-        )
-        dp = jax.lax.dot_general(
-            do_ref[...], v_ref[...], _NT, precision=precision, preferred_element_type=F32
-        )
-        ds = p * (dp - delta_ref[...])
-        acc_ref[...] += jnp.dot(
-            ds.astype(k.dtype), k, precision=precision, preferred_element_type=F32
-        )
-
-    if causal:
-        pl.when(kv_block <= last_visible_block(q_block, block_q, block_k))(step)
-    else:
-        step()
-
-    @pl.when(kv_block == pl.num_programs(3) - 1)
-    def _store():
-        dq_ref[...] = (acc_ref[...] * sm_scale).astype(dq_ref.dtype)
-
-
-def _first_visible_q_block(kv_block, block_q: int, block_k: int):
-    """The first q block whose rows see a causal key block (its last row's key is the block's
-    first or later)."""
-    return jax.lax.div(kv_block * block_k, block_q)
-
-
-def _q_block_fetched(kv_block, q_block, block_q: int, block_k: int, n_q: int):
-    """The q block a causal dkv step fetches: its own, or for a step the kernel skips (before
-    the first q block that sees the key block) that first one, fetched once ahead of its turn;
-    kept within the grid for key blocks past every query (which no step computes)."""
-    first = _first_visible_q_block(kv_block, block_q, block_k)
-    return jnp.minimum(jnp.maximum(q_block, first), n_q - 1)
-
-
-def _dkv_tpu_kernel(
-    q_ref,
-    k_ref,
-    v_ref,
-    do_ref,
-    lse_ref,
-    delta_ref,
-    dk_ref,
-    dv_ref,
-    dk_acc,
-    dv_acc,
-    *,
-    sm_scale,
-    causal,
-    seq_k,
-    precision,
-):
-    block_q, block_k = q_ref.shape[0], k_ref.shape[0]
-    kv_block, q_block = pl.program_id(2), pl.program_id(3)
-
-    @pl.when(q_block == 0)
-    def _init():
-        dk_acc[...] = jnp.zeros(dk_acc.shape, F32)
-        dv_acc[...] = jnp.zeros(dv_acc.shape, F32)
-
-    def step():
-        shape = (block_q, block_k)
-        q, do = q_ref[...], do_ref[...]
-        p = _probs(
-            q,
-            k_ref[...],
-            lse_ref[...],
-            q_block * block_q + jax.lax.broadcasted_iota(jnp.int32, shape, 0),
-            kv_block * block_k + jax.lax.broadcasted_iota(jnp.int32, shape, 1),
-            sm_scale=sm_scale,
-            causal=causal,
-            seq_k=seq_k if seq_k % block_k else None,
-            precision=precision,
-        )
-        dv_acc[...] += jax.lax.dot_general(
-            p.astype(do.dtype), do, _TN, precision=precision, preferred_element_type=F32
-        )
-        dp = jax.lax.dot_general(
-            do, v_ref[...], _NT, precision=precision, preferred_element_type=F32
-        )
-        ds = p * (dp - delta_ref[...])
-        dk_acc[...] += jax.lax.dot_general(
-            ds.astype(q.dtype), q, _TN, precision=precision, preferred_element_type=F32
-        )
-
-    if causal:
-        pl.when(q_block >= _first_visible_q_block(kv_block, block_q, block_k))(step)
-    else:
-        step()
-
-    @pl.when(q_block == pl.num_programs(3) - 1)
-    def _store():
-        dk_ref[...] = (dk_acc[...] * sm_scale).astype(dk_ref.dtype)
-        dv_ref[...] = dv_acc[...].astype(dv_ref.dtype)
-
-
-def _backward_tpu(which, q, k, v, do, lse, delta, causal, scale, bq, bk, precision):
-    """The TPU body of dq or dkv (on a TPU, and when lowered for one or run under TPU interpret
-    mode), laid out as the forward's TPU body: a step holds one q block (q, dO, lse, delta) and
-    one key block (k, v) whatever the sequence lengths, the side that is walked (keys for dq,
-    queries for dkv) the last grid axis, "arbitrary", with the float32 accumulators in VMEM
-    scratch across it. A causal step whose blocks no row sees is skipped, and its index map
-    repeats a block fetched anyway, so the pipeline fetches nothing for it. Sequences are
-    zero-padded to the blocks; head_dim stays whole."""
-    from jax.experimental.pallas import tpu as pltpu
-
-    (b, h, sq, d), sk = q.shape, k.shape[2]
-    sqp, skp = pl.cdiv(sq, bq) * bq, pl.cdiv(sk, bk) * bk
-    n_q, n_k = sqp // bq, skp // bk
-
-    def pad(x, s, sp):
-        return jnp.pad(x, ((0, 0), (0, 0), (0, sp - s), (0, 0))) if sp != s else x
-
-    def pad_rows(x):  # [B, H, Sq] -> [B, H, Sq padded, 1], as `backward_on` lays them out
-        return pad(x.astype(F32)[..., None], sq, sqp)
-
-    if which == "dq":  # grid (b, h, q blocks, key blocks)
-
-        def q_index(i, j, t, u):
-            return (i, j, t, 0)
-
-        def kv_index(i, j, t, u):
-            return (i, j, kv_block_fetched(t, u, bq, bk) if causal else u, 0)
-
-        grid, kernel = (b, h, n_q, n_k), _dq_tpu_kernel
-        out_shape = [out_struct((b, h, sqp, d), q.dtype, q, k, v, do, lse, delta)]
-        scratch, vmem = [pltpu.VMEM((bq, d), F32)], tpu_vmem_dq(bq, bk, d, q.dtype.itemsize)
-    else:  # grid (b, h, key blocks, q blocks)
-
-        def q_index(i, j, u, t):
-            return (i, j, _q_block_fetched(u, t, bq, bk, n_q) if causal else t, 0)
-
-        def kv_index(i, j, u, t):
-            return (i, j, u, 0)
-
-        grid, kernel = (b, h, n_k, n_q), _dkv_tpu_kernel
-        out_shape = [out_struct((b, h, skp, d), k.dtype, q, k, v, do, lse, delta)] * 2
-        scratch = [pltpu.VMEM((bk, d), F32)] * 2
-        vmem = tpu_vmem_dkv(bq, bk, d, q.dtype.itemsize)
-    q_spec = pl.BlockSpec((None, None, bq, d), q_index)
-    rows_spec = pl.BlockSpec((None, None, bq, 1), q_index)
-    kv_spec = pl.BlockSpec((None, None, bk, d), kv_index)
-    outs = pl.pallas_call(
-        functools.partial(kernel, sm_scale=scale, causal=causal, seq_k=sk, precision=precision),
-        out_shape=out_shape,
-        grid=grid,
-        in_specs=[q_spec, kv_spec, kv_spec, q_spec, rows_spec, rows_spec],
-        out_specs=[q_spec] if which == "dq" else [kv_spec, kv_spec],
-        scratch_shapes=scratch,
-        compiler_params=mosaic_tpu.compiler_params(
-            ("parallel", "parallel", "parallel", "arbitrary"), vmem
-        ),
-    )(
-        pad(q, sq, sqp),
-        pad(k, sk, skp),
-        pad(v, sk, skp),
-        pad(do, sq, sqp),
-        pad_rows(lse),
-        pad_rows(delta),
-    )
-    return [o[:, :, : (sq if which == "dq" else sk)] for o in outs]
 
 
 def _check_grads(q, k, v, do, lse, delta) -> None:
@@ -504,14 +284,14 @@ def backward_on(
     block_k: int,
     num_warps: int,
     num_stages: int,
-    precision: str,
+    precision: str | None,
     platform: str,
     interpret: bool,
 ) -> list[jax.Array]:
     """[dq] ("dq") or [dk, dv] ("dkv"), the inputs laid out for `platform` as the forward lays
     them out (tests run the GPU layout in interpret mode)."""
     _check_grads(q, k, v, do, lse, delta)
-    check_precision(precision)
+    precision = dot_precision(precision, q.dtype)
     if q.size == 0 or k.size == 0:
         return [jnp.zeros_like(q)] if which == "dq" else [jnp.zeros_like(k), jnp.zeros_like(v)]
     kernel = _dq_kernel if which == "dq" else _dkv_kernel
@@ -529,7 +309,7 @@ def backward_on(
 
     scale = _scale(d, sm_scale)
     if mosaic_tpu.targets_tpu(platform, interpret):
-        return _backward_tpu(which, q, k, v, do, lse, delta, bool(causal), scale, bq, bk, precision)
+        return backward_tpu(which, q, k, v, do, lse, delta, bool(causal), scale, bq, bk, precision)
     q_all = pl.BlockSpec((None, None, sqp, dp), lambda i, j, t: (i, j, 0, 0))
     kv_all = pl.BlockSpec((None, None, skp, dp), lambda i, j, t: (i, j, 0, 0))
     rows_all = pl.BlockSpec((None, None, sqp, 1), lambda i, j, t: (i, j, 0, 0))
@@ -572,6 +352,7 @@ def backward_on(
     space="flash_attention_dq",
     constraints=[fits_platform_dq],
     reference=attention_dq_reference,
+    tuned="tuned",
 )
 def flash_attention_dq(
     q: jax.Array,
@@ -585,9 +366,9 @@ def flash_attention_dq(
     sm_scale: float | None = None,
     block_q: int = 128,
     block_k: int = 128,
-    num_warps: int = 4,
+    num_warps: int = 8,  # dq and the probabilities: 192 registers a thread at head_dim 128
     num_stages: int = 2,
-    precision: Precision = "highest",
+    precision: Precision = None,
     interpret: bool = False,
 ) -> jax.Array:
     """dq of flash_attention for the output's cotangent do, from the forward's lse and
@@ -618,6 +399,7 @@ def flash_attention_dq(
     space="flash_attention_dkv",
     constraints=[fits_platform_dkv],
     reference=attention_dkv_reference,
+    tuned="tuned",
 )
 def flash_attention_dkv(
     q: jax.Array,
@@ -629,11 +411,11 @@ def flash_attention_dkv(
     *,
     causal: bool = False,
     sm_scale: float | None = None,
-    block_q: int = 128,
+    block_q: int = 64,  # dk, dv and the probabilities: 192 registers a thread at head_dim 128
     block_k: int = 128,
-    num_warps: int = 4,
+    num_warps: int = 8,
     num_stages: int = 2,
-    precision: Precision = "highest",
+    precision: Precision = None,
     interpret: bool = False,
 ) -> tuple[jax.Array, jax.Array]:
     """(dk, dv) of flash_attention for the output's cotangent do, from the forward's lse and

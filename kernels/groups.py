@@ -3,34 +3,30 @@ fastest served (see autotune.variants).
 
 - `matmul_variants`: the Triton/TPU `matmul`, the Mosaic GPU `matmul_mgpu`, XLA's dot.
 - `attention_variants`: `flash_attention`, JAX's own Mosaic GPU attention (`attention_mgpu`,
-  the FA3-style kernel, called unedited with a fixed configuration), XLA's
-  `dot_product_attention` (cuDNN where XLA picks it).
+  the FA3-style kernel, its block sizes tuned: kernels/attention_mgpu.py), cuDNN's fused
+  attention and XLA's own, both through `jax.nn.dot_product_attention`.
 
 The groups are named `*_variants` because the kernels `matmul` and `flash_attention` keep their
 own names (and their entries); a group's entry sits beside them under the group's name. Each
 group takes its first member's call signature and layout: x [M, K] @ y [K, N]; attention of
-q [B, H, Sq, D] over k, v [B, H, Sk, D]. Members of another layout are wrapped here.
+q [B, H, Sq, D] over k, v [B, H, Sk, D]. Members of another layout are wrapped here: JAX's
+attentions take [B, S, H, D], and get each (batch, head) pair as a batch entry of one head
+(`heads_as_batch`: a reshape, no transpose).
 """
 
 from __future__ import annotations
 
 import importlib.util
-import math
 
 import jax
-import jax.numpy as jnp
 
 from autotune.backends import mosaic_gpu
 from autotune.device import DeviceInfo
+from autotune.kernels.attention_mgpu import attention_mgpu, heads_as_batch
 from autotune.kernels.flash_attention import flash_attention
-from autotune.kernels.matmul import matmul, matmul_reference
+from autotune.kernels.matmul import dot_precision, matmul, matmul_reference
 from autotune.kernels.matmul_mgpu import matmul_mgpu
 from autotune.variants import Member, variants
-
-# JAX's Mosaic GPU attention at the configuration its own benchmark starts from
-MGPU_ATTENTION_BLOCK_Q = 64
-MGPU_ATTENTION_BLOCK_KV = 128
-MGPU_ATTENTION_STEPS = 2
 
 
 def needs_hopper(device: DeviceInfo) -> str | None:
@@ -46,59 +42,59 @@ def needs_hopper_and_absl(device: DeviceInfo) -> str | None:
     return needs_hopper(device)
 
 
-def mosaic_gpu_attention(
-    q: jax.Array,
-    k: jax.Array,
-    v: jax.Array,
-    *,
-    causal: bool = False,
-    sm_scale: float | None = None,
-    precision: str = "highest",
-) -> jax.Array:
-    """JAX's attention_mgpu in this group's layout: it takes [B, S, H, D] and applies no
-    softmax scale, so q is scaled and every operand transposed here. `precision` is accepted
-    for the group's signature: the kernel takes 16-bit inputs only, which it ignores."""
-    from jax.experimental.pallas.ops.gpu import attention_mgpu
-
-    del precision
-    scale = 1.0 / math.sqrt(q.shape[-1]) if sm_scale is None else sm_scale
-    config = attention_mgpu.TuningConfig(
-        block_q=MGPU_ATTENTION_BLOCK_Q,
-        block_kv=MGPU_ATTENTION_BLOCK_KV,
-        max_concurrent_steps=MGPU_ATTENTION_STEPS,
-        causal=causal,
-    )
-    q, k, v = (jnp.swapaxes(a, 1, 2) for a in ((q * scale).astype(q.dtype), k, v))
-    return jnp.swapaxes(attention_mgpu.attention(q, k, v, config), 1, 2)
+def needs_nvidia_gpu(device: DeviceInfo) -> str | None:
+    """Why cuDNN cannot run on `device`, or None on a GPU (what cuDNN refuses there, a dtype
+    or a head_dim, JAX refuses when the call is traced: the group's own check)."""
+    if device.platform != "gpu":
+        return f"cuDNN runs on NVIDIA GPUs; this call runs on {device.platform}"
+    return None
 
 
-def xla_attention(
-    q: jax.Array,
-    k: jax.Array,
-    v: jax.Array,
-    *,
-    causal: bool = False,
-    sm_scale: float | None = None,
-    precision: str = "highest",
-) -> jax.Array:
-    """jax.nn.dot_product_attention (XLA; cuDNN where it applies) in this group's layout;
-    float32 inputs at `precision`."""
-    q, k, v = (jnp.swapaxes(a, 1, 2) for a in (q, k, v))
-    with jax.default_matmul_precision(precision):
-        out = jax.nn.dot_product_attention(q, k, v, scale=sm_scale, is_causal=causal)
-    return jnp.swapaxes(out, 1, 2)
+def _dot_product_attention(implementation: str):
+    """jax.nn.dot_product_attention by one implementation, in this group's layout and
+    signature; float32 inputs at `precision` (dot_precision's default: "highest")."""
 
+    def attention(
+        q: jax.Array,
+        k: jax.Array,
+        v: jax.Array,
+        *,
+        causal: bool = False,
+        sm_scale: float | None = None,
+        precision: str | None = None,
+    ) -> jax.Array:
+        with jax.default_matmul_precision(dot_precision(precision, q.dtype)):
+            out = jax.nn.dot_product_attention(
+                *map(heads_as_batch, (q, k, v)),
+                scale=sm_scale,
+                is_causal=causal,
+                implementation=implementation,
+            )
+        return out.reshape(q.shape)
+
+    attention.__name__ = attention.__qualname__ = f"{implementation}_attention"
+    return attention
+
+
+# XLA's own attention (implementation="xla"), and cuDNN's fused one (implementation="cudnn":
+# 16-bit inputs; JAX raises where cuDNN cannot run the call). implementation=None would leave
+# the choice to JAX, which picks XLA's.
+xla_attention = _dot_product_attention("xla")
+cudnn_attention = _dot_product_attention("cudnn")
 
 matmul_variants = variants(
     "matmul_variants",
     [matmul, Member(matmul_mgpu, why_not=needs_hopper), Member(matmul_reference, name="xla")],
+    tuned="tuned",
 )
 
 attention_variants = variants(
     "attention_variants",
     [
         flash_attention,
-        Member(mosaic_gpu_attention, name="attention_mgpu", why_not=needs_hopper_and_absl),
+        Member(attention_mgpu, why_not=needs_hopper_and_absl),
+        Member(cudnn_attention, name="cudnn", why_not=needs_nvidia_gpu),
         Member(xla_attention, name="xla"),
     ],
+    tuned="tuned",
 )

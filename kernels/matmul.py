@@ -32,16 +32,29 @@ from autotune.kernels.differentiable import differentiable
 ACC_DTYPE = jnp.float32
 # jnp.dot's precision for float32 inputs: "highest" computes in float32; "high" and "default"
 # allow fewer bits (TF32 on NVIDIA GPUs, bfloat16 passes on TPUs), which the oracle's tolerance
-# follows (autotune.verify). Other dtypes are computed as they are whatever the precision.
+# follows (autotune.verify). None, the default, is the inputs' own (`dot_precision`).
 # A static argument annotated Literal[...] is checked up front by `autotune tune` and job files
 # (autotune.task.check_call), before any database is opened or kernel traced.
-Precision = Literal["highest", "high", "default"]
+Precision = Literal["highest", "high", "default", None]
 PRECISIONS = get_args(Precision)
 
 
-def check_precision(precision: str) -> None:
+def check_precision(precision: str | None) -> None:
     if precision not in PRECISIONS:
-        raise ValueError(f"precision={precision!r}: use one of {', '.join(PRECISIONS)}")
+        named = ", ".join(p for p in PRECISIONS if p is not None)
+        raise ValueError(f"precision={precision!r}: use one of {named}, or None (the default)")
+
+
+def dot_precision(precision: str | None, dtype) -> str:
+    """The precision a kernel's dots take for inputs of `dtype`: the one the call asked for,
+    else "highest" for float32 (the float32 a user means) and "default" for 16-bit floats: a
+    product of two of them is exact in the float32 accumulator, so one native pass of the TPU's
+    MXU gives what "highest" would, without its multi-pass float32 emulation
+    (`contract_precision<fp32>` in Mosaic); on a GPU both are one 16-bit MMA."""
+    check_precision(precision)
+    if precision is not None:
+        return precision
+    return "highest" if jnp.dtype(dtype).itemsize >= 4 else "default"
 
 
 def _blocks(config: dict, sig) -> tuple[int, int, int, int, int, int]:
@@ -83,8 +96,10 @@ def tpu_vmem(bm: int, bn: int, bk: int, itemsize: int) -> int:
     return 2 * (bm * bk + bk * bn) * itemsize + 2 * bm * bn * itemsize + 2 * bm * bn * 4
 
 
-def matmul_reference(x: jax.Array, y: jax.Array, *, precision: str = "highest") -> jax.Array:
-    return jnp.dot(x, y, precision=precision, preferred_element_type=ACC_DTYPE).astype(x.dtype)
+def matmul_reference(x: jax.Array, y: jax.Array, *, precision: str | None = None) -> jax.Array:
+    return jnp.dot(
+        x, y, precision=dot_precision(precision, x.dtype), preferred_element_type=ACC_DTYPE
+    ).astype(x.dtype)
 
 
 def grouped_tile(pid, tiles_m: int, tiles_n: int, group_m: int):
@@ -114,25 +129,27 @@ def _tpu_kernel(x_ref, y_ref, o_ref, acc_ref, *, k_axis: int, precision: str):
 def tpu_call(x: jax.Array, y: jax.Array, bm: int, bn: int, bk: int, precision: str) -> jax.Array:
     """The TPU body for x [..., M, K] @ y [..., K, N] padded to the blocks (one leading batch
     axis at most, bmm's): grid (batch, M tiles, N tiles, K tiles), K "arbitrary", the rest
-    "parallel" (split across the cores of v4, v5p and v7x)."""
+    "parallel", laid out for megacore (`mosaic_tpu.ParallelGrid`: on v4 and v5p the leading
+    one is split across the two cores)."""
     from jax.experimental.pallas import tpu as pltpu
 
     batch = x.shape[:-2]
     (mp, kp), np_ = x.shape[-2:], y.shape[-1]
     lead = (None,) * len(batch)  # the batch axis is squeezed out of every block
-    grid = (*batch, mp // bm, np_ // bn, kp // bk)
+    parallel = (*batch, mp // bm, np_ // bn)
+    grid = mosaic_tpu.ParallelGrid.of(parallel)
     return pl.pallas_call(
-        functools.partial(_tpu_kernel, k_axis=len(grid) - 1, precision=precision),
+        functools.partial(_tpu_kernel, k_axis=len(parallel), precision=precision),
         out_shape=out_struct((*batch, mp, np_), x.dtype, x, y),
-        grid=grid,
+        grid=grid.grid(parallel, kp // bk),
         in_specs=[
-            pl.BlockSpec((*lead, bm, bk), lambda *g: (*g[:-3], g[-3], g[-1])),
-            pl.BlockSpec((*lead, bk, bn), lambda *g: (*g[:-3], g[-1], g[-2])),
+            pl.BlockSpec((*lead, bm, bk), grid.index_map(lambda *g: (*g[:-3], g[-3], g[-1]))),
+            pl.BlockSpec((*lead, bk, bn), grid.index_map(lambda *g: (*g[:-3], g[-1], g[-2]))),
         ],
-        out_specs=pl.BlockSpec((*lead, bm, bn), lambda *g: g[:-1]),
+        out_specs=pl.BlockSpec((*lead, bm, bn), grid.index_map(lambda *g: g[:-1])),
         scratch_shapes=[pltpu.VMEM((bm, bn), ACC_DTYPE)],
         compiler_params=mosaic_tpu.compiler_params(
-            ("parallel",) * (len(grid) - 1) + ("arbitrary",),
+            ("parallel",) * len(parallel) + ("arbitrary",),
             tpu_vmem(bm, bn, bk, x.dtype.itemsize),
         ),
     )(x, y)
@@ -160,7 +177,13 @@ def _bwd(residuals: tuple, g: jax.Array, *, precision: str, interpret: bool, **_
     )
 
 
-@autotuned(name="matmul", space="matmul", constraints=[fits_platform], reference=matmul_reference)
+@autotuned(
+    name="matmul",
+    space="matmul",
+    constraints=[fits_platform],
+    reference=matmul_reference,
+    tuned="tuned",
+)
 @differentiable(_bwd)
 def matmul(
     x: jax.Array,
@@ -172,17 +195,18 @@ def matmul(
     num_warps: int = 4,
     num_stages: int = 2,
     group_m: int = 1,
-    precision: Precision = "highest",
+    precision: Precision = None,
     interpret: bool = False,
 ) -> jax.Array:
-    """x @ y for 2-D x [M, K] and y [K, N] of one float dtype; float32 accumulation, float32
-    inputs multiplied at `precision` (see PRECISIONS); output tiles in `group_m` row groups.
-    Differentiable: the backward's two products are matmul calls of their own."""
-    check_precision(precision)
+    """x @ y for 2-D x [M, K] and y [K, N] of one float dtype; float32 accumulation, the dots
+    at `precision` (None: "highest" for float32, the native pass for 16-bit floats; see
+    dot_precision); output tiles in `group_m` row groups. Differentiable: the backward's two
+    products are matmul calls of their own."""
     if x.ndim != 2 or y.ndim != 2 or x.shape[1] != y.shape[0]:
         raise ValueError(f"matmul needs x [M, K] and y [K, N], got {x.shape=} and {y.shape=}")
     if x.dtype != y.dtype:
         raise ValueError(f"matmul needs one dtype, got {x.dtype=} and {y.dtype=}")
+    precision = dot_precision(precision, x.dtype)
     (m, k), n = x.shape, y.shape[1]
     platform = kernel_platform(interpret)
     bm, bn, bk = (

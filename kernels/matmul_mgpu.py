@@ -10,8 +10,10 @@ while it waits for the next step's copies: a slot is released to the producer on
 (DELAY_RELEASE), when the wgmma that read it has retired. With `cluster_dimension` "m" or "n",
 two blocks of a cluster compute neighbouring tiles along that dimension and share the operand
 they have in common: each loads half of it and TMA multicasts it to both. The epilogue writes
-the accumulator back in (epi_tile, epi_tile) pieces (at most the warpgroup's tile) through two
-shared-memory slots per warpgroup, by TMA.
+the accumulator back in (epi_tile_m, epi_tile_n) pieces (at most the warpgroup's tile: a piece
+as large as the tile is JAX's untiled epilogue) through two shared-memory slots per warpgroup,
+by TMA. These are the levers of JAX's own Hopper matmul (ops/gpu/hopper_matmul_mgpu.py, whose
+benchmark sweeps grid tile widths of 4, 8 and 16, both grid orders and both warpgroup splits).
 
 Shapes that are not multiples of the block's tile are zero-padded up to them (zeros add
 nothing to a dot product) and the result is sliced back.
@@ -53,7 +55,10 @@ def cluster_tile(config: dict) -> tuple[int, int]:
 
 def epilogue_tile(config: dict) -> tuple[int, int]:
     """The piece of a warpgroup's tile that the epilogue stores at a time."""
-    return min(config["epi_tile"], config["tile_m"]), min(config["epi_tile"], config["tile_n"])
+    return (
+        min(config["epi_tile_m"], config["tile_m"]),
+        min(config["epi_tile_n"], config["tile_n"]),
+    )
 
 
 def block_tile(config: dict) -> tuple[int, int]:
@@ -83,7 +88,8 @@ def fits_hopper(config: dict, sig) -> bool:
     """wgmma's shapes (tile_m a multiple of 64, tile_n of 8 up to 256, tile_k a whole
     swizzle that tile_n is a multiple of), the accumulator within a consumer thread's
     registers, the pipeline deeper than the wgmma groups kept in flight and no deeper than the K
-    loop, the epilogue's piece a whole swizzle, and shared memory within the limit."""
+    loop, the epilogue's piece a whole swizzle that tiles the warpgroup's tile, and shared
+    memory within the limit."""
     if len(sig.shapes) != 2 or any(len(s) != 2 for s in sig.shapes):
         return True  # the kernel itself rejects such calls with a clear message
     itemsize = jnp.dtype(sig.dtypes[0]).itemsize
@@ -99,6 +105,7 @@ def fits_hopper(config: dict, sig) -> bool:
         and tile_n * itemsize % swizzle == 0
         and tile_m * tile_n // backend.WARPGROUP_THREADS <= backend.ACC_REGISTERS_MAX
         and epi_swizzle is not None
+        and all(t % e == 0 for t, e in zip((tile_m, tile_n), epilogue_tile(config)))
         and config["max_concurrent_steps"] > DELAY_RELEASE
         and config["max_concurrent_steps"] <= max(pl.cdiv(k, tile_k), 2)  # deeper: the same
         and smem_bytes(config, sig.dtypes[0], k) <= backend.smem_limit(sig.device_kind)
@@ -117,6 +124,9 @@ def _kernel(a_gmem, b_gmem, out_gmem, *, config, tiles, grid_minor_dim, grid_til
     split_m = config["wg_dimension"] == "m"
     along = config["cluster_dimension"]
     k_steps = a_gmem.shape[1] // tile_k
+    # a K loop of one step has no next step to overlap with: a slot released a step late would
+    # never be released, and the block's third tile would wait for a slot forever
+    delay = DELAY_RELEASE if k_steps > DELAY_RELEASE else 0
     epi_m, epi_n = epilogue_tile(config)
     out_slots = min(2, tile_m * tile_n // (epi_m * epi_n))
 
@@ -136,14 +146,14 @@ def _kernel(a_gmem, b_gmem, out_gmem, *, config, tiles, grid_minor_dim, grid_til
                     (rows, tile_k),
                     lambda s: (0, s),
                     transforms=swizzled(tile_k),
-                    delay_release=DELAY_RELEASE,
+                    delay_release=delay,
                     collective_axes=("cluster",) if along == "n" else (),
                 ),
                 plgpu.BlockSpec(
                     (tile_k, cols),
                     lambda s: (s, 0),
                     transforms=swizzled(tile_k),
-                    delay_release=DELAY_RELEASE,
+                    delay_release=delay,
                     collective_axes=("cluster",) if along == "m" else (),
                 ),
             ],
@@ -186,7 +196,7 @@ def _kernel(a_gmem, b_gmem, out_gmem, *, config, tiles, grid_minor_dim, grid_til
 
             def mma(_, a_smem, b_smem, acc_ref):
                 plgpu.wgmma(acc_ref, a_smem.at[wg_rows], b_smem.at[:, wg_cols])
-                plgpu.wgmma_wait(DELAY_RELEASE)  # the step before has retired: its slot is free
+                plgpu.wgmma_wait(delay)  # the step before has retired: its slot is free
                 return acc_ref
 
             def compute_context(run_pipeline):
@@ -231,6 +241,7 @@ def _bwd(residuals: tuple, g: jax.Array, *, interpret: bool, **_) -> tuple:
     constraints=[fits_hopper],
     reference=matmul_mgpu_reference,
     backend="mosaic_gpu",
+    tuned="tuned",
 )
 @differentiable(_bwd)
 def matmul_mgpu(
@@ -245,7 +256,8 @@ def matmul_mgpu(
     grid_tile_width: int = 1,
     wg_dimension: str = "n",
     cluster_dimension: str = "none",
-    epi_tile: int = 64,
+    epi_tile_m: int = 64,
+    epi_tile_n: int = 64,
     interpret: bool = False,
 ) -> jax.Array:
     """x @ y for 2-D x [M, K] and y [K, N] of one 16-bit float dtype on a Hopper GPU (Mosaic
@@ -272,7 +284,8 @@ def matmul_mgpu(
         "max_concurrent_steps": max_concurrent_steps,
         "wg_dimension": wg_dimension,
         "cluster_dimension": cluster_dimension,
-        "epi_tile": epi_tile,
+        "epi_tile_m": epi_tile_m,
+        "epi_tile_n": epi_tile_n,
     }
     rows, cols = cluster_tile(config)
     (m, k), n = x.shape, y.shape[1]

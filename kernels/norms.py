@@ -114,7 +114,11 @@ def _layer_bwd(inputs: tuple, g: jax.Array, *, eps: float, interpret: bool, **_)
 
 
 @autotuned(
-    name="rms_norm", space="rms_norm", constraints=[fits_platform], reference=rms_norm_reference
+    name="rms_norm",
+    space="rms_norm",
+    constraints=[fits_platform],
+    reference=rms_norm_reference,
+    tuned="tuned",
 )
 @differentiable(_rms_bwd)
 def rms_norm(
@@ -139,6 +143,7 @@ def rms_norm(
     space="layer_norm",
     constraints=[fits_platform],
     reference=layer_norm_reference,
+    tuned="tuned",
 )
 @differentiable(_layer_bwd)
 def layer_norm(

@@ -137,6 +137,7 @@ def _check_like(name: str, x: jax.Array, g: jax.Array, *vectors: jax.Array) -> N
     space="softmax_bwd",
     constraints=[fits_platform],
     reference=softmax_bwd_reference,
+    tuned="tuned",
 )
 def softmax_bwd(
     x: jax.Array, g: jax.Array, *, block_rows: int = 64, num_warps: int = 4, interpret: bool = False
@@ -163,6 +164,7 @@ def softmax_bwd(
     space="rms_norm_bwd",
     constraints=[fits_platform],
     reference=rms_norm_bwd_reference,
+    tuned="tuned",
 )
 def rms_norm_bwd(
     x: jax.Array,
@@ -195,6 +197,7 @@ def rms_norm_bwd(
     space="layer_norm_bwd",
     constraints=[fits_platform],
     reference=layer_norm_bwd_reference,
+    tuned="tuned",
 )
 def layer_norm_bwd(
     x: jax.Array,

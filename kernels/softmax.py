@@ -69,7 +69,11 @@ def _bwd(inputs: tuple, g: jax.Array, *, interpret: bool, **_) -> tuple[jax.Arra
 
 
 @autotuned(
-    name="softmax", space="softmax", constraints=[fits_platform], reference=softmax_reference
+    name="softmax",
+    space="softmax",
+    constraints=[fits_platform],
+    reference=softmax_reference,
+    tuned="tuned",
 )
 @differentiable(_bwd)
 def softmax(

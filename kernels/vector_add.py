@@ -63,6 +63,7 @@ def _bwd(_: None, g: jax.Array, **__) -> tuple:
     space="vector_add",
     constraints=[fits_platform],
     reference=vector_add_reference,
+    tuned="tuned",
 )
 @differentiable(_bwd, _fwd)
 def vector_add(

@@ -126,6 +126,22 @@ def test_a_runtime_error_replaces_the_worker_on_an_accelerator_only():
         assert worker.measure({"block_rows": 8}).status == "ok" and worker.restarts == 1
 
 
+def test_a_runtime_errors_text_keeps_what_the_worker_logged_while_it_ran():
+    # the device's own words (XLA logs a CUDA error to stderr; the exception is a summary), of
+    # this trial only: a real child process whose kernel logs and fails at each run
+    x = make_input(rows=32)
+    limits = WorkerLimits(compile_s=30.0, run_s=30.0, start_s=60.0)
+    task = task_of_call("toy_kernels:faulting_scale", [x])
+    with DeviceWorker(task, [x], NO_WARMUP, limits) as worker:
+        worker.set_oracle(x * 2.0)
+        first, second = (worker.measure({"block_rows": 16}) for _ in range(2))
+    for record, n in ((first, 1), (second, 2)):
+        assert record.status == "runtime_error" and "illegal memory access" in record.error
+        _, logged = record.error.split("; stderr: ")
+        assert f"CUDA_ERROR_ILLEGAL_ADDRESS (fault {n})" in logged
+    assert "(fault 1)" not in second.error  # the trial before's is not this one's
+
+
 def test_the_worker_child_does_not_preallocate_gpu_memory(monkeypatch):
     monkeypatch.delenv("XLA_PYTHON_CLIENT_PREALLOCATE", raising=False)
     monkeypatch.delenv("XLA_PYTHON_CLIENT_MEM_FRACTION", raising=False)

@@ -102,4 +102,5 @@ def test_cli_tunes_causal_flash_attention(subprocess_env):
     out = subprocess.run(listing, env=subprocess_env, capture_output=True, text=True, timeout=300)
     (row,) = json.loads(out.stdout)
     assert row["kernel"] == "flash_attention"
-    assert json.loads(row["static"]) == {"causal": True, "sm_scale": 0.25, "precision": "highest"}
+    # precision None: the inputs' own (float32: "highest"; see matmul.dot_precision)
+    assert json.loads(row["static"]) == {"causal": True, "sm_scale": 0.25, "precision": None}

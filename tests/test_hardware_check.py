@@ -3,14 +3,20 @@ tiny shapes) ending within a budget too small for every case."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
+import re
+import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+import jax.numpy as jnp
 import pytest
+
+import autotune
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "benchmarks" / "hardware_check.py"
@@ -27,7 +33,7 @@ def hc():
         sys.path.remove(str(SCRIPT.parent))
 
 
-def test_the_plan_keeps_cases_in_order_of_value_and_drops_what_no_longer_fits(hc):
+def test_the_plan_keeps_steps_in_order_of_value_and_drops_what_no_longer_fits(hc):
     o = hc.Overheads(
         start_s=10.0,
         check_s={"float32": 20.0, "bfloat16": 5.0},
@@ -42,41 +48,117 @@ def test_the_plan_keeps_cases_in_order_of_value_and_drops_what_no_longer_fits(hc
     f32 = hc.Case("matmul", ((8, 8), (8, 8)), None, "float32", share=1.0)
     small = hc.Case("softmax", ((8, 8),), None, "bfloat16", share=0.5)
     mgpu = hc.Case("matmul_mgpu", ((8, 8), (8, 8)), None, "bfloat16", share=1.0)
-    todo = hc.steps(
-        [mgpu, big, f32, small], ("float32", "bfloat16"), smoke=False, extras=["readme"]
-    )
-    # Mosaic GPU last, then the README example; a kernel is checked by its first case only
+    readme = hc.Extra("readme", "README example")
+    todo = hc.steps([big, mgpu, readme, f32, small], ("float32", "bfloat16"), False, o)
+    # in the order given; a case checks its own dtype, a kernel's last case also the dtypes no
+    # case of it covers (softmax: float32 too; matmul_mgpu: 16-bit only)
     assert [s.label for s in todo] == [
         "matmul bfloat16",
-        "matmul float32",
-        "softmax bfloat16",
         "matmul_mgpu bfloat16",
         "README example",
+        "matmul float32",
+        "softmax bfloat16",
     ]
-    assert [s.checks for s in todo[:4]] == [
-        ("float32", "bfloat16"),
-        (),
-        ("float32", "bfloat16"),
+    assert [s.checks for s in todo] == [
         ("bfloat16",),
+        ("bfloat16",),
+        (),
+        ("float32",),
+        ("float32", "bfloat16"),
     ]
     costs = [hc.step_cost(s, o) for s in todo]
-    # start, two checks, the tune's overrun and the side by side (+2 float32 compiles for f32)
-    assert costs == [55.0, 50.0, 55.0, 35.0, 50.0]
-    # big needs 55 + 60, f32 50 + 20, small 55 + 10, mgpu 35 + 20: 316 s holds all but the
-    # example; the 11 s left over go by share (3 : 1 : 0.5 : 1)
-    plan = hc.plan(todo, 316.0, o)
-    assert sorted(plan) == [0, 1, 2, 3]
-    assert plan[0] == pytest.approx(66.0) and plan[2] == pytest.approx(11.0)
-    # 150 s: big (115) fits, f32 (70) does not, small (65) does not, mgpu (55) does not ...
-    assert hc.plan(todo, 150.0, o) == {0: pytest.approx(150.0 - 55.0)}
+    # start, checks, the tune's overrun and the side by side (+2 float32 compiles for f32)
+    assert costs == [35.0, 35.0, 50.0, 70.0, 55.0]
+    # big needs 35 + 60, mgpu 35 + 20, the example 50, f32 70 + 20, small 55 + 10: 355 s hold
+    # all; of 375 s the 20 s left over go to the cases by share (3 : 1 : 1 : 0.5)
+    plan = hc.plan(todo, 375.0, o)
+    assert sorted(plan) == [0, 1, 2, 3, 4]
+    assert plan[0] == pytest.approx(60.0 + 20 * 3 / 5.5) and plan[2] == 0.0
+    # 150 s: big (95) fits, mgpu (55) too, the example (50) does not ...
+    assert sorted(hc.plan(todo, 150.0, o)) == [0, 1]
     # ... but a later, cheaper step still fits where an earlier one does not
-    assert sorted(hc.plan(todo, 175.0, o)) == [0, 3]
-    assert hc.plan(todo, 50.0, o) == {4: 0.0}  # the example alone
+    assert sorted(hc.plan(todo, 145.0, o)) == [0, 2]
+    assert hc.plan(todo, 50.0, o) == {2: 0.0}  # the example alone
     assert hc.plan(todo, 40.0, o) == {}
+    # smoke mode: no extras, and a Mosaic GPU kernel is checked, not tuned
+    smoke = hc.steps([big, mgpu, readme], ("float32", "bfloat16"), True, o)
+    assert [(s.label, s.tuned) for s in smoke] == [
+        ("matmul bfloat16", False),
+        ("matmul_mgpu bfloat16", False),
+    ]
+
+
+def _plan(device_kind, budget_s, *more):
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), "--plan-only", "--device-kind", device_kind]
+        + ["--budget-s", str(budget_s), *more],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    rows = [  # | # | step | starts at s | planned s | of it search s | time limit s |
+        [cell.strip() for cell in line.strip("|").split("|")]
+        for line in proc.stdout.splitlines()
+        if line[:4].strip("| ").isdigit()
+    ]
+    return proc.stdout, [(r[1], r[3]) for r in rows], rows
+
+
+def test_the_gpu_plan_runs_every_bf16_kernel_and_both_groups_first_within_its_budget():
+    # on this CPU host, nothing touches a device: the plan the run would make on an H100
+    text, planned, rows = _plan("NVIDIA H100 80GB HBM3", 480)
+    ran = [step for step, time_s in planned if time_s != "not run: budget"]
+    assert ran[:7] == [
+        "matmul bfloat16",
+        "flash_attention bfloat16 causal=True",
+        "flash_attention_dq bfloat16 causal=True",
+        "flash_attention_dkv bfloat16 causal=True",
+        "matmul_mgpu bfloat16",
+        "variant group matmul_variants",
+        "variant group attention_variants",
+    ]
+    first_f32 = next(i for i, (step, _) in enumerate(planned) if "float32" in step)
+    assert all(i < first_f32 for i, (step, _) in enumerate(planned) if step in ran)
+    # each with a time limit, none past the budget's tolerance, the report within the budget
+    for r in rows:
+        if r[3] != "not run: budget":
+            start, planned_s, limit = float(r[2]), float(r[3]), float(r[5])
+            assert planned_s <= limit and start + limit <= 480 * 1.05
+    end = float(re.search(r"the report written by (\d+) s", text).group(1))
+    assert end <= 480
+
+
+def test_the_tpu_plan_leaves_mosaic_gpu_out_and_says_so():
+    text, planned, _ = _plan("TPU v5 lite", 480)
+    assert planned[0] == ("matmul bfloat16", planned[0][1]) and planned[0][1].isdigit()
+    assert not any("mgpu" in step or "README" in step for step, _ in planned)
+    assert "matmul_mgpu bfloat16: not run: a Mosaic GPU kernel needs a Hopper GPU" in text
+
+
+def test_an_extra_shows_its_lines_as_they_come_and_stops_at_its_time_limit(hc, tmp_path):
+    sys.path.insert(0, str(SCRIPT.parent))
+    try:
+        import hardware_case
+    finally:
+        sys.path.remove(str(SCRIPT.parent))
+    seen = []
+    code = "import time\nfor i in range(3): print('row', i)\ntime.sleep(30)"
+    start = time.perf_counter()
+    rc, lines, _ = hardware_case.stream(
+        [sys.executable, "-c", code], 3.0, lambda got: seen.append(list(got))
+    )
+    assert rc is None and time.perf_counter() - start < 10  # stopped, not waited for
+    assert lines == ["row 0", "row 1", "row 2"] and seen[0] == ["row 0"] and len(seen) == 3
+    failing = "import sys\nprint('row'); sys.exit('a fault in the script')"
+    rc, lines, errors = hardware_case.stream([sys.executable, "-c", failing], 30.0, lambda _: None)
+    assert (rc, lines, errors) == (1, ["row"], "a fault in the script")
 
 
 @pytest.mark.slow
-def test_the_smoke_run_ends_within_its_budget_and_lists_what_it_dropped(tmp_path, subprocess_env):
+def test_the_smoke_run_ends_within_its_budget_lists_what_it_dropped_and_ships_its_table(
+    tmp_path, subprocess_env, monkeypatch
+):
     budget = 30.0
     start = time.perf_counter()
     proc = subprocess.run(
@@ -98,13 +180,10 @@ def test_the_smoke_run_ends_within_its_budget_and_lists_what_it_dropped(tmp_path
     assert text.startswith("# Hardware check: cpu")
     rows = doc["cases"]
     # every case is listed, in order of value, the first one run
-    assert rows[0]["case"] == "matmul bfloat16" and rows[-1]["case"] == "matmul_mgpu bfloat16"
+    assert rows[0]["case"] == "matmul bfloat16" and rows[-1]["case"] == "vector_add float32"
     first = rows[0]
     assert first["outcome"] == "done", proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert {(c["dtype"], c["ok"]) for c in first["correctness"]} == {
-        ("float32", True),
-        ("bfloat16", True),
-    }
+    assert [(c["dtype"], c["ok"]) for c in first["correctness"]] == [("bfloat16", True)]
     assert first["rc"] == 0 and first["tuned_ok"] and first["timer"] == "wall"
     assert all(
         first[f"{n}_s"] > 0 and math.isfinite(first[f"{n}_s"])
@@ -117,13 +196,47 @@ def test_the_smoke_run_ends_within_its_budget_and_lists_what_it_dropped(tmp_path
     assert dropped, proc.stdout[-3000:]
     assert f"- {dropped[0]}: not run: budget" in text
     assert proc.returncode == 0, proc.stdout[-3000:]
+    # what it tuned is exported beside the report, in the layout a kernel's tuned= reads: a copy
+    # of that layout serves it to the shipped matmul (tests: CPU; the check: its device kind)
+    (table,) = (tmp_path / "tuned").glob("*.json")
+    assert table.stem == report.stem and "Tuned entries exported (tuned/" in text
+    tuned = next(e for e in json.loads(table.read_text())["entries"] if e["kernel"] == "matmul")
+    layout = tmp_path / "copy" / "tuned"
+    layout.mkdir(parents=True)
+    shutil.copy(table, layout)
+    from autotune.kernels import matmul
+    from autotune.signature import parse_args
+
+    monkeypatch.setattr(matmul, "spec", dataclasses.replace(matmul.spec, tuned=layout))
+    autotune.configure()  # the lookups made before are forgotten
+    x, y = (jnp.ones(a.shape, a.dtype) for a in parse_args(tuned["signature"]))
+    got = matmul.explain(x, y)
+    assert (got["source"], got["config"]) == ("shipped", tuned["config"])
 
 
 def test_a_case_past_its_timeout_is_stopped_and_says_where_it_was(hc, tmp_path):
     step = hc.Step(hc.CASES[0], ("float32",), True)
-    job = hc.job(step, 5.0, str(tmp_path / "check.db"), smoke=True, overheads=hc.OVERHEADS["cpu"])
+    job = hc.job(step, 5.0, str(tmp_path / "check.db"), smoke=True, info={"platform": "cpu"})
     start = time.perf_counter()
     result = hc.run_step(job, 1.0, tmp_path)  # less than its process needs to start
     assert time.perf_counter() - start < 5.0
     assert result["outcome"].startswith("timeout after 1 s (during ")
     assert "default_s" not in result
+
+
+@pytest.mark.slow
+def test_a_backward_case_tunes_dq_and_times_it_against_the_vjp_of_xlas_attention(hc, tmp_path):
+    # lse and delta float32 beside bf16 q, k, v, dO: correctness, `autotune tune` and the side
+    # by side, on this CPU in interpret mode
+    (case,) = [c for c in hc.CASES if c.kernel == "flash_attention_dq"]
+    step = hc.Step(case, ("bfloat16",), True)
+    job = hc.job(step, 3.0, str(tmp_path / "check.db"), smoke=True, info={"platform": "cpu"})
+    job["tune_timeout_s"] = 120.0  # a busy host: what is tested here is not the plan's timing
+    result = hc.run_step(job, 240.0, tmp_path)
+    assert result["outcome"] == "done", result
+    assert [(c["dtype"], c["ok"]) for c in result["correctness"]] == [("bfloat16", True)]
+    assert result["rc"] == 0 and result["tuned_ok"], result.get("tune_output")
+    assert result["vendor"].startswith("the VJP of jax.nn.dot_product_attention") and (
+        result["vendor"].endswith("(xla)")
+    )
+    assert result["default_s"] > 0 and result["vendor_s"] > 0

@@ -63,11 +63,21 @@ def test_shared_memory_model_reproduces_mosaic_gpus_refusals(tiles, smem):
         (dict(tile_m=128, tile_n=256, tile_k=64, max_concurrent_steps=6), 128),  # 2 K steps
         (dict(tile_m=64, tile_n=64, tile_k=64, max_concurrent_steps=2, wg_dimension="m"), 4096),
         # a cluster multicasts into each block's own slots; the epilogue's piece is a tunable
-        (dict(tile_n=256, epi_tile=128, cluster_dimension="n", max_concurrent_steps=4), 4096),
+        (
+            dict(tile_n=256, epi_tile_m=64, epi_tile_n=128, cluster_dimension="n"),
+            4096,
+        ),
+        # the untiled epilogue (JAX's): one slot of the whole warpgroup tile
+        (dict(tile_m=128, tile_n=128, epi_tile_m=256, epi_tile_n=256), 4096),
         (dict(tile_m=128, tile_n=128, cluster_dimension="m", max_concurrent_steps=4), 4096),
         (
             dict(
-                tile_m=64, tile_n=256, epi_tile=128, cluster_dimension="n", max_concurrent_steps=3
+                tile_m=64,
+                tile_n=256,
+                epi_tile_m=128,
+                epi_tile_n=128,
+                cluster_dimension="n",
+                max_concurrent_steps=3,
             ),
             4096,
         ),
@@ -114,7 +124,23 @@ def test_float32_is_refused_with_the_rule():
         (jnp.float16, ((64, 128), (128, 256)), dict(tile_m=64, tile_n=64, tile_k=32)),
         # the whole warpgroup tile as the epilogue's piece; three K steps through two slots,
         # one wgmma group kept in flight (a slot released a step late)
-        (jnp.bfloat16, ((70, 150), (150, 130)), dict(tile_m=64, tile_n=128, epi_tile=128)),
+        (
+            jnp.bfloat16,
+            ((70, 150), (150, 130)),
+            dict(tile_m=64, tile_n=128, epi_tile_m=128, epi_tile_n=128),
+        ),
+        # pieces of 64 rows by the whole 128 columns, and the untiled epilogue: one slot
+        (jnp.bfloat16, ((128, 64), (64, 256)), dict(tile_m=128, tile_n=128, epi_tile_n=128)),
+        (jnp.bfloat16, ((64, 64), (64, 128)), dict(tile_n=64, epi_tile_m=256, epi_tile_n=256)),
+        # JAX's grid tile widths: 2 x 5 output tiles walked in bands of 4 (and a remainder of 1)
+        # along M, then N. K is one step: its slot is released at once (released a step late,
+        # as longer K loops do, it never was, and the block's third tile waited forever)
+        (jnp.bfloat16, ((128, 64), (64, 640)), dict(tile_m=64, tile_n=64, grid_tile_width=4)),
+        (
+            jnp.bfloat16,
+            ((128, 64), (64, 640)),
+            dict(tile_m=64, tile_n=64, grid_tile_width=16, grid_minor_dim="m"),
+        ),
         # a single output tile (before the kernel stopped walking it with planar_snake, the
         # interpreter died of a floating point exception)
         (jnp.bfloat16, ((64, 96), (96, 64)), dict(tile_m=64, tile_n=64, wg_dimension="m")),

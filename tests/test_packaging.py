@@ -43,3 +43,24 @@ def test_the_shipped_kernels_and_spaces_are_found_under_the_package():
 
     assert registry.resolve("matmul").spec.fn.__module__ == "autotune.kernels.matmul"
     assert resolve_space_path("matmul").parent == ROOT / "search_spaces"
+
+
+def test_the_shipped_kernels_read_the_tuned_folder_that_ships_with_them():
+    # every file the folder holds is package data (a table left out of the wheel is served in
+    # an editable install and nowhere else), and every shipped kernel and group reads it
+    import fnmatch
+
+    from autotune import registry
+
+    folder = ROOT / "kernels" / "tuned"
+    patterns = _setuptools()["package-data"]["autotune.kernels"]
+    files = [p.relative_to(ROOT / "kernels").as_posix() for p in folder.iterdir()]
+    assert "tuned/README.md" in files
+    assert all(any(fnmatch.fnmatch(f, p) for p in patterns) for f in files), files
+    shipped = [
+        k
+        for k in registry.registered().values()
+        if k.spec.fn.__module__.startswith("autotune.kernels")
+    ]
+    assert len(shipped) >= 16
+    assert {k.spec.tuned for k in shipped} == {folder}

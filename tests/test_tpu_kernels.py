@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import pytest
 from jax._src.interpreters import mlir
 from jax._src.lib import tpu as tpu_dialect
@@ -45,6 +46,7 @@ from autotune.kernels import (
 mm_module = importlib.import_module("autotune.kernels.matmul")
 fa_module = importlib.import_module("autotune.kernels.flash_attention")
 bwd_module = importlib.import_module("autotune.kernels.flash_attention_bwd")
+tpu_module = importlib.import_module("autotune.kernels.flash_attention_tpu")
 
 S = jax.ShapeDtypeStruct
 GENERATIONS = ("v4", "v5e", "v5p", "v6e", "v7x")
@@ -56,6 +58,8 @@ class LoweredKernel:
 
     dimension_semantics: tuple[str, ...]  # one per grid axis: "parallel", "arbitrary"
     vmem_limit_bytes: int | None  # None: the chip's default scoped limit
+    grid: tuple[int, ...]  # the grid's size along each axis, in its order
+    text: str  # the Mosaic module
 
 
 def lowered_kernels(lowered_text: str) -> list[LoweredKernel]:
@@ -74,12 +78,15 @@ def lowered_kernels(lowered_text: str) -> list[LoweredKernel]:
             text = str(module)
         semantics = re.search(r"dimension_semantics = \[(.*?)\]", text)
         scoped = config.get("scoped_memory_configs") or [{}]
+        bounds = re.search(r"iteration_bounds = array<i64: ([\d, ]*)>", text)
         found.append(
             LoweredKernel(
                 tuple(re.findall(r"dimension_semantics<(\w+)>", semantics.group(1)))
                 if semantics
                 else (),
                 scoped[0].get("size"),
+                tuple(int(n) for n in bounds.group(1).split(",")) if bounds else (),
+                text,
             )
         )
     return found
@@ -119,6 +126,8 @@ def test_the_tpu_bmm_body_matches_the_reference():
         (300, 300, 256, 128, True),  # q blocks wider: two key blocks skipped for the first
         (200, 333, 128, 128, False),  # padded keys masked out of the softmax
         (200, 333, 128, 128, True),
+        (256, 384, 128, 128, False),  # no tile needs a mask
+        (384, 256, 128, 128, True),  # more queries than keys: the last rows see every key
     ],
 )
 def test_the_tpu_flash_attention_body_matches_the_reference(sq, sk, block_q, block_k, causal):
@@ -145,21 +154,55 @@ def test_the_tpu_flash_attention_body_keeps_each_rows_log_sum_exp_for_the_backwa
     close(out, attention_reference(q, k, v, causal=True), jnp.float32)
 
 
+def test_the_tpu_flash_attention_body_runs_batches_and_heads_in_the_grids_own_order():
+    # batch 2, heads 3: the leading parallel axis has more than one block, the grid its order
+    q = rand((2, 3, 130, 64))
+    k, v = rand((2, 3, 130, 64), seed=1), rand((2, 3, 130, 64), seed=2)
+    out = tpu_interpret(flash_attention, q, k, v, causal=True, block_q=128, block_k=128)
+    close(out, attention_reference(q, k, v, causal=True), jnp.float32)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_a_tile_is_masked_exactly_where_a_row_must_not_see_one_of_its_keys(causal):
+    from autotune.kernels.attention_masks import masks_any, tile_needs_mask
+
+    masked = whole = 0
+    for block_q, block_k, sq, sk in [
+        (128, 256, 300, 300),
+        (256, 128, 300, 300),
+        (128, 128, 200, 333),
+        (128, 128, 256, 384),
+    ]:
+        n_q, n_k = -(-sq // block_q), -(-sk // block_k)
+        rows, cols = np.arange(n_q * block_q)[:, None], np.arange(n_k * block_k)[None, :]
+        hidden = (cols >= sk) | (causal & (cols > rows))  # what a row must not see
+        for t in range(n_q):
+            for u in range(n_k):
+                tile = hidden[t * block_q : (t + 1) * block_q, u * block_k : (u + 1) * block_k]
+                needs = masks_any(causal, sk, block_k) and bool(
+                    tile_needs_mask(t, u, block_q, block_k, causal=causal, seq_k=sk)
+                )
+                assert needs == tile.any(), (block_q, block_k, sq, sk, t, u)
+                masked, whole = masked + needs, whole + (not needs and not tile.all())
+    assert masked and whole  # some tiles are masked, and some seen whole go without
+
+
 @pytest.mark.parametrize("block_q, block_k", [(256, 128), (128, 256), (128, 128)])
 def test_a_skipped_causal_key_block_repeats_the_last_fetched_one(block_q, block_k):
     n_q, n_k = 3, 3 * block_q // block_k
     for t in range(n_q):
         last_seen = ((t + 1) * block_q - 1) // block_k  # the q block's last row's key block
-        fetched = [int(fa_module.kv_block_fetched(t, u, block_q, block_k)) for u in range(n_k)]
+        fetched = [int(tpu_module.kv_block_fetched(t, u, block_q, block_k)) for u in range(n_k)]
         assert fetched == [min(u, last_seen) for u in range(n_k)]
 
 
-@pytest.mark.parametrize("causal", [False, True])
-def test_the_tpu_flash_attention_backward_bodies_match_the_references(causal):
+@pytest.mark.parametrize("causal, sk", [(False, 333), (True, 333), (False, 256)])
+def test_the_tpu_flash_attention_backward_bodies_match_the_references(causal, sk):
     # 200 queries in 128-blocks, 333 keys in 256-blocks: padded on both sides; causal, the
-    # second key block (keys 256..332) is past every query: no step computes it, dk, dv zero
+    # second key block (keys 256..332) is past every query: no step computes it, dk, dv zero.
+    # 256 keys, not causal: no tile needs a mask
     q, do = rand((1, 1, 200, 64)), rand((1, 1, 200, 64), seed=3)
-    k, v = rand((1, 1, 333, 64), seed=1), rand((1, 1, 333, 64), seed=2)
+    k, v = rand((1, 1, sk, 64), seed=1), rand((1, 1, sk, 64), seed=2)
     lse, delta = 3 + rand((1, 1, 200), seed=4, scale=0.1), rand((1, 1, 200), seed=5, scale=0.1)
     args, config = (q, k, v, do, lse, delta), dict(causal=causal, block_q=128, block_k=256)
     dq = tpu_interpret(flash_attention_dq, *args, **config)
@@ -191,12 +234,10 @@ def test_a_skipped_causal_q_block_repeats_the_first_visible_one(block_q, block_k
     n_k = n_q * block_q // block_k
     for u in range(n_k):
         first = u * block_k // block_q  # the first q block whose last row sees key u * block_k
-        fetched = [
-            int(bwd_module._q_block_fetched(u, t, block_q, block_k, n_q)) for t in range(n_q)
-        ]
+        fetched = [int(tpu_module.q_block_fetched(u, t, block_q, block_k, n_q)) for t in range(n_q)]
         assert fetched == [max(t, first) for t in range(n_q)]
     # keys past every query: the index stays within the grid
-    assert int(bwd_module._q_block_fetched(5, 0, 128, 128, 2)) == 1
+    assert int(tpu_module.q_block_fetched(5, 0, 128, 128, 2)) == 1
 
 
 # ------------------------------------------------------------ VMEM models, by hand
@@ -215,7 +256,7 @@ def test_the_flash_attention_vmem_model_counts_buffers_scratch_and_f32_temporari
     # scratch: max and sum on 128 lanes (512 KiB each) and the f32 output sum 512 KiB;
     # temporaries: scores and exponentials 4 MiB each, p @ v 512 KiB; the lse output block on
     # 128 lanes, twice: 1 MiB
-    assert fa_module.tpu_vmem(1024, 1024, 128, 2) == 13 * MiB
+    assert tpu_module.tpu_vmem(1024, 1024, 128, 2) == 13 * MiB
 
 
 def test_the_flash_attention_backward_vmem_models_count_a_step_of_each_tpu_body():
@@ -223,8 +264,8 @@ def test_the_flash_attention_backward_vmem_models_count_a_step_of_each_tpu_body(
     # dq, k, v 2.5 MiB, dkv's q, dO, k, v, dk, dv 3 MiB; lse and delta on 128 lanes, twice:
     # 2 MiB; f32 scratch: dq 512 KiB, dk and dv 1 MiB; f32 scores, probabilities, dp, ds 16 MiB,
     # ds @ k 512 KiB (dq), ds^T @ q and p^T @ dO 1 MiB (dkv)
-    assert bwd_module.tpu_vmem_dq(1024, 1024, 128, 2) == (2.5 + 2 + 0.5 + 16 + 0.5) * MiB
-    assert bwd_module.tpu_vmem_dkv(1024, 1024, 128, 2) == (3 + 2 + 1 + 16 + 1) * MiB
+    assert tpu_module.tpu_vmem_dq(1024, 1024, 128, 2) == (2.5 + 2 + 0.5 + 16 + 0.5) * MiB
+    assert tpu_module.tpu_vmem_dkv(1024, 1024, 128, 2) == (3 + 2 + 1 + 16 + 1) * MiB
 
 
 def test_a_softmax_row_fits_while_eight_rows_do_in_the_default_scoped_vmem():
@@ -270,7 +311,8 @@ def test_every_generation_is_known_by_name_and_by_jax_device_kind():
     facts = {c: mosaic_tpu.chip(c) for c in GENERATIONS}
     assert [facts[c].vmem_bytes // MiB for c in GENERATIONS] == [16, 128, 64, 128, 64]
     assert [mosaic_tpu.scoped_vmem_bytes(c) // MiB for c in GENERATIONS] == [16, 16, 16, 32, 32]
-    assert [facts[c].grid_cores for c in GENERATIONS] == [2, 1, 2, 1, 2]
+    # megacore on v4 and v5p; v7x's two TensorCores are two devices (JAX's tpu_info)
+    assert [facts[c].grid_cores for c in GENERATIONS] == [2, 1, 2, 1, 1]
     assert (
         mosaic_tpu.vmem_budget("TPU v5 lite") == 96 * MiB
         and mosaic_tpu.vmem_budget("TPU v9") == 12 * MiB
@@ -367,11 +409,14 @@ def test_32k_token_attention_is_accepted_and_lowers_on_every_generation(causal, 
         low = lowerings(flash_attention, big, args, kwargs)
         assert low.dimension_semantics == ("parallel", "parallel", "parallel", "arbitrary")
         assert (low.vmem_limit_bytes or 0) <= mosaic_tpu.chip(kind).vmem_bytes
+        # batch 1: the 8 heads lead, so that a megacore's two cores share them
+        blocks = (32768 // big["block_q"], 32768 // big["block_k"])
+        assert low.grid == (8, 1, *blocks)
 
 
 @pytest.mark.parametrize(
     "kernel, model",
-    [(flash_attention_dq, bwd_module.tpu_vmem_dq), (flash_attention_dkv, bwd_module.tpu_vmem_dkv)],
+    [(flash_attention_dq, tpu_module.tpu_vmem_dq), (flash_attention_dkv, tpu_module.tpu_vmem_dkv)],
     ids=["dq", "dkv"],
 )
 def test_32k_token_attention_backward_is_accepted_and_lowers_on_every_generation(
@@ -414,3 +459,30 @@ def test_32k_wide_rows_and_long_vectors_are_accepted_and_lower_on_every_generati
     assert all(configs.values())
     for size in {largest(c, block)[block] for c in configs.values()}:
         assert lowering_error(kernel, {block: size}, args) is None
+
+
+def test_a_matmul_of_one_row_of_tiles_leads_with_its_columns(lowerings):
+    # 128 rows: one row of tiles; a megacore splits the leading axis: the 8 column tiles
+    args = [S((128, 4096), jnp.bfloat16), S((4096, 4096), jnp.bfloat16)]
+    low = lowerings(matmul, {"block_m": 128, "block_n": 512, "block_k": 512}, args, {})
+    assert low.grid == (8, 1, 8)
+    assert low.dimension_semantics == ("parallel", "parallel", "arbitrary")
+
+
+def test_16_bit_inputs_multiply_in_one_native_mxu_pass_and_float32_keeps_highest(lowerings):
+    # "highest" on a TPU is a multi-pass float32 emulation (contract_precision<fp32>): exact
+    # products of 16-bit inputs gain nothing from it; float32 inputs need it; a call may ask
+    tiles = {"block_m": 128, "block_n": 128, "block_k": 128}
+
+    def emulated(kernel, config, args, kwargs):
+        return "contract_precision<fp32>" in lowerings(kernel, config, args, kwargs).text
+
+    bf16, f32 = [S((256, 256), jnp.bfloat16)] * 2, [S((256, 256), jnp.float32)] * 2
+    assert not emulated(matmul, tiles, bf16, {})
+    assert emulated(matmul, tiles, f32, {})
+    assert emulated(matmul, tiles, bf16, {"precision": "highest"})
+    attention = [S((1, 2, 256, 128), jnp.bfloat16)] * 3
+    assert not emulated(flash_attention, {"block_q": 128, "block_k": 128}, attention, {})
+    rows = [S((1, 2, 256), jnp.float32)] * 2
+    config = {"block_q": 128, "block_k": 128}
+    assert not emulated(flash_attention_dkv, config, attention + attention[:1] + rows, {})

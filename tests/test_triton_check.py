@@ -93,10 +93,46 @@ def test_the_backward_kernels_count_the_blocks_each_keeps_and_streams_in_shared_
     h200 = DeviceInfo("gpu", "NVIDIA H200", "triton", "", "", "")  # 232,448 B per block
     qkv = [jax.ShapeDtypeStruct((1, 1, 2048, 256), BF16)] * 4
     rows = [jax.ShapeDtypeStruct((1, 1, 2048), F32)] * 2
-    config = {"block_q": 128, "block_k": 16, "num_warps": 4, "num_stages": 3}
+    config = {"block_q": 128, "block_k": 16, "num_warps": 8, "num_stages": 3}
     for kernel, fits in ((flash_attention_dq, True), (flash_attention_dkv, False)):
         spec = kernel.spec
         sig = spec.signature(qkv + rows, {}, h200)
         # dq holds q and dO (2 x 128 rows), 3 stages of k and v (6 x 16): 180,224 B;
         # dkv holds k and v (2 x 16), 3 stages of q and dO (6 x 128): 409,600 B
         assert (spec.space("gpu").violations(config, sig) == []) is fits, kernel
+
+
+def test_the_flash_kernels_keep_their_float32_tiles_within_a_threads_registers():
+    # JAX's own GPU attention: 4 warps up to head_dim 64, 8 past it, at 128 x 128 blocks. At
+    # 1024 tokens and D <= 128 every config below fits shared memory: registers decide.
+    from autotune.device import DeviceInfo
+    from autotune.kernels import flash_attention, flash_attention_dkv, flash_attention_dq
+
+    h100 = DeviceInfo("gpu", "NVIDIA H100 80GB HBM3", "triton", "", "", "")
+
+    def sig(kernel, d):
+        args = [jax.ShapeDtypeStruct((1, 2, 1024, d), BF16)] * 3
+        if kernel is not flash_attention:
+            args += [args[0]] + [jax.ShapeDtypeStruct((1, 2, 1024), F32)] * 2
+        return kernel.spec.signature(args, {"causal": True}, h100)
+
+    def fits(kernel, d, num_warps, block_q=128, block_k=128):
+        config = {"block_q": block_q, "block_k": block_k, "num_warps": num_warps, "num_stages": 2}
+        return kernel.spec.space("gpu").is_valid(config, sig(kernel, d))
+
+    # the forward's output sum and scores: 192 registers a thread at D 64 on 4 warps, 256 at
+    # D 128 (it would spill), 128 on 8 warps; its default takes 8
+    assert fits(flash_attention, 64, 4) and not fits(flash_attention, 128, 4)
+    assert fits(flash_attention, 128, 8)
+    assert flash_attention.spec.default_config(sig(flash_attention, 128))["num_warps"] == 8
+    # dq holds its accumulator and two score-sized tiles (probabilities, dp): 192 on 8 warps
+    assert fits(flash_attention_dq, 128, 8) and not fits(flash_attention_dq, 128, 4)
+    # dkv holds two accumulators (dk, dv): 128 x 128 blocks spill even on 8 warps, 64 query
+    # rows a step do not, and are its default
+    assert not fits(flash_attention_dkv, 128, 8) and fits(flash_attention_dkv, 128, 8, 64)
+    assert flash_attention_dkv.spec.default_config(sig(flash_attention_dkv, 128)) == {
+        "block_q": 64,
+        "block_k": 128,
+        "num_warps": 8,
+        "num_stages": 2,
+    }

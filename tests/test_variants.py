@@ -121,11 +121,14 @@ def test_a_group_may_not_hide_a_kernel_of_its_name():
     assert autotune.registry.resolve("matmul") is matmul
 
 
-def test_the_shipped_groups_skip_mosaic_gpu_here_and_reconcile_layouts():
+def test_the_shipped_groups_skip_mosaic_gpu_and_cudnn_here_and_reconcile_layouts():
     q = jax.random.normal(jax.random.key(0), (2, 3, 17, 16))  # [B, H, S, D], odd S
     k, v = q[:, :, :13] * 0.5, q[:, :, :13] + 1.0
     got = attention_variants.explain(q, k, v, causal=True)
     assert got["variant"] == "flash_attention" and "Hopper" in got["skipped"]["attention_mgpu"]
+    # cuDNN's attention is a member of its own (jax.nn's implementation="cudnn"), XLA's another
+    assert list(attention_variants.members) == ["flash_attention", "attention_mgpu", "cudnn", "xla"]
+    assert got["skipped"]["cudnn"] == "cuDNN runs on NVIDIA GPUs; this call runs on cpu"
     want = attention_reference(q, k, v, causal=True, sm_scale=0.3)
     out = attention_variants(q, k, v, causal=True, sm_scale=0.3, variant="xla")
     np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-5)

@@ -4,19 +4,21 @@ TPU interpret mode runs TPU kernels on a CPU, TPU-only grid specs (scalar prefet
 scratch) included; the TPU lowering (which enforces the block-shape rules) runs on a CPU-only
 host too. The chip facts below (VMEM per generation, cores a grid splits across) are what the
 kernels' constraints and VMEM models use (`scoped_vmem_bytes`, `vmem_budget`), beside the
-TPU's tiling rule (`autotune.hardware`).
+TPU's tiling rule (`autotune.hardware`), and the layout of grids for megacore chips
+(`ParallelGrid`).
 
-Sources: JAX's `jax/_src/pallas/mosaic/tpu_info.py` (VMEM capacity, TensorCores per chip, the
-device_kind names) and JAX's Pallas TPU docs (scoped VMEM defaults). Leads, not measurements:
-no TPU has been available to check them.
+Sources: JAX's `jax/_src/pallas/mosaic/tpu_info.py` (VMEM capacity, TensorCores per chip and
+whether they join as a megacore, the device_kind names) and JAX's Pallas TPU docs (scoped VMEM
+defaults). Leads, not measurements: no TPU has been available to check them.
 """
 
 from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 from autotune.hardware import MiB
 
@@ -42,7 +44,7 @@ class TpuChip:
     device_kinds: tuple[str, ...]  # what jax's `device.device_kind` says on it
     vmem_bytes: int  # VMEM capacity
     scoped_vmem_bytes: int  # the compiler's default limit, unless vmem_limit_bytes raises it
-    grid_cores: int  # cores that "parallel" grid axes are split across
+    grid_cores: int  # cores a kernel's leading "parallel" grid axis is split across (megacore)
 
     @property
     def vmem_budget(self) -> int:
@@ -51,8 +53,10 @@ class TpuChip:
         return self.vmem_bytes * 3 // 4
 
 
-# v4 and v5p join their two TensorCores into one device (megacore) and split "parallel" grid
-# axes across them; v7x has two TensorCores per chip; v5e and v6e have one.
+# v4 and v5p join their two TensorCores into one device (megacore) and split a kernel's leading
+# "parallel" grid axis across them. v7x has two TensorCores per chip too, but no megacore: JAX
+# makes each its own device (tpu_info's ChipVersion.supports_megacore), so a kernel runs on one.
+# v5e and v6e have one TensorCore.
 CHIPS = (
     TpuChip("v2", ("TPU v2",), 16 * MiB, 16 * MiB, 1),
     TpuChip("v3", ("TPU v3",), 16 * MiB, 16 * MiB, 1),
@@ -60,7 +64,7 @@ CHIPS = (
     TpuChip("v5e", ("TPU v5 lite", "TPU v5e"), 128 * MiB, 16 * MiB, 1),
     TpuChip("v5p", ("TPU v5", "TPU v5p"), 64 * MiB, 16 * MiB, 2),
     TpuChip("v6e", ("TPU v6 lite", "TPU v6e"), 128 * MiB, 32 * MiB, 1),
-    TpuChip("v7x", ("TPU7x", "TPU7"), 64 * MiB, 32 * MiB, 2),
+    TpuChip("v7x", ("TPU7x", "TPU7"), 64 * MiB, 32 * MiB, 1),
 )
 GENERATIONS = tuple(c.name for c in CHIPS)
 # A chip the table does not name: the smallest VMEM and limit of any generation, one core.
@@ -122,6 +126,46 @@ def compiler_params(dimension_semantics: tuple[str, ...], vmem_need: int):
     return pltpu.CompilerParams(
         dimension_semantics=dimension_semantics, vmem_limit_bytes=vmem_limit(vmem_need)
     )
+
+
+@dataclass(frozen=True)
+class ParallelGrid:
+    """A kernel's grid laid out for megacore: its "parallel" axes (the first ones) in the
+    kernel's order, except that one with more than one step goes first. A megacore chip (v4,
+    v5p: `TpuChip.grid_cores` 2) splits the leading parallel axis across its two cores, so a
+    leading axis of one step (a batch of 1) would leave one core idle. Only axes of one step are
+    moved behind it, so the order the steps run in is the kernel's on every chip.
+
+    Index maps and bodies speak in the kernel's own axes: `ids` turns the grid's indices into
+    them, `position` says where one of them is in the grid (for `pl.program_id`)."""
+
+    order: tuple[int, ...]  # order[i]: the kernel's parallel axis at grid position i
+
+    @classmethod
+    def of(cls, sizes: tuple[int, ...]) -> ParallelGrid:
+        """The layout of parallel axes of these sizes (in the kernel's order)."""
+        first = next((i for i, n in enumerate(sizes) if n > 1), 0)
+        return cls((first, *(i for i in range(len(sizes)) if i != first)))
+
+    def grid(self, sizes: tuple[int, ...], *rest: int) -> tuple[int, ...]:
+        """The grid: the parallel axes' sizes laid out, then the other axes' (`rest`)."""
+        return (*(sizes[i] for i in self.order), *rest)
+
+    def ids(self, *indices: Any) -> tuple[Any, ...]:
+        """The grid's indices (as an index map receives them) in the kernel's axis order."""
+        n = len(self.order)
+        own: list[Any] = [None] * n
+        for position, axis in enumerate(self.order):
+            own[axis] = indices[position]
+        return (*own, *indices[n:])
+
+    def index_map(self, fn: Callable[..., tuple]) -> Callable[..., tuple]:
+        """An index map written in the kernel's axes, for the laid-out grid."""
+        return lambda *indices: fn(*self.ids(*indices))
+
+    def position(self, axis: int) -> int:
+        """Where the kernel's parallel axis `axis` is in the grid (others stay where they are)."""
+        return self.order.index(axis) if axis < len(self.order) else axis
 
 
 def targets_tpu(platform: str, interpret: bool) -> bool:

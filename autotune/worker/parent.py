@@ -126,6 +126,7 @@ class DeviceWorker:
         stage, sent = "compile", False
         try:
             fresh = self._ensure_started()
+            logged = self._stderr_size()  # what the child logs from here on is this trial's
             self._send(Kind.MEASURE, config)
             sent = True
             # the limit counts from the request: a compile still running ahead gets no more
@@ -136,6 +137,11 @@ class DeviceWorker:
                     stage, deadline = "run", time.monotonic() + self.limits.run_s
                 elif kind is Kind.RESULT:
                     self._prefetched.discard(config_id(config))
+                    if value.status == "runtime_error":
+                        # the exception is often a summary ("INTERNAL: ..."); the device's own
+                        # words (a CUDA error, a failed launch) are what XLA logged meanwhile:
+                        # its first lines (the cause) and its last
+                        value.error = (value.error or "") + self._stderr_tail(logged, 4, first=4)
                     sticky = backends.of_platform(self.device.platform).sticky_faults
                     if value.status == "runtime_error" and sticky:
                         # every later launch in this process would fail too: the next
@@ -281,10 +287,19 @@ class DeviceWorker:
         )
         raise _Died(status, f"{what} ({how}){self._stderr_tail()}")
 
-    def _stderr_tail(self) -> str:
-        self._stderr.seek(0)
-        lines = [ln for ln in self._stderr.read().decode(errors="replace").splitlines() if ln]
-        return f"; stderr: {' | '.join(lines[-3:])[-600:]}" if lines else ""
+    def _stderr_size(self) -> int:
+        return os.fstat(self._stderr.fileno()).st_size
+
+    def _stderr_tail(self, since: int = 0, lines: int = 3, first: int = 0) -> str:
+        """The first `first` and the last `lines` lines the child wrote to stderr after byte
+        `since`, as a suffix of an error's text ("" if none). Read with pread: the child
+        shares the file's offset."""
+        fd = self._stderr.fileno()
+        text = os.pread(fd, max(0, self._stderr_size() - since), since)
+        written = [ln for ln in text.decode(errors="replace").splitlines() if ln.strip()]
+        if len(written) > first + lines:
+            written = written[:first] + (["..."] if first else []) + written[-lines:]
+        return f"; stderr: {' | '.join(written)[-200 * (first + lines) :]}" if written else ""
 
 
 def worker_task(task: Task) -> Task:

@@ -1,0 +1,62 @@
+"""What flash attention's bodies share (forward and backward, GPU and TPU layouts): which scores
+a row must not see, and which (query block, key block) tiles hold any.
+
+A row must not see a padded key (past the sequence: zeros, which would otherwise take a share of
+the softmax) nor, causal and top-left aligned, a key after its own (query i sees keys 0..i). Such
+scores become a finite "minus infinity". Only the tiles that hold one need the mask: the one key
+block with padded keys and, causal, the key blocks that cross the diagonal; every other tile a
+row block sees is seen whole by each of its rows.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from jax.experimental import pallas as pl
+
+from autotune.kernels.rowwise import F32
+
+# A finite "minus infinity" for masked scores: exp(MASK - m) is exactly 0 for any real max m,
+# and a block with every key masked cannot turn the running max into NaN.
+MASK_VALUE = -0.7 * float(jnp.finfo(F32).max)
+NT = (((1,), (1,)), ((), ()))  # dot_general's a @ b^T
+TN = (((0,), (0,)), ((), ()))  # dot_general's a^T @ b
+
+
+def mask_scores(s, rows, cols, *, causal: bool, seq_k: int | None):
+    """`s` with the scores of keys at or past `seq_k` (None: no padded keys here) and, if
+    `causal`, of keys after a row's own set to MASK_VALUE; `rows` and `cols` are each score's
+    query and key positions."""
+    if seq_k is not None:
+        s = jnp.where(cols < seq_k, s, MASK_VALUE)
+    if causal:
+        s = jnp.where(cols <= rows, s, MASK_VALUE)
+    return s
+
+
+def padded_keys(seq_k: int, block_k: int) -> int | None:
+    """`seq_k` where the last key block holds padded keys (what `mask_scores` takes), else None."""
+    return seq_k if seq_k % block_k else None
+
+
+def tile_needs_mask(q_block, kv_block, block_q: int, block_k: int, *, causal: bool, seq_k: int):
+    """Whether the tile of query block `q_block` and key block `kv_block` holds a score some row
+    must not see: causal, its last key is after its first row; or it is the last key block and
+    holds padded keys (no tile needs one where neither can happen: check `masks_any` first)."""
+    crosses = (kv_block + 1) * block_k - 1 > q_block * block_q
+    padded = kv_block == pl.cdiv(seq_k, block_k) - 1
+    if causal and seq_k % block_k:
+        return jnp.logical_or(crosses, padded)
+    return crosses if causal else padded
+
+
+def masks_any(causal: bool, seq_k: int, block_k: int) -> bool:
+    """Whether any tile of a call needs the mask (`tile_needs_mask`)."""
+    return causal or seq_k % block_k != 0
+
+
+def probs(q, k, lse, rows, cols, *, sm_scale, causal, seq_k, precision):
+    """exp(s - lse) of one (query block, key block) tile (the backward's probabilities, from the
+    forward's log-sum-exp), the scores `mask_scores` masks at exactly 0."""
+    s = jax.lax.dot_general(q, k, NT, precision=precision, preferred_element_type=F32) * sm_scale
+    return jnp.exp(mask_scores(s, rows, cols, causal=causal, seq_k=seq_k) - lse)
