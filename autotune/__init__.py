@@ -20,7 +20,8 @@ from autotune.errors import (
     SpaceError,
 )
 from autotune.overlays import overlay
-from autotune.runtime import AutotunedKernel, autotuned, configure, register
+from autotune.runtime import AutotunedKernel, autotuned, register
+from autotune.runtime_state import configure
 from autotune.variants import Member, variants
 from autotune.varying import out_struct
 
@@ -51,9 +52,9 @@ __all__ = [
 _LAZY = {
     "BestEntry": "autotune.trial",
     "calls_in": "autotune.program",
-    "tune": "autotune.tuner",
+    "tune": "autotune.tuning",
     "tune_program": "autotune.program",
-    "TuneResult": "autotune.tuner",
+    "TuneResult": "autotune.tune_result",
     "TuneSettings": "autotune.tune_settings",
     "TuningDB": "autotune.db",
 }

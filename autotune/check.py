@@ -5,7 +5,7 @@ backend's lowering, which enforces its rules: Mosaic TPU's block shapes ("tpu"),
 shared memory and wgmma shapes and Pallas-Triton's power-of-two arrays ("cuda"). It raises for a
 candidate the device would refuse. Nothing is compiled or run, so what only a compile checks
 (Triton's shared memory and registers) stays with the constraints. The kernel is traced for the
-platform checked (`autotune.hardware.lowering_for`): laid out, and given compiler parameters, as
+platform checked (`autotune.backends.lowering_for`): laid out, and given compiler parameters, as
 on that device.
 """
 
@@ -18,12 +18,7 @@ from typing import Any
 
 from autotune import backends
 from autotune.device import DeviceInfo
-from autotune.hardware import lowering_for
 
-# The device whose limits constraints assume when checking on a host that has none.
-DEFAULT_TPU_KIND = "TPU v5 lite"
-DEFAULT_GPU_KIND = "NVIDIA H200"
-DEFAULT_KINDS = {"tpu": DEFAULT_TPU_KIND, "gpu": DEFAULT_GPU_KIND}
 # What each platform's kernels are lowered for on this host (`lowering_platforms=`): a platform's
 # backends share it (Triton and Mosaic GPU both lower for "cuda").
 LOWERING_TARGETS = {
@@ -49,7 +44,7 @@ def lowering_error(
     fn = functools.partial(spec.fn, **spec.kernel_kwargs(config), **dict(kwargs or {}))
     target = LOWERING_TARGETS[platform]
     try:
-        with lowering_for(platform):
+        with backends.lowering_for(platform):
             jax.jit(fn).trace(*args).lower(lowering_platforms=(target,))
     except Exception as e:  # the lowerings report bad configs as ValueError, others vary
         return f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
@@ -91,7 +86,7 @@ def check_space(
     pruning the constraints may be too strict about.)"""
     spec = kernel.spec
     kwargs = dict(kwargs or {})
-    kind = device_kind or DEFAULT_KINDS[platform]
+    kind = device_kind or backends.of_platform(platform).default_kind
     device = DeviceInfo(platform, kind, backends.default(platform), "", "", "")
     sig = spec.signature(args, kwargs, device)
     space = spec.space(platform)
@@ -112,7 +107,7 @@ def check_tpu_space(
     kernel: Any,
     args: Sequence[Any],
     kwargs: Mapping[str, Any] | None = None,
-    device_kind: str = DEFAULT_TPU_KIND,
+    device_kind: str | None = None,
 ) -> list[CheckRow]:
     """Every candidate of `kernel`'s TPU space: see `check_space`."""
     return check_space(kernel, args, kwargs, "tpu", device_kind)

@@ -18,6 +18,7 @@ from autotune.schema import (
     encode_config,
     table_names,
 )
+from autotune.trial import StoredEntry
 
 TIMES = ("time_s", "default_time_s", "speedup")  # positive numbers; only time_s is required
 # the columns read, by name: what the first released schema (v1) already had
@@ -259,7 +260,7 @@ def shipped_entries(kernel: str | None = None) -> tuple[list[dict[str, Any]], li
         except AutotuneError as e:
             unreadable.append(str(e))
             continue
-        for e in table.entries:
+        for e in map(StoredEntry.as_row, table.entries):
             row = {**{t: e.get(t) for t in TIMES}, **e, "config": encode_config(e["config"])}
             problems = served_problems(row)
             if e["kernel"] != name:

@@ -1,22 +1,18 @@
-"""Exported tuning databases: the portable document of best entries, its validation, and the
-rule that merges it into a database on a key conflict."""
+"""Exported tuning databases: the portable document of best entries and its validation (a
+database merges one in: autotune.dbadmin; a shipped table or an overlay reads one:
+autotune.tables)."""
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
 from typing import Any
-
-from sqlalchemy import select
-from sqlalchemy.orm import Session
 
 from autotune.errors import DatabaseError, SignatureError
 from autotune.platforms import PLATFORMS
-from autotune.schema import KEY_COLUMNS, Result, encode_config, utcnow
+from autotune.schema import KEY_COLUMNS, Result
 from autotune.signature import parse_args
 
 EXPORT_FORMAT = "pallas-autotune-export"
-
-
+# which of two entries of one key an import keeps: the faster, or the more recently tuned
 PREFER = ("faster", "newer")
 
 
@@ -54,44 +50,3 @@ def validate_export(doc: Any) -> list[dict[str, Any]]:
         if bad:
             raise DatabaseError(f"export entry {n}: unknown field(s) {', '.join(bad)}")
     return entries
-
-
-def _parse_time(text: Any) -> datetime:
-    try:
-        t = datetime.fromisoformat(str(text))
-    except ValueError:
-        return utcnow()
-    return t if t.tzinfo else t.replace(tzinfo=timezone.utc)
-
-
-def _better(new: dict[str, Any], row: Result, prefer: str) -> bool:
-    if prefer == "newer":
-        if row.tuned_at is None:  # unreadable (tampered): any real date is newer
-            return True
-        old = row.tuned_at if row.tuned_at.tzinfo else row.tuned_at.replace(tzinfo=timezone.utc)
-        return new["tuned_at"] > old
-    return new["time_s"] < row.time_s
-
-
-def merge_entries(s: Session, entries: list[dict[str, Any]], prefer: str) -> dict[str, int]:
-    """Add validated entries in session `s`; on a key conflict keep the faster entry
-    (prefer="faster") or the more recently tuned one (prefer="newer"). Returns the counts of
-    entries added, replaced and kept."""
-    counts = {"added": 0, "replaced": 0, "kept": 0}
-    for e in entries:
-        key = {k: e[k] for k in KEY_COLUMNS}
-        fields = {k: v for k, v in e.items() if k in Result.__table__.columns}
-        fields["config"] = encode_config(e["config"])
-        fields["tuned_at"] = _parse_time(e.get("tuned_at"))
-        row = s.scalars(select(Result).filter_by(**key)).first()
-        if row is None:
-            s.add(Result(**{**fields, **key}))
-            counts["added"] += 1
-        elif _better(fields, row, prefer):
-            for k, v in fields.items():
-                setattr(row, k, v)
-            row.trial_id = None  # its trials live in the other database
-            counts["replaced"] += 1
-        else:
-            counts["kept"] += 1
-    return counts

@@ -1,16 +1,13 @@
-"""Hardware facts that constraints use to rule candidates out before anything compiles.
-
-Sources: the vendors' datasheets (see shared PALLAS_FACTS); the TPU's per generation are in
+"""Chip facts that constraints use to rule candidates out before anything compiles: the
+tables of the GPUs (shared memory, registers, L2) and the TPU's tiling rule, and the block
+arithmetic the kernels share. Nothing here asks which platform or backend a call runs on: that
+is `autotune.backends` (which reads these tables), and the TPU's per generation facts are in
 `autotune.backends.mosaic_tpu`.
+
+Sources: the vendors' datasheets (see shared PALLAS_FACTS).
 """
 
 from __future__ import annotations
-
-import contextlib
-import contextvars
-from collections.abc import Iterator
-
-from autotune.platforms import platform_of
 
 KiB = 1024
 MiB = 1024 * KiB
@@ -44,20 +41,6 @@ GPU_L2 = {
     "A10": 6 * MiB,
 }
 GPU_L2_DEFAULT = 50 * MiB
-
-
-def tpu_vmem_bytes(device_kind: str) -> int:
-    """The VMEM a kernel that keeps the default scoped limit may use on this TPU."""
-    from autotune.backends import mosaic_tpu  # here: a backend module may import this one
-
-    return mosaic_tpu.chip_or_default(device_kind).scoped_vmem_bytes
-
-
-def tpu_vmem_budget(device_kind: str) -> int:
-    """The VMEM a kernel that sets vmem_limit_bytes from its VMEM model may use on this TPU."""
-    from autotune.backends import mosaic_tpu
-
-    return mosaic_tpu.chip_or_default(device_kind).vmem_budget
 
 
 def by_kind(table: dict[str, int], device_kind: str, default: int) -> int:
@@ -122,38 +105,3 @@ TRITON_MAX_NUMEL = 1 << 20
 def next_pow2(n: int) -> int:
     """The smallest power of two >= n (1 for n <= 1)."""
     return 1 << max(n - 1, 0).bit_length()
-
-
-def clamp_block(block: int, dim: int, platform: str) -> int:
-    """A block no larger than its dimension needs: the dimension itself, or on GPU, where
-    Triton blocks are powers of two, the power of two that covers it."""
-    from autotune import backends  # below the backends, which import these tables
-
-    return min(block, next_pow2(dim) if backends.of_platform(platform).pow2_blocks else dim)
-
-
-def kernel_platform(interpret: bool) -> str:
-    """The platform a kernel lays its blocks out for (and picks its compiler parameters for):
-    "cpu" in interpret mode, else the platform it is being lowered for (`lowering_for`), else
-    the default backend's ("tpu", "gpu")."""
-    if interpret:
-        return "cpu"
-    import jax
-
-    return _LOWERING_FOR.get() or platform_of(jax.default_backend())
-
-
-_LOWERING_FOR: contextvars.ContextVar[str | None] = contextvars.ContextVar(
-    "lowering_for", default=None
-)
-
-
-@contextlib.contextmanager
-def lowering_for(platform: str) -> Iterator[None]:
-    """Trace kernels for `platform` ("tpu", "gpu") whatever this host's device: what lowering
-    for another platform on a CPU-only host needs (`autotune.check`)."""
-    token = _LOWERING_FOR.set(platform)
-    try:
-        yield
-    finally:
-        _LOWERING_FOR.reset(token)

@@ -14,7 +14,8 @@ from autotune.device import DeviceInfo
 from autotune.errors import AutotuneError, JobError
 from autotune.progress import JobProgress, Outcome
 from autotune.signature import TuningKey
-from autotune.task import Task
+from autotune.storing import open_db
+from autotune.task import Task, bind
 from autotune.trial import config_text
 from autotune.tune_settings import DEFAULTS, TuneSettings
 
@@ -37,27 +38,31 @@ def shard(tasks: Sequence[Task], index: int, count: int) -> list[Task]:
 
 def run_tasks(
     tasks: Sequence[Task],
-    device: DeviceInfo,
+    device: DeviceInfo | None,
     *,
     db: Any = None,
     settings: TuneSettings = DEFAULTS,
     force: bool = False,
+    retune: bool = False,
     show: Callable[[JobProgress, Outcome | None], None] | None = None,
 ) -> list[Outcome]:
     """Tune each task in order on `device` (see tuning_device); those it already has an entry
-    for are skipped unless `force`.
+    for are skipped unless `force` (which tunes them in fresh studies) or `retune` (which
+    resumes their studies: the command line's single task, tuned whether or not it was).
+    Where nothing is skipped `device` may be None: each task is bound to the device its worker
+    measures on.
 
     Each task is tuned with `settings`, its own budget, strategy and seed (Task.settings), and
     the study of its key in `settings.storage`.
 
     A task that fails (no valid configuration, a kernel error) is reported and the job goes on.
     """
-    from autotune import registry
-    from autotune.db import TuningDB
     from autotune.studies import delete_study, study_name_of
-    from autotune.tuner import tune_task
+    from autotune.tuning import tune_task
 
-    handle = db if isinstance(db, TuningDB) else TuningDB(db)
+    if device is None and not retune:
+        raise JobError("run_tasks: give the device the tasks are checked on, or retune=True")
+    handle = open_db(db)
     progress = JobProgress(n_tasks=len(tasks), budget_left=sum(t.trials for t in tasks))
     outcomes = []
     try:
@@ -66,22 +71,17 @@ def run_tasks(
             progress.trial, progress.n_trials, progress.best_s = 0, task.trials, None
             progress.budget_left -= task.trials
             try:
-                kernel = registry.resolve(task.kernel)
-                spec = kernel.spec
-                sig = spec.signature(task.inputs(), task.static_dict, device)
-                key = spec.key(sig, device)
-                entry = handle.best(key)
-                if entry is not None and not force:
+                bound = bind(task, device) if device is not None else task
+                if not (force or retune) and handle.best(bound.key) is not None:
                     outcome = Outcome(task, "skipped", "already tuned for this device kind")
                     progress.n_trials = 0
                 else:
-                    study = study_name_of(key)
                     if force and settings.storage:
-                        for old in (key, *_member_keys(kernel, task, device)):
+                        for old in (bound.key, *_member_keys(bound)):
                             delete_study(settings.storage, study_name_of(old))
 
                     def on_trial(record: Any, j: int, n: int) -> None:
-                        progress.trial, progress.n_trials = j, n
+                        progress.trial, progress.n_trials, progress.record = j, n, record
                         progress.trials_done += 1
                         if record.time_s is not None and record.status == "ok":
                             best = progress.best_s
@@ -89,12 +89,9 @@ def run_tasks(
                         if show:
                             show(progress, None)
 
-                    result = tune_task(
-                        task,
-                        settings.replace(study_name=study),
-                        db=handle,
-                        progress=on_trial,
-                    )
+                    # each task in the study of its own key (autotune.studies.study_name_of)
+                    run = settings.replace(study_name=None)
+                    result = tune_task(bound, run, db=handle, progress=on_trial)
                     progress.best_s = result.best_time_s
                     outcome = Outcome(task, "tuned", _summary(result), result)
             except TypeError as e:  # the kernel's own signature refused the arguments
@@ -110,13 +107,13 @@ def run_tasks(
     return outcomes
 
 
-def _member_keys(kernel: Any, task: Task, device: DeviceInfo) -> list[TuningKey]:
+def _member_keys(bound: Any) -> list[TuningKey]:
     """A variant group's members' keys (each member is tuned in a study of its own key)."""
     from autotune.variants import VariantGroup
 
-    if not isinstance(kernel, VariantGroup):
+    if not isinstance(bound.kernel, VariantGroup):
         return []
-    return kernel.member_keys(task.inputs(), task.static_dict, device)
+    return bound.kernel.member_keys(bound.args, bound.task.static_dict, bound.device)
 
 
 def _summary(result: Any) -> str:

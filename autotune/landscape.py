@@ -27,10 +27,10 @@ def landscape_rows(
             f"no trials of {kernel} for signature {signature} in {db.url}: "
             "see `autotune db trials --kernel` for the stored signatures"
         )
-    runs: dict[str, dict[str, dict]] = {}
+    runs: dict[str, dict[str, Any]] = {}
     for t in trials:
-        if isinstance(t["config"], dict):  # undecodable configs are not part of any landscape
-            runs.setdefault(t["run_id"], {})[_text(t["config"])] = t  # a config's last trial
+        if isinstance(t.config, dict):  # undecodable configs are not part of any landscape
+            runs.setdefault(t.run_id, {})[_text(t.config)] = t  # a config's last trial
     if not runs:
         raise DatabaseError(
             f"no trial of {kernel} for signature {signature} in {db.url} has a readable config: "
@@ -39,14 +39,14 @@ def landscape_rows(
     order = list(runs)
     best_run = max(order, key=lambda r: (len(runs[r]), order.index(r)))
     rows = list(runs[best_run].values())
-    names = list(rows[0]["config"])
-    if any(sorted(r["config"]) != sorted(names) for r in rows):
+    names = list(rows[0].config)
+    if any(sorted(r.config) != sorted(names) for r in rows):
         raise DatabaseError(f"run {best_run} of {kernel} mixes configurations of different spaces")
     body = []
     for r in rows:
-        ok = r["status"] == "ok" and r["time_s"] is not None
-        time_ms = repr(r["time_s"] * 1e3) if ok else ""
-        body.append([r["config"][n] for n in names] + [time_ms, r["status"]])
+        ok = r.status == "ok" and r.time_s is not None
+        time_ms = repr(r.time_s * 1e3) if ok else ""
+        body.append([r.config[n] for n in names] + [time_ms, r.status])
     return [*names, "time_ms", "status"], body
 
 

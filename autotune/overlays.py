@@ -5,7 +5,7 @@ context, but what they decide is not: a lookup happens when a call is traced, an
 traced calls serve the whole process. So the overlay decides what a call traced inside it uses,
 in every thread until it ends, and a function the caller jitted inside the context keeps its
 configuration after it. Entering and leaving an overlay drops the runtime's memo and its
-kernels' traces, so that eager calls follow it.
+kernels' traces (autotune.runtime_state), so that eager calls follow it.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import contextvars
 from collections.abc import Iterator
 from typing import Any
 
+from autotune.runtime_state import drop_lookups
 from autotune.signature import TuningKey
 from autotune.tables import EntryTable, entries_of
 
@@ -28,8 +29,6 @@ def overlay(source: Any) -> Iterator[EntryTable]:
     """Serve `source`'s entries first within the context, with `source: "overlay"`: a path
     (an exported JSON file or a folder of them), an export document, the result of
     `autotune.tune`, or a list of these."""
-    from autotune.runtime import drop_lookups
-
     table = entries_of(source)
     token = _ACTIVE.set((table, *_ACTIVE.get()))
     drop_lookups()

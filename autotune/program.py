@@ -2,7 +2,7 @@
 
 `calls_in` traces a function to a jaxpr (arrays or jax.ShapeDtypeStructs in: nothing runs)
 and reads the `@autotuned` calls off it: each kernel's jitted entry traces its call inside a
-named scope that the runtime remembers (runtime.traced_call_scope), and the scope's name stays
+named scope that the runtime remembers (autotune.traced_calls), and the scope's name stays
 on the entry's operations in every jaxpr that holds them, also where jit served the entry
 from its cache. Calls that `fn` differentiates include the backward's: the shipped kernels'
 VJPs call backward kernels that are `@autotuned` themselves.
@@ -95,7 +95,7 @@ def calls_in(
     program makes them; arguments may be arrays or jax.ShapeDtypeStructs (nothing runs)."""
     import jax
 
-    from autotune.runtime import TRACED_CALLS, TRACED_SCOPE_PREFIX
+    from autotune.traced_calls import TRACED_CALLS, TRACED_SCOPE_PREFIX
 
     kwargs = dict(kwargs or {})
     positions = [i for i, a in enumerate(args) if is_array(a)]
@@ -191,7 +191,7 @@ def tune_program(
 
     `db` defaults to the database model code is served from, so that afterwards every call of
     `fn` is served from it. `show(progress, outcome)` is called as a job's (autotune.jobs)."""
-    from autotune import runtime
+    from autotune import runtime_state
     from autotune.jobs import run_tasks
     from autotune.tune_settings import TuneSettings
     from autotune.worker.parent import tuning_device
@@ -201,7 +201,7 @@ def tune_program(
     return run_tasks(
         tasks,
         tuning_device(run),
-        db=runtime.database_url() if db is None else db,
+        db=runtime_state.database_url() if db is None else db,
         settings=run,
         force=force,
         show=show or _log_progress,

@@ -30,6 +30,7 @@ class JobProgress:
     started: float = field(default_factory=time.monotonic)
     trials_done: int = 0
     budget_left: int = 0  # trials of the tasks after the current one
+    record: Any = None  # the current task's last trial (a TrialRecord)
 
     @property
     def elapsed_s(self) -> float:

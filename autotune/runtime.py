@@ -1,225 +1,36 @@
-"""@autotuned: call -> key -> lookup (memo, overlay, database, shipped table, fallback) ->
-compiled kernel call.
+"""@autotuned: call -> key -> lookup -> compiled kernel call.
 
-Each kernel has one jitted entry whose body does the lookup, so the lookup runs only while jit
-traces it (once per new shapes, dtypes and static arguments) and a repeated eager call costs what
-a hand-configured jitted call costs: jit's own C++ dispatch. Arrays are traced, other arguments
-are static; where the kernel's signature cannot say which is which, each call is checked first
-(see AutotunedKernel.__init__). The lookup is memoised per call shape, so the database is read
-once per distinct call in a process; `clear_memo` (after a tune stored an entry: see
-`registry.on_entry_stored`) and `configure` drop the memo and every entry. The database can
-never break model code: any failure to open, read or trust it warns once per cause and the
-call runs the fallback (or raises AutotuneError in strict mode).
+Each kernel has one jitted entry whose body does the lookup (autotune.lookup), so the lookup
+runs only while jit traces it (once per new shapes, dtypes and static arguments) and a repeated
+eager call costs what a hand-configured jitted call costs: jit's own C++ dispatch. Arrays are
+traced, other arguments are static; where the kernel's signature cannot say which is which,
+each call is checked first (see AutotunedKernel.__init__). The lookup is memoised per call shape
+in the process state (autotune.runtime_state), so the database is read once per distinct call
+in a process; dropping the memo (a tune stored an entry: `registry.on_entry_stored`; `configure`;
+an overlay) drops every kernel's jitted entry too. Each traced call is noted under a named scope
+(autotune.traced_calls) for `calls_in`.
 """
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
 import functools
 import inspect
-import logging
 import operator
-import threading
-import weakref
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from autotune import registry
-from autotune.device import current_device
-from autotune.errors import AutotuneError, DatabaseError
-from autotune.overlays import active_overlays, overlay_entry
+from autotune import lookup, registry, runtime_state
+from autotune.errors import AutotuneError
+from autotune.lookup import Resolution
+from autotune.overlays import active_overlays
 from autotune.registry import KernelSpec, make_spec
-from autotune.settings import Settings
-from autotune.signature import Signature, TuningKey, is_array, parse_args, shape_distance
+from autotune.signature import Signature, call_shape, is_array
 from autotune.space import Constraint
-from autotune.tables import shipped_table
-
-log = logging.getLogger(__name__)
-
-# How long a lookup's write (recording a miss, creating a new file) waits for another process's
-# write transaction before giving up with a warning. Reads never wait in SQLite's WAL mode; tools
-# (tuner, CLI) keep the database's long default.
-RUNTIME_BUSY_TIMEOUT_S = 0.5
-# A database that failed to open is tried again in the background after this many seconds,
-# doubling up to REOPEN_MAX_S: a lock held at a process's first lookup must not make every
-# call of its life use the fallback, and no call ever waits for the retry.
-REOPEN_FIRST_S = 1.0
-REOPEN_MAX_S = 60.0
-
-# Where a call's configuration comes from, asked in this order: an active overlay
-# (autotune.overlays), the user's database, the table shipped with the kernel (`tuned=`, see
-# autotune.tables); then the fallback policy: the nearest tuned shape, or the default.
-LOOKUP_ORDER = ("overlay", "db", "shipped", "nearest", "default")
-_STORED = {"overlay": "overlaid", "db": "stored", "shipped": "shipped"}  # in warnings
-
-
-@dataclass(frozen=True)
-class Resolution:
-    """The configuration a call uses, and where it came from."""
-
-    config: dict[str, Any]
-    source: str  # "overlay", "db", "shipped", "nearest" or "default" (see LOOKUP_ORDER)
-    key: TuningKey
-    signature: Signature
-    detail: str = ""  # e.g. the signature a nearest entry was tuned for
-    refused: bool = False  # no candidate fits and the default breaks a constraint: detail says
-    miss: bool = False  # the database had no entry: recorded once a call of it has run
-
-
-@dataclass
-class _Runtime:
-    """Process-wide lookup state: settings, the database handle, the memo, warned causes."""
-
-    settings: Settings = field(default_factory=Settings.from_env)
-    db: Any = None  # TuningDB once opened; False after it failed to open
-    # (kernel, call shape) -> the Resolution of calls of that shape; see AutotunedKernel._resolution
-    memo: dict[tuple, Resolution] = field(default_factory=dict)
-    warned: set[str] = field(default_factory=set)
-    # memo keys of calls resolved while the database could not be opened: dropped (with
-    # their kernels' jitted entries) once a retry opens it
-    unopened: set[tuple] = field(default_factory=set)
-    recorded: set[TuningKey] = field(default_factory=set)  # misses counted by this process
-
-
-_STATE = _Runtime()
-
-# Every kernel, so that clear_memo and configure can drop the jitted entries traced with old lookups.
-_KERNELS: weakref.WeakSet[AutotunedKernel] = weakref.WeakSet()
-
-
-def configure(
-    *, db: str | Path | None = None, strict: bool | None = None, fallback: str | None = None
-) -> None:
-    """Point model code at a database and policy (default: from the environment); clears the memo."""
-    global _STATE
-    base = Settings.from_env()
-    _close_db()
-    _drop_entries()
-    _STATE = _Runtime(
-        settings=Settings(
-            db_url=str(db) if db is not None else base.db_url,
-            strict=base.strict if strict is None else strict,
-            fallback=base.fallback if fallback is None else fallback,
-        )
-    )
-
-
-def database_url() -> str | None:
-    """The database model code is served from (None: the per-user default file)."""
-    return _STATE.settings.db_url
-
-
-def clear_memo() -> None:
-    """Forget every resolved call, e.g. after new results were stored: the next call of each
-    shape looks its configuration up again (and counts a miss again)."""
-    drop_lookups()
-    _STATE.recorded.clear()
-
-
-def drop_lookups() -> None:
-    """Forget the configurations calls were resolved and traced with (an overlay began or
-    ended); the misses this process counted stay counted."""
-    _STATE.memo.clear()
-    _drop_entries()
-
+from autotune.traced_calls import traced_call_scope
 
 # a tuning run in this process stored a best entry: serve it from the next call on
-registry.on_entry_stored(clear_memo)
-
-
-def _drop_entries() -> None:
-    for kernel in list(_KERNELS):
-        kernel._drop_entry()
-
-
-def _close_db() -> None:
-    if _STATE.db:
-        _STATE.db.close()
-
-
-def warn_once(cause: str, message: str) -> None:
-    if cause not in _STATE.warned:
-        _STATE.warned.add(cause)
-        log.warning("%s", message)
-
-
-def _database() -> Any:
-    """The runtime's TuningDB, opened on first use; None if it cannot be opened (warned once)."""
-    if _STATE.db is None:
-        from autotune.db import TuningDB
-        from autotune.dbconnect import normalize_url, sqlite_file
-
-        try:
-            file = sqlite_file(normalize_url(_STATE.settings.db_url))
-            missing = file is not None and not file.exists()
-            _STATE.db = TuningDB(_STATE.settings.db_url, busy_timeout_s=RUNTIME_BUSY_TIMEOUT_S)
-        except Exception as e:  # whatever the database does, model code goes on
-            if _STATE.settings.strict:
-                raise _as_autotune_error(e) from e
-            warn_once(f"open:{e}", f"pallas-autotune: {e}; using default configurations")
-            _STATE.db = False
-            _schedule_reopen(_STATE, REOPEN_FIRST_S)
-        else:
-            if missing:
-                warn_once(
-                    "created",
-                    f"pallas-autotune: tuning database {file} did not exist: created it empty; "
-                    "calls use the fallback until kernels are tuned (`autotune tune ...`)",
-                )
-    return _STATE.db or None
-
-
-def _schedule_reopen(state: _Runtime, delay_s: float) -> None:
-    timer = threading.Timer(delay_s, _reopen, (state, delay_s))
-    timer.daemon = True
-    timer.start()
-
-
-def _reopen(state: _Runtime, delay_s: float) -> None:
-    """Try the database again (in a timer thread); once it opens, the calls that fell back
-    for want of it are looked up again at their next call."""
-    from autotune.db import TuningDB
-
-    if state is not _STATE or state.db is not False:  # configure() replaced the state
-        return
-    try:
-        db = TuningDB(state.settings.db_url, busy_timeout_s=RUNTIME_BUSY_TIMEOUT_S)
-    except Exception:
-        _schedule_reopen(state, min(2 * delay_s, REOPEN_MAX_S))
-        return
-    if state is not _STATE:
-        db.close()
-        return
-    state.db = db
-    log.info("pallas-autotune: tuning database %s opened on a retry", db.url)
-    for memo_key in list(state.unopened):
-        state.unopened.discard(memo_key)
-        state.memo.pop(memo_key, None)
-        memo_key[0]._drop_entry()
-
-
-def _db_call(what: str, fn: Callable[[], Any]) -> Any:
-    """Run a database read or write for model code: failures warn once (or raise if strict)."""
-    try:
-        return fn()
-    except Exception as e:  # a tampered row can fail below SQLAlchemy's error types too
-        if _STATE.settings.strict:
-            raise _as_autotune_error(e) from e
-        # the cause is the error, not the operation: a bad row fails lookup and nearest alike
-        warn_once(f"db:{e}", f"pallas-autotune: {what} failed: {e}; using the fallback")
-        return None
-
-
-def _as_autotune_error(e: Exception) -> AutotuneError:
-    if isinstance(e, AutotuneError):
-        return e
-    return DatabaseError(
-        f"tuning database {_STATE.settings.db_url or '(default)'}: {type(e).__name__}: {e} "
-        "(strict mode): check it with `autotune db check`"
-    )
+registry.on_entry_stored(runtime_state.clear_memo)
 
 
 def _is_option(p: inspect.Parameter) -> bool:
@@ -259,7 +70,7 @@ class AutotunedKernel:
             for p in params
         )
         self._drop_entry()
-        _KERNELS.add(self)
+        runtime_state.add_kernel(self)
         functools.update_wrapper(self, spec.fn)
 
     def __repr__(self) -> str:
@@ -324,23 +135,24 @@ class AutotunedKernel:
             config = {**resolution.config, **overrides}
             out = kernel_for(config, args, kwargs)(*args, **kwargs)
         if resolution.miss:
-            _record_miss(resolution.key)
+            runtime_state.record_miss(resolution.key)
         return out
 
     def _resolution(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Resolution:
         """resolve(), memoised per call shape: the database is read once per key per process."""
         # an active overlay changes the answer: calls inside and outside one differ
-        memo_key = (self, _call_shape(args, kwargs), active_overlays())
+        memo_key = (self, call_shape(args, kwargs), active_overlays())
+        state = runtime_state.current()
         try:
-            hit = _STATE.memo.get(memo_key)
+            hit = state.memo.get(memo_key)
         except TypeError:  # an unhashable static argument: resolve without the memo
             return self.resolve(args, kwargs)
         if hit is None:
-            hit = _STATE.memo[memo_key] = self.resolve(args, kwargs)
-            if _STATE.db is False:
-                _STATE.unopened.add(memo_key)
-                if _STATE.db:  # a retry opened it meanwhile: this call's trace is stale too
-                    _STATE.memo.pop(memo_key, None)
+            hit = state.memo[memo_key] = self.resolve(args, kwargs)
+            if state.db is False:
+                state.unopened.add(memo_key)
+                if state.db:  # a retry opened it meanwhile: this call's trace is stale too
+                    state.memo.pop(memo_key, None)
                     self._drop_entry()
         return hit
 
@@ -379,199 +191,16 @@ class AutotunedKernel:
     def resolve(
         self, args: Sequence[Any], kwargs: Mapping[str, Any], record_miss: bool = True
     ) -> Resolution:
-        """Look the configuration for a call up: database, then the fallback policy; a miss
-        is recorded for `autotune tune --pending` unless `record_miss` is False."""
-        device = current_device()
-        sig = self.spec.signature(args, kwargs, device)
-        key = self.spec.key(sig, device)
-        space = self.spec.space(device.platform)
-        settings = _STATE.settings
-        db = _database()
-        for source, entry in self._entries(key, db):
-            problem = space.check_stored(entry["config"]) or _broken(space, entry["config"], sig)
-            if problem is None:
-                return Resolution(dict(entry["config"]), source, key, sig)
-            message = f"{_STORED[source]} config of {key.kernel} {key.signature} ignored: {problem}"
-            if settings.strict:
-                raise AutotuneError(
-                    f"{message} (strict mode): re-tune it, or check it with `autotune db check`"
-                )
-            warn_once(f"invalid:{source}:{key}", f"pallas-autotune: {message}; using the fallback")
-        miss = bool(db) and record_miss
-        if settings.fallback == "nearest" and not settings.strict:
-            near = self._nearest(db, key, sig, space)
-            if near is not None:
-                return dataclasses.replace(near, miss=miss)
-        default = _default_resolution(space, key, sig, self._default_config(sig, args, kwargs))
-        if settings.strict:
-            if miss and not default.refused:  # the call will not run: counted now
-                _record_miss(key)
-            raise AutotuneError(
-                f"no tuned configuration for {key.kernel} {key.signature} on {key.device_kind} "
-                f"(strict mode): run `autotune tune {key.kernel} ...` or `autotune tune --pending`"
-            )
-        return dataclasses.replace(default, miss=miss and not default.refused)
+        """Look the configuration for a call up (autotune.lookup's chain); a miss is
+        recorded for `autotune tune --pending` unless `record_miss` is False."""
+        default = functools.partial(self._default_config, args=args, kwargs=kwargs)
+        return lookup.resolve(self.spec, args, kwargs, default, record_miss)
 
     def _default_config(
         self, sig: Signature, args: Sequence[Any], kwargs: Mapping[str, Any]
     ) -> dict[str, Any]:
         """The configuration a call without a tuned entry uses (a variant group overrides it)."""
         return self.spec.default_config(sig)
-
-    def _entries(self, key: TuningKey, db: Any) -> Iterator[tuple[str, dict[str, Any]]]:
-        """The tuned entries of `key`, in the lookup order (LOOKUP_ORDER), each with its
-        source; each is read only if the ones before it were not served."""
-        entry = overlay_entry(key)
-        if entry is not None:
-            yield "overlay", entry
-        entry = _db_call("lookup", lambda: db.best(key)) if db else None
-        if entry is not None:
-            yield "db", entry
-        entry = self._shipped_entry(key)
-        if entry is not None:
-            yield "shipped", entry
-
-    def _shipped_table(self) -> Any:
-        """The kernel's shipped table (`tuned=`), or None: it has none, or it cannot be read
-        (warned once)."""
-        if self.spec.tuned is None:
-            return None
-        try:
-            return shipped_table(self.spec.tuned)
-        except AutotuneError as e:
-            if _STATE.settings.strict:
-                raise
-            warn_once(f"shipped:{self.spec.tuned}", f"pallas-autotune: {self.spec.name}: {e}")
-            return None
-
-    def _shipped_entry(self, key: TuningKey) -> dict[str, Any] | None:
-        """The entry of `key` in the kernel's shipped table, if it has one; a table that has
-        the key only for another kernel version warns once."""
-        table = self._shipped_table()
-        if table is None:
-            return None
-        entry = table.best(key)
-        if entry is None and (stale := table.stale(key)) is not None:
-            warn_once(
-                f"stale-shipped:{key}",
-                f"pallas-autotune: the table shipped with {key.kernel} ({table.where}) has "
-                f"{key.signature} only for kernel version {stale['kernel_version']}, not "
-                f"{key.kernel_version}; not served: ship a table tuned for this version",
-            )
-        return entry
-
-    def _nearest(self, db: Any, key: TuningKey, sig: Signature, space: Any) -> Resolution | None:
-        """The entry of the nearest tuned shape on this device whose config fits this call,
-        from the user's database (`db`, None where it is not open) and the kernel's shipped
-        table: a library's table serves the shapes between those it was tuned for too.
-
-        Deterministic: ordered by distance, then the database before the table, then signature
-        text, so every host picks the same.
-        """
-        filters = {
-            k: v for k, v in key.as_dict().items() if k not in ("signature", "kernel_version")
-        }
-        rows = (_db_call("nearest-shape lookup", lambda: db.query(**filters)) or []) if db else []
-        stale = [
-            r
-            for r in rows
-            if r["kernel_version"] != key.kernel_version and r["signature"] == key.signature
-        ]
-        if stale:
-            warn_once(
-                f"stale:{key}",
-                f"pallas-autotune: {key.kernel} {key.signature} was tuned for an older kernel version "
-                f"({stale[0]['kernel_version']}); not served: re-tune it",
-            )
-        table = self._shipped_table()
-        shipped = table.query(**filters) if table is not None else []
-        scored = []
-        for rank, r in [(0, r) for r in rows] + [(1, r) for r in shipped]:
-            if r["kernel_version"] != key.kernel_version:
-                continue
-            try:
-                d = shape_distance(parse_args(r["signature"]), sig.args)
-            except AutotuneError:
-                continue
-            if d is not None:
-                # rounded: hosts whose libm differs in the last bit still agree on ties
-                scored.append((round(d, 9), rank, r["signature"], r))
-        for _, rank, signature, r in sorted(scored, key=lambda t: t[:3]):
-            config = r["config"]
-            if space.check_stored(config) is None and _broken(space, config, sig) is None:
-                where = " (shipped table)" if rank else ""
-                return Resolution(
-                    dict(config), "nearest", key, sig, detail=f"tuned for {signature}{where}"
-                )
-        return None
-
-
-def _record_miss(key: TuningKey) -> None:
-    """Count a miss for `autotune tune --pending`, once per key per process, and only for a
-    call that ran: one that the kernel refused (a TypeError, a shape no candidate fits) could
-    never be tuned and would stay pending forever."""
-    if key in _STATE.recorded:
-        return
-    _STATE.recorded.add(key)
-    db = _database()
-    if db:
-        _db_call("recording a miss", lambda: db.record_miss(key))
-
-
-def _default_resolution(space: Any, key: TuningKey, sig: Signature, config: dict) -> Resolution:
-    """The default configuration of a call, refused (never run) where it breaks a constraint:
-    then no candidate of the space fits the call, and the kernel would compute garbage."""
-    broken = _broken(space, config, sig)
-    if broken is None or any(0 in shape for shape in sig.shapes):  # empty: nothing to get wrong
-        return Resolution(config, "default", key, sig)
-    given = ", ".join(f"{n}=..." for n in space.names)
-    detail = (
-        f"{key.kernel} {sig.text}: no configuration of its space fits this call, and the default "
-        f"{config} {broken}: pass the block sizes explicitly ({given}), or widen its space"
-    )
-    return Resolution(config, "default", key, sig, detail=detail, refused=True)
-
-
-def _broken(space: Any, config: dict, sig: Signature) -> str | None:
-    broken = space.violations(config, sig)
-    return f"breaks {', '.join(broken)} for {sig.text}" if broken else None
-
-
-@dataclass(frozen=True)
-class TracedCall:
-    """A call that a kernel's jitted entry traced: arrays as jax.ShapeDtypeStruct."""
-
-    kernel: AutotunedKernel
-    args: tuple
-    kwargs: dict[str, Any]
-
-
-# Every call an entry traced in this process, by the name of the scope it was traced in. The
-# scope's name stays on the operations of the entry's jaxpr, which jit caches and reuses: so
-# `autotune.calls_in` finds a call in a program's jaxpr whether or not this trace ran it.
-TRACED_CALLS: dict[str, TracedCall] = {}
-TRACED_SCOPE_PREFIX = "autotuned_call_"
-_SCOPES: dict[tuple, str] = {}
-
-
-def traced_call_scope(kernel: AutotunedKernel, args: Sequence[Any], kwargs: Mapping[str, Any]):
-    """The named scope a kernel's entry traces a call in (one name per distinct call)."""
-    import jax
-
-    try:
-        key = (kernel.spec.name, kernel.spec.version, _call_shape(args, kwargs))
-        name = _SCOPES.get(key)
-    except TypeError:  # an unhashable static argument: not listed by calls_in
-        return contextlib.nullcontext()
-    if name is None:
-        name = _SCOPES[key] = f"{TRACED_SCOPE_PREFIX}{len(_SCOPES)}"
-
-        def abstract(a: Any) -> Any:  # no array (or tracer) outlives the call
-            return jax.ShapeDtypeStruct(a.shape, a.dtype) if is_array(a) else a
-
-        named = {k: abstract(v) for k, v in kwargs.items()}
-        TRACED_CALLS[name] = TracedCall(kernel, tuple(map(abstract, args)), named)
-    return jax.named_scope(name)
 
 
 # Types whose every value is an array (is_array), or None; learned as calls bring them.
@@ -590,16 +219,6 @@ def _all_arrays(values: Sequence[Any]) -> bool:
             return False
         _ARRAY_TYPES.add(cls)
     return True
-
-
-def _call_shape(args: Sequence[Any], kwargs: Mapping[str, Any]) -> tuple:
-    """A cheap hashable summary of a call: (shape, dtype) per array, the value otherwise."""
-    return (
-        tuple((a.shape, a.dtype) if is_array(a) else ("=", a) for a in args),
-        tuple(
-            (k, (v.shape, v.dtype) if is_array(v) else ("=", v)) for k, v in sorted(kwargs.items())
-        ),
-    )
 
 
 def autotuned(

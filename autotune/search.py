@@ -448,7 +448,7 @@ def replay(
 
     def evaluate(config: dict[str, Any]) -> Evaluation:
         i = index[config_id(config)]
-        return Evaluation(config, land.times[i], land.statuses[i])
+        return Evaluation.of(config, land.times[i], land.statuses[i])
 
     # the configurations in the file are the valid space: absent ones were ruled out up front
     found = run_search(

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -80,6 +81,17 @@ class ArgSpec:
 def is_array(value: Any) -> bool:
     """Arrays, tracers and jax.ShapeDtypeStruct all have a shape and a dtype."""
     return hasattr(value, "shape") and hasattr(value, "dtype")
+
+
+def call_shape(args: Sequence[Any], kwargs: Mapping[str, Any]) -> tuple:
+    """A cheap hashable summary of a call: (shape, dtype) per array, the value otherwise
+    (TypeError for an unhashable static value, once hashed)."""
+    return (
+        tuple((a.shape, a.dtype) if is_array(a) else ("=", a) for a in args),
+        tuple(
+            (k, (v.shape, v.dtype) if is_array(v) else ("=", v)) for k, v in sorted(kwargs.items())
+        ),
+    )
 
 
 def static_value(name: str, value: Any) -> Any:

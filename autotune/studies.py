@@ -154,16 +154,14 @@ class SharedStudy:
                 claimed.add(config_id(enc.decode(t.params)))
             elif t.state in (TrialState.COMPLETE, TrialState.PRUNED) and "status" in t.user_attrs:
                 config = enc.decode(t.params)
-                record = t.user_attrs.get("detail")
-                measured.setdefault(
-                    config_id(config),
-                    Evaluation(
-                        config,
-                        t.value if t.state == TrialState.COMPLETE else None,
-                        t.user_attrs["status"],
-                        None if record is None else TrialRecord.from_dict(record),
-                    ),
+                detail = t.user_attrs.get("detail")
+                record = (
+                    TrialRecord(config, t.user_attrs["status"])
+                    if detail is None
+                    else TrialRecord.from_dict(detail)
                 )
+                value = t.value if t.state == TrialState.COMPLETE else None
+                measured.setdefault(config_id(config), Evaluation(record, value))
         return measured, claimed - set(measured)
 
     def taken(self, trial: optuna.Trial, cid: tuple, enc: Any) -> bool:
@@ -192,7 +190,7 @@ class SharedStudy:
         """Keep a measured trial's status and record in the study, where every worker (and a
         resumed run) reads them back (refresh)."""
         trial.set_user_attr("status", ev.status)
-        trial.set_user_attr("detail", None if ev.record is None else ev.record.as_dict())
+        trial.set_user_attr("detail", ev.record.as_dict())
 
     def heartbeat(self, trial: optuna.Trial) -> _Heartbeat:
         return _Heartbeat(self.storage, trial._trial_id)

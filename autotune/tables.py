@@ -1,13 +1,15 @@
 """Tuned entries kept outside the database: a table shipped with a kernel (`tuned=`), and the
 entries an overlay serves (autotune.overlays).
 
-Both hold entries in the `autotune db export` format, indexed by their key. The runtime checks an
-entry it finds here as it checks a database entry (the key names the kernel version and device
-kind; the config must lie in the space and keep the constraints) before serving it.
+Both hold entries of the `autotune db export` format, read as the database's are (StoredEntry),
+indexed by their key. The runtime checks an entry it finds here as it checks a database entry
+(the key names the kernel version and device kind; the config must lie in the space and keep
+the constraints) before serving it.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 from collections.abc import Iterable, Mapping
@@ -16,46 +18,48 @@ from typing import Any
 
 from autotune.errors import AutotuneError
 from autotune.signature import TuningKey
+from autotune.trial import StoredEntry
 
 log = logging.getLogger(__name__)
 
-# the key columns, in TuningKey's order (autotune.db.KEY_COLUMNS, without importing SQLAlchemy)
+# the key's fields, which a mapping of an entry must have (KEY_COLUMNS, without SQLAlchemy)
 KEY_FIELDS = tuple(TuningKey.__dataclass_fields__)
 
 
 class EntryTable:
     """Tuned entries by key; `where` says where they came from, in messages."""
 
-    def __init__(self, entries: Iterable[Mapping[str, Any]], where: str) -> None:
+    def __init__(self, entries: Iterable[StoredEntry], where: str) -> None:
         self.where = where
-        self.entries = [dict(e) for e in entries]
+        self.entries = list(entries)
         # a later entry of the same key wins, as a later import into a database would
-        self._by_key = {tuple(e[k] for k in KEY_FIELDS): e for e in self.entries}
+        self._by_key = {e.key: e for e in self.entries}
 
     def __len__(self) -> int:
         return len(self.entries)
 
-    def best(self, key: TuningKey) -> dict[str, Any] | None:
+    def best(self, key: TuningKey) -> StoredEntry | None:
         """The entry of exactly this key (kernel version and device kind included), or None."""
-        return self._by_key.get(tuple(getattr(key, k) for k in KEY_FIELDS))
+        return self._by_key.get(key)
 
-    def stale(self, key: TuningKey) -> dict[str, Any] | None:
+    def stale(self, key: TuningKey) -> StoredEntry | None:
         """An entry of this key but for another version of the kernel, or None."""
-        same = {k: getattr(key, k) for k in KEY_FIELDS if k != "kernel_version"}
         return next(
             (
                 e
                 for e in self.entries
-                if e["kernel_version"] != key.kernel_version
-                and all(e[k] == v for k, v in same.items())
+                if e.key.kernel_version != key.kernel_version
+                and e.key == dataclasses.replace(key, kernel_version=e.key.kernel_version)
             ),
             None,
         )
 
-    def query(self, **filters: Any) -> list[dict[str, Any]]:
-        """Entries whose fields equal every filter given (None: any)."""
+    def query(self, **filters: Any) -> list[StoredEntry]:
+        """Entries whose key fields equal every filter given (None: any)."""
         return [
-            e for e in self.entries if all(v is None or e.get(k) == v for k, v in filters.items())
+            e
+            for e in self.entries
+            if all(v is None or getattr(e.key, k) == v for k, v in filters.items())
         ]
 
 
@@ -70,11 +74,11 @@ def read_entries(path: Path) -> EntryTable:
         files = [path]
     else:
         raise AutotuneError(f"tuned table {path} does not exist: ship it as package data")
-    entries: list[dict[str, Any]] = []
+    entries: list[StoredEntry] = []
     for file in files:
         try:
             doc = json.loads(file.read_text())
-            entries += validate_export(doc)
+            entries += map(StoredEntry.from_row, validate_export(doc))
         except (OSError, UnicodeDecodeError, json.JSONDecodeError, AutotuneError) as e:
             raise AutotuneError(
                 f"tuned table {file} is not a readable `autotune db export` file ({e}): "
@@ -95,11 +99,20 @@ def entries_of(source: Any) -> EntryTable:
     if isinstance(source, Mapping) and "entries" in source:
         from autotune.dbexport import validate_export
 
-        return EntryTable(validate_export(source), "an export document")
-    if isinstance(source, Mapping) and all(k in source for k in (*KEY_FIELDS, "config")):
+        return EntryTable(map(StoredEntry.from_row, validate_export(source)), "an export document")
+    if isinstance(source, StoredEntry):
         return EntryTable([source], "an overlay")
+    if isinstance(source, Mapping) and all(k in source for k in (*KEY_FIELDS, "config")):
+        return EntryTable([StoredEntry.from_row(source)], "an overlay")
     if hasattr(source, "key") and hasattr(source, "best_config"):  # a TuneResult
-        entry = {**source.key.as_dict(), "config": source.best_config, "time_s": source.best_time_s}
+        entry = StoredEntry(
+            key=source.key,
+            config=source.best_config,
+            time_s=source.best_time_s,
+            n_trials=len(source.trials),
+            run_id=source.run_id,
+            strategy="",
+        )
         members = [m for m in getattr(source, "members", {}).values() if m is not None]
         return EntryTable([entry, *entries_of(members).entries], "a tune result")
     if hasattr(source, "status") and hasattr(source, "result"):  # a job's (tune_program's) outcome

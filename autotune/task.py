@@ -1,6 +1,8 @@
 """A tuning task: the kernel, its arguments' shapes and dtypes, static arguments and the search's
 budget. Every source of tuning work builds its Task here: the command line's and a job file's
-text (`--shape 256x256,256x128`, checked here), a recorded miss, a call in a program."""
+text (`--shape 256x256,256x128`, checked here), a recorded miss, a call in a program. Bound to
+the device it is tuned on (`bind`), a task has its kernel, signature, key and search space,
+worked out once for the job that checks whether it is tuned and the tuner that tunes it."""
 
 from __future__ import annotations
 
@@ -10,9 +12,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, get_args, get_origin, get_type_hints
 
-from autotune.errors import SignatureError
+from autotune import registry
+from autotune.device import DeviceInfo
+from autotune.errors import KernelError, SignatureError
 from autotune.signature import (
     ArgSpec,
+    Signature,
+    TuningKey,
     dtype_name,
     format_args,
     is_array,
@@ -20,6 +26,7 @@ from autotune.signature import (
     parse_dtype,
     parse_static,
 )
+from autotune.space import Space
 from autotune.tune_settings import DEFAULTS, TuneSettings, checked
 
 # a job file's words for the settings a task sets, where they differ from TuneSettings' fields
@@ -167,7 +174,7 @@ class Task:
     """One tuning task: a kernel, the shapes and dtypes of its arguments, its static arguments,
     and the search's budget, strategy and seed. Every source of tuning work builds one here
     (make_task: CLI flags and job files; task_of_miss: a recorded miss; task_of_call: a call
-    in a program), and tune_task, the protocol and both workers take it."""
+    in a program), and the tuner (bound: BoundTask), the protocol and both workers take it."""
 
     kernel: str  # a registered name, or 'package.module:function'
     shapes: tuple[tuple[int, ...], ...]
@@ -188,7 +195,7 @@ class Task:
         return f"{self.kernel} {args}{static}"
 
     def inputs(self) -> list[Any]:
-        """The arguments as jax.ShapeDtypeStruct (autotune.tuner.random_inputs fills them)."""
+        """The arguments as jax.ShapeDtypeStruct (autotune.inputs.random_inputs fills them)."""
         import jax
 
         return [jax.ShapeDtypeStruct(s, d) for s, d in zip(self.shapes, self.dtypes)]
@@ -267,11 +274,66 @@ def _items(static: Mapping[str, Any]) -> tuple[tuple[str, Any], ...]:
     return tuple(sorted(static.items()))
 
 
+def kernel_of(target: Any) -> Any:
+    """The autotuned kernel (or variant group) `target` names: itself, a registered name, or
+    'package.module:function'."""
+    kernel = registry.resolve(target) if isinstance(target, str) else target
+    if not isinstance(getattr(kernel, "spec", None), registry.KernelSpec):
+        raise KernelError(
+            f"{target!r} is not an autotuned kernel: decorate it with @autotuned(...)"
+        )
+    return kernel
+
+
+@dataclass(frozen=True, eq=False)
+class BoundTask:
+    """A task bound to the device it is tuned on: its kernel, the arguments it is called with
+    (arrays, or the task's jax.ShapeDtypeStructs), their signature and key there, and the
+    kernel's search space for that platform. A job checks the key for an entry; the tuner
+    measures and stores under it."""
+
+    task: Task
+    kernel: Any  # the AutotunedKernel, or a VariantGroup
+    device: DeviceInfo
+    args: tuple
+    signature: Signature
+    key: TuningKey
+    space: Space
+
+    @property
+    def spec(self) -> registry.KernelSpec:
+        return self.kernel.spec
+
+    def on(self, device: DeviceInfo) -> BoundTask:
+        """This task bound to `device` (itself where it is bound there already: a job binds
+        to the device its workers measure on)."""
+        if device == self.device:
+            return self
+        return bind(self.task, device, self.kernel, self.args)
+
+
+def bind(
+    task: Task, device: DeviceInfo, kernel: Any = None, args: Sequence[Any] | None = None
+) -> BoundTask:
+    """`task` bound to `device`: `kernel` (default: the one it names) called with `args`
+    (default: its shapes and dtypes as jax.ShapeDtypeStructs)."""
+    kernel = kernel_of(task.kernel) if kernel is None else kernel
+    args = tuple(task.inputs() if args is None else args)
+    sig = kernel.spec.signature(args, task.static_dict, device)
+    return BoundTask(
+        task=task,
+        kernel=kernel,
+        device=device,
+        args=args,
+        signature=sig,
+        key=kernel.spec.key(sig, device),
+        space=kernel.spec.space(device.platform),
+    )
+
+
 def check_task(task: Task, shape: str) -> None:
     """Refuse a task that cannot run: an unknown kernel, inputs too large for this machine,
     shapes or static arguments the kernel does not take (`shape`: the text they came from)."""
-    from autotune import registry
-
     kernel = registry.resolve(task.kernel)
     check_inputs_fit(task.shapes, task.dtypes)
     check_call(kernel, task.inputs(), task.static_dict, shape)

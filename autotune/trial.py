@@ -1,20 +1,24 @@
 """A configuration, its identity, the record of one measured candidate, and the best entry a
-tuning run stores.
+tuning run stores; both as read back.
 
 A trial keeps one form from the worker that measures it to the database that stores it: the
 worker returns a `TrialRecord` (pickled across the process boundary), the tuner annotates it,
-the search carries it in an `Evaluation`, `TuningDB.add_trials` stores it. A shared study keeps
-it as data among its trial's attributes (`as_dict`, read back by `from_dict`: the one place it
-is serialised), so every worker's trials come back as records too. A run's winner is a
-`BestEntry`, which `TuningDB.put_best` stores; read back, a results row adds its key, host and
-date.
+the search carries it in an `Evaluation`, `TuningDB.add_trials` stores it, and reads it back as
+a `StoredTrial` (the record with its key, run and date). A shared study keeps it as data among
+its trial's attributes (`as_dict`, read back by `from_dict`: the one place it is serialised), so
+every worker's trials come back as records too. A run's winner is a `BestEntry`, which
+`TuningDB.put_best` stores; read back (from a database, an exported table or an overlay) it is
+a `StoredEntry`, which adds its key, host and date.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
+
+from autotune.signature import TuningKey
 
 Config = dict[str, Any]  # tunable parameter name -> value: what a candidate is
 ConfigId = tuple  # config_id's result
@@ -69,15 +73,45 @@ class TrialRecord:
         return cls(**fields)
 
 
+@dataclass(kw_only=True)
+class StoredTrial(TrialRecord):
+    """A trial as a database reads it back: the record, under its key and run. Its config is
+    data a tampering hand may have written (callers validate it before use)."""
+
+    key: TuningKey
+    run_id: str = ""
+    created_at: str | None = None  # ISO 8601
+
+    def as_row(self) -> dict[str, Any]:
+        """Its columns, as the tools print them."""
+        fields = {k: v for k, v in vars(self).items() if k not in _NOT_TRIAL_COLUMNS}
+        return {"id": self.db_id, "run_id": self.run_id, **fields, **self.key.as_dict()}
+
+
+_NOT_TRIAL_COLUMNS = {"key", "run_id", "db_id", "run_s"}
+
+
 @dataclass(frozen=True)
 class Evaluation:
-    """What a search's `evaluate` reports: the objective (lower is better) or None for a
-    failure, and the trial's record (None where there is none: a replayed landscape)."""
+    """What a search's `evaluate` reports: the trial's record and its objective (lower is
+    better), None for a failure."""
 
-    config: Config
+    record: TrialRecord
     value: float | None
-    status: str = "ok"
-    record: TrialRecord | None = None
+
+    @classmethod
+    def of(cls, config: Config, value: float | None, status: str = "ok") -> Evaluation:
+        """An evaluation with no measurement behind it (a replayed landscape, a test's
+        objective): its record holds the config and status alone."""
+        return cls(TrialRecord(config, status), value)
+
+    @property
+    def config(self) -> Config:
+        return self.record.config
+
+    @property
+    def status(self) -> str:
+        return self.record.status
 
 
 @dataclass(frozen=True)
@@ -97,3 +131,36 @@ class BestEntry:
     jax_version: str = ""  # "" where unknown
     jaxlib_version: str = ""
     runtime_version: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class StoredEntry(BestEntry):
+    """A key's best entry as read back, from a database, a shipped table or an overlay: the
+    BestEntry under its key, with its row's id, host and date where it has them. Its config is
+    data (callers validate it against today's space before use)."""
+
+    key: TuningKey
+    id: int | None = None  # its row in a database's results table
+    host: str = ""
+    tuned_at: str | None = None  # ISO 8601
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> StoredEntry:
+        """The entry of a row (a database's, or an export document's entry: a field it leaves
+        out takes its default)."""
+        key = TuningKey(**{k: row[k] for k in TuningKey.__dataclass_fields__})
+        fields = {k: row[k] for k in _ENTRY_FIELDS if k in row}
+        fields.setdefault("n_trials", 0)
+        fields.setdefault("run_id", "")
+        fields.setdefault("strategy", "")
+        return cls(key=key, **fields)
+
+    def as_row(self) -> dict[str, Any]:
+        """Its fields as one flat record (an export document's entry, a row the tools print)."""
+        fields = {
+            f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "key"
+        }
+        return {"id": fields.pop("id"), **fields, **self.key.as_dict()}
+
+
+_ENTRY_FIELDS = tuple(f.name for f in dataclasses.fields(StoredEntry) if f.name != "key")

@@ -1,226 +1,64 @@
-"""One tuning task end to end: inputs -> oracle -> search (measure + verify) -> database."""
+"""Tuning one kernel for one task: inputs -> oracle -> search (measure + verify) -> database.
+
+The public entry (autotune.tuning) comes here for a kernel, and a variant group's tuning
+(autotune.variant_tuning) for each of its members. The task comes bound to a device
+(autotune.task.BoundTask); it is measured on the device its worker owns (autotune.worker's
+`task_worker`), every trial stored as it is measured, the finalists re-measured side by side,
+the winner stored (autotune.storing).
+"""
 
 from __future__ import annotations
 
 import contextlib
-import logging
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import Any
 
-import numpy as np
-
 from autotune import registry
-from autotune.errors import DatabaseError, KernelError, SignatureError, SpaceError
+from autotune.errors import DatabaseError, KernelError, SpaceError
 from autotune.finalists import Finalist, remeasure
+from autotune.inputs import random_inputs
 from autotune.oracle import make_oracle
 from autotune.search import LISTED_UP_TO, run_search
-from autotune.signature import TuningKey, is_array
+from autotune.signature import TuningKey
+from autotune.storing import decide_and_store, open_db
 from autotune.studies import SharedStudy, study_name_of
-from autotune.task import Task, task_of_call
-from autotune.trial import BestEntry, Config, Evaluation, TrialRecord, config_text
+from autotune.task import BoundTask
+from autotune.trial import Config, Evaluation, StoredEntry, TrialRecord
+from autotune.tune_result import TuneResult
 from autotune.tune_settings import TuneSettings
 from autotune.warmstart import warm_starts
-from autotune.worker import DeviceWorker, InProcessWorker, Worker
-
-log = logging.getLogger(__name__)
-
-# A worker of a shared study re-measures its finalists beside each winner another worker
-# stored meanwhile; past this many rounds (workers finishing in a stream) it keeps theirs.
-MAX_ROUNDS = 3
+from autotune.worker import DeviceWorker, Worker, task_worker
 
 
-@dataclass
-class TuneResult:
-    kernel: str
-    key: TuningKey
-    best_config: dict[str, Any]
-    best_time_s: float
-    default_config: dict[str, Any]
-    default_time_s: float | None
-    trials: list[TrialRecord] = field(default_factory=list)
-    run_id: str = ""
-    db_url: str | None = None
-    finalists: list[Finalist] = field(default_factory=list)  # the winner first
-    wall_s: float = 0.0  # the whole tuning run, set-up and storing included
-    restarts: int = 0  # device workers started again after a crash or timeout
-    finalists_s: float = 0.0  # the interleaved re-measurement, its compiles included
-    oracle_s: float = 0.0  # compiling and running the default in interpret mode, checking it
-    oracle: str = ""  # which oracle judged the candidates: "interpret" or "reference"
-    worker_start_s: float = 0.0  # starting the first device worker (0 in process)
-    resumed: int = 0  # trials measured by earlier runs of the study before this one began
-
-    @property
-    def speedup(self) -> float | None:
-        return self.default_time_s / self.best_time_s if self.default_time_s else None
-
-    @property
-    def why_default_kept(self) -> str | None:
-        """Why the default won although a candidate measured faster at first (None if none
-        did): the side-by-side re-measurement found the difference within the noise."""
-        if self.best_config != self.default_config:
-            return None
-        default = next((f for f in self.finalists if f.config == self.default_config), None)
-        faster = [f for f in self.finalists if default and f.first_s < default.first_s]
-        if not faster:
-            return None
-        f = min(faster, key=lambda f: f.first_s)
-        return (
-            f"{config_text(f.config)} measured faster at first ({f.first_s * 1e3:.4f} ms against the default's "
-            f"{default.first_s * 1e3:.4f} ms), but side by side with the default "
-            f"({f.time_s * 1e3:.4f} ms against {default.time_s * 1e3:.4f} ms) not beyond the "
-            "noise, so the default was kept"
-        )
-
-    @property
-    def first_pass(self) -> bool:
-        """Whether the finalists' side-by-side re-measurement failed (a worker crashed or was
-        killed), so that the winner was chosen on first-pass figures."""
-        return len(self.finalists) > 1 and all(f.timing is None for f in self.finalists)
-
-    @property
-    def n_rejected(self) -> int:
-        return sum(t.status == "rejected" for t in self.trials)
-
-    @property
-    def n_crashed(self) -> int:
-        return sum(t.status in ("crashed", "timeout") for t in self.trials)
-
-
-def random_inputs(args: Sequence[Any], seed: int = 0) -> list[Any]:
-    """Concrete arrays for a call: arrays pass through, ShapeDtypeStructs become random data."""
-    import jax
-    import jax.numpy as jnp
-
-    # NumPy draws them: jax.random would compile a sampler per shape, harness time per task
-    rng = np.random.default_rng(seed)
-    out = []
-    for a in args:
-        if isinstance(a, jax.ShapeDtypeStruct):
-            dt = jnp.dtype(a.dtype)
-            if jnp.issubdtype(dt, jnp.floating):
-                a = jnp.asarray(rng.standard_normal(a.shape, np.float32), dt)
-            elif jnp.issubdtype(dt, jnp.integer):
-                a = jnp.asarray(rng.integers(-8, 8, a.shape), dt)
-            elif dt == jnp.bool_:
-                a = jnp.asarray(rng.random(a.shape) < 0.5)
-            else:
-                raise SignatureError(
-                    f"cannot make random inputs of dtype {dt.name}: pass concrete arrays"
-                )
-        out.append(a)
-    return out
-
-
-def tune(
-    fn: Any,
-    args: Sequence[Any],
-    *,
-    kwargs: Mapping[str, Any] | None = None,
-    settings: TuneSettings | None = None,
-    db: Any = None,
-    store: bool = True,
-    progress: Callable[[TrialRecord, int, int], None] | None = None,
-    worker: DeviceWorker | None = None,
-    **overrides: Any,
-) -> TuneResult:
-    """Tune `fn` (an autotuned kernel, a registered name or 'pkg.module:fn') for these arguments
-    (arrays or jax.ShapeDtypeStruct; static arguments in `kwargs`).
-
-    Every candidate is compiled ahead of time, checked against the oracle (autotune.oracle) and
-    timed; the best verified one is stored in `db` (a TuningDB, URL or path; default: the
-    per-user database) with every trial, unless `store` is False. `progress` is called after
-    each trial with it, its number and the budget.
-
-    How it searches, measures and decides is `settings` (a TuneSettings; default: its
-    defaults), with `overrides` given by field name: `tune(kernel, args, n_trials=8)`. A
-    `worker` given (a DeviceWorker) is used and left running, so that many tuning tasks share
-    one start-up; it implies isolation.
-    """
-    settings = (settings or TuneSettings()).replace(**overrides)
-    if is_array(args):
-        raise SignatureError(
-            "tune() takes the kernel's arguments as a list: write tune(kernel, [x, ...]), "
-            "not tune(kernel, x)"
-        )
-    kernel = _kernel(fn)
-    task = task_of_call(fn, args, kwargs, settings)
-    return _tune_task(kernel, task, args, settings, db, store, progress, worker)
-
-
-def tune_task(
-    task: Task,
-    settings: TuneSettings | None = None,
-    *,
-    db: Any = None,
-    store: bool = True,
-    progress: Callable[[TrialRecord, int, int], None] | None = None,
-    worker: DeviceWorker | None = None,
-) -> TuneResult:
-    """Tune a Task (autotune.task: from the command line, a job file, a recorded miss or a
-    program's call) on random inputs of its shapes and dtypes, with `settings` and the task's
-    own budget, strategy and seed; the rest as in `tune`."""
-    settings = task.settings(settings or TuneSettings())
-    kernel = _kernel(task.kernel)
-    return _tune_task(kernel, task, task.inputs(), settings, db, store, progress, worker)
-
-
-def _kernel(fn: Any) -> Any:
-    kernel = registry.resolve(fn) if isinstance(fn, str) else fn
-    if not isinstance(getattr(kernel, "spec", None), registry.KernelSpec):
-        raise KernelError(f"{fn!r} is not an autotuned kernel: decorate it with @autotuned(...)")
-    return kernel
-
-
-def _tune_task(
-    kernel: Any,
-    task: Task,
-    args: Sequence[Any],
+def tune_kernel(
+    bound: BoundTask,
     settings: TuneSettings,
-    db: Any,
-    store: bool,
-    progress: Callable[[TrialRecord, int, int], None] | None,
-    worker: DeviceWorker | None,
+    *,
+    db: Any = None,
+    store: bool = True,
+    progress: Callable[[TrialRecord, int, int], None] | None = None,
+    worker: DeviceWorker | None = None,
 ) -> TuneResult:
-    if hasattr(kernel, "members"):  # a variant group: each member, then side by side
-        from autotune.variant_tuning import tune_group
-
-        return tune_group(kernel, task, args, settings, db, store, progress, worker)
+    """Tune `bound`'s kernel with `settings` (its budget, strategy and seed included) on random
+    inputs of its arguments; the rest as in autotune.tuning.tune."""
     start = time.perf_counter()
-    args = random_inputs(args, 0 if settings.seed is None else settings.seed)
+    args = random_inputs(bound.args, 0 if settings.seed is None else settings.seed)
+    restarts_before = worker.restarts if worker is not None else 0
     worker_start = time.perf_counter()
     isolated = settings.isolate or worker is not None  # a worker given implies isolation
-    owned: Any = None
-    restarts_before = worker.restarts if worker is not None else 0
-    if worker is not None:
-        worker.device = worker.set_task(task, args, settings.policy)
-    elif settings.isolate:
-        worker = owned = device_worker(task, args, settings)
-    else:
-        worker = owned = InProcessWorker(
-            kernel.spec, task, args, settings.policy, settings.compile_workers
-        )
-    start_s = time.perf_counter() - worker_start if isolated else 0.0
-    with owned or contextlib.nullcontext(), _studies_written(settings.storage):
-        result = _tune(kernel.spec, worker, args, task.static_dict, settings, db, store, progress)
+    with (
+        task_worker(bound.spec, bound.task, args, settings, worker) as measurer,
+        _studies_written(settings.storage),
+    ):
+        start_s = time.perf_counter() - worker_start if isolated else 0.0
+        # the device its worker measures on (a job bound the task to it already)
+        result = _tune(bound.on(measurer.device), measurer, args, settings, db, store, progress)
     result.worker_start_s = start_s
-    result.restarts = worker.restarts - restarts_before
+    result.restarts = measurer.restarts - restarts_before
     result.wall_s = time.perf_counter() - start
     return result
-
-
-def device_worker(task: Task, args: Sequence[Any], settings: TuneSettings) -> DeviceWorker:
-    """A device worker process for `task`, with the settings' timing, limits and platforms."""
-    return DeviceWorker(
-        task,
-        args,
-        settings.policy,
-        settings.limits,
-        settings.worker_platforms,
-        settings.compile_workers,
-    )
 
 
 @contextlib.contextmanager
@@ -245,20 +83,17 @@ def _studies_written(storage: str | None) -> Any:
 
 
 def _tune(
-    spec: registry.KernelSpec,
+    bound: BoundTask,
     worker: Worker,
     args: list[Any],
-    kwargs: dict[str, Any],
     settings: TuneSettings,
     db: Any,
     store: bool,
     progress: Callable[[TrialRecord, int, int], None] | None,
 ) -> TuneResult:
-    device = worker.device
+    spec, sig, key, space = bound.spec, bound.signature, bound.key, bound.space
+    kwargs = bound.task.static_dict
     n_trials, storage = settings.n_trials, settings.storage
-    sig = spec.signature(args, kwargs, device)
-    key = spec.key(sig, device)
-    space = spec.space(device.platform)
     valid = _valid_configs(spec, sig, space)
     default = spec.default_config(sig)
     oracle_start = time.perf_counter()
@@ -290,8 +125,7 @@ def _tune(
         nonlocal measured
         record = measure(config)
         measured += 1
-        value = record.time_s if record.status == "ok" else None
-        evaluation = Evaluation(config, value, record.status, record)
+        evaluation = Evaluation(record, record.time_s if record.status == "ok" else None)
         if progress:
             try:
                 progress(record, measured, n_trials if valid is None else min(n_trials, len(valid)))
@@ -320,12 +154,15 @@ def _tune(
         # with a storage, these are every worker's trials of the study, resumed ones included
         trials = [ev.record for ev in evaluations]
 
-        def winner(rival: dict[str, Any] | None) -> TuneResult:
+        def winner(rival: StoredEntry | None) -> TuneResult:
             return _result(
                 spec, sig, key, trials, default, measure, run_id, worker, settings.finalists, rival
             )
 
-        result = _decide_and_store(winner, key, trials, handle, settings, device)
+        shared = storage is not None
+        result = decide_and_store(
+            winner, key, trials, handle, settings.strategy, worker.device, shared
+        )
         result.oracle_s, result.oracle, result.resumed = oracle_s, oracle.name, resumed
         if handle is not None:
             result.db_url = handle.url
@@ -349,42 +186,6 @@ def _valid_configs(spec: registry.KernelSpec, sig: Any, space: Any) -> list[Conf
     return valid
 
 
-def _decide_and_store(
-    winner: Callable[[dict[str, Any] | None], TuneResult],
-    key: TuningKey,
-    trials: list[TrialRecord],
-    handle: Any,
-    settings: TuneSettings,
-    device: Any,
-) -> TuneResult:
-    """The winner (`winner(rival)`: the finalists re-measured, `rival` among them), stored
-    unless `handle` is None. Another worker of the study may have stored its winner: it is
-    re-measured beside ours, so the entry is decided from side-by-side figures, not from two
-    machines' lucky samples; and so is one stored meanwhile, up to MAX_ROUNDS times."""
-    shared = settings.storage is not None
-    stored = handle.best(key) if handle is not None and shared else None
-    rival = stored if stored and stored["trial_id"] in {t.db_id for t in trials} else None
-    for _ in range(MAX_ROUNDS):
-        result = winner(rival)
-        if handle is None:
-            return result
-        rival = _store(handle, result, settings.strategy, device, shared, rival)
-        if rival is None:
-            return result
-    log.warning(
-        "%s %s: other workers of the study kept storing new winners; theirs was kept",
-        key.kernel,
-        key.signature,
-    )
-    return result
-
-
-def open_db(db: Any) -> Any:
-    from autotune.db import TuningDB
-
-    return db if isinstance(db, TuningDB) else TuningDB(db)
-
-
 def _result(
     spec: Any,
     sig: Any,
@@ -395,7 +196,7 @@ def _result(
     run_id: str,
     worker: Any,
     n_finalists: int,
-    rival: dict[str, Any] | None = None,
+    rival: StoredEntry | None = None,
 ) -> TuneResult:
     """The winner among `trials`, after the finalists' interleaved re-measurement (`rival`,
     another worker's stored entry, among them)."""
@@ -422,7 +223,7 @@ def _result(
     ranked: list[Finalist] = []
     finalists_start = time.perf_counter()
     if n_finalists > 0:
-        also = [rival["config"]] if rival else []
+        also = [rival.config] if rival else []
         ranked = remeasure(worker, ok, default, n_finalists, also)  # the default too, if ok
         best = next(t for t in ok if t.config == ranked[0].config)
         best_time_s = ranked[0].time_s
@@ -440,54 +241,3 @@ def _result(
         finalists_s=time.perf_counter() - finalists_start,
     )
     return result
-
-
-def best_entry(result: TuneResult, strategy: str, device: Any) -> BestEntry:
-    """The entry a run stores for its key: its winner, measured on `device`."""
-    best = next(t for t in result.trials if t.config == result.best_config and t.status == "ok")
-    return BestEntry(
-        config=result.best_config,
-        time_s=result.best_time_s,
-        default_time_s=result.default_time_s,
-        speedup=result.speedup,
-        n_trials=len(result.trials),
-        n_rejected=result.n_rejected,
-        trial_id=best.db_id,
-        run_id=result.run_id,
-        strategy=strategy,
-        timer=best.timer or "wall",
-        jax_version=device.jax_version,
-        jaxlib_version=device.jaxlib_version,
-        runtime_version=device.runtime_summary,
-    )
-
-
-def _store(
-    handle: Any,
-    result: TuneResult,
-    strategy: str,
-    device: Any,
-    shared: bool,
-    rival: dict[str, Any] | None,
-) -> dict[str, Any] | None:
-    """Store the best entry (its trials are stored as they are measured); `rival` is the entry
-    another worker of the study had stored when the finalists were chosen. Returns the entry
-    another worker stored since, which this one has not judged (nothing is stored then)."""
-    entry = best_entry(result, strategy, device)
-    if shared:  # workers of one study finish in any order
-        ids = {t.db_id for t in result.trials}
-        if result.finalists:  # judged side by side: the stored entry re-measured beside ours
-            compared = {
-                rival["trial_id"]
-                for f in result.finalists
-                if rival and f.config == rival["config"] and f.timing is not None
-            }
-        else:  # no re-measurement: the first figures of every trial of the study decided
-            compared = ids
-        newer = handle.put_best_among(result.key, entry, ids, compared)
-        if newer is not None:
-            return newer
-    else:
-        handle.put_best(result.key, entry)
-    log.info("stored %s %s: %s", result.kernel, result.key.signature, result.best_config)
-    return None

@@ -1,7 +1,7 @@
 """Tuning a variant group: tune each member that can run the call, then time every member at
 its best configuration side by side, by one timer, and store which one won.
 
-Each autotuned member is tuned as on its own (`autotune.tune`: its entry is stored under its
+Each autotuned member is tuned as on its own (autotune.tuner: its entry is stored under its
 own key); a plain member has nothing to tune. The group is then measured as a kernel whose
 candidates are its members, each pinned to its best configuration ({"variant": NAME, ...}),
 by the same kind of worker as any tuning task (in this process, or a device worker under
@@ -14,6 +14,7 @@ its own key, holds the winning member's name as its config, with one trial per m
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import logging
 import time
@@ -26,19 +27,15 @@ from autotune import registry
 from autotune.device import current_device
 from autotune.errors import AutotuneError, KernelError
 from autotune.finalists import remeasure
-from autotune.task import Task
+from autotune.inputs import random_inputs
+from autotune.storing import best_entry, open_db
+from autotune.task import BoundTask, bind, task_of_call
 from autotune.trial import TrialRecord
+from autotune.tune_result import TuneResult
 from autotune.tune_settings import TuneSettings
-from autotune.tuner import (
-    TuneResult,
-    best_entry,
-    device_worker,
-    open_db,
-    random_inputs,
-    tune,
-)
+from autotune.tuner import tune_kernel
 from autotune.variants import PARAM, Member, VariantGroup
-from autotune.worker import DeviceWorker, InProcessWorker
+from autotune.worker import DeviceWorker, device_worker, task_worker
 
 log = logging.getLogger(__name__)
 
@@ -64,22 +61,21 @@ class GroupTuneResult(TuneResult):
 
 
 def tune_group(
-    group: VariantGroup,
-    task: Task,
-    args: Sequence[Any],
+    bound: BoundTask,
     settings: TuneSettings,
+    *,
     db: Any = None,
     store: bool = True,
     progress: Callable[[TrialRecord, int, int], None] | None = None,
     worker: DeviceWorker | None = None,
 ) -> GroupTuneResult:
-    """Tune `group` for `task` with these arguments (see the module docstring; the tuner's
-    `tune` and `tune_task` come here for a group); `settings` apply to each member's tuning and
-    to the side-by-side measurement. Under isolation one device worker (`worker` if given)
-    measures both."""
+    """Tune `bound`'s group (see the module docstring; autotune.tuning comes here for a
+    group); `settings` apply to each member's tuning and to the side-by-side measurement.
+    Under isolation one device worker (`worker` if given) measures both."""
     start = time.perf_counter()
-    kwargs = task.static_dict
-    args = random_inputs(args, 0 if settings.seed is None else settings.seed)
+    group: VariantGroup = bound.kernel
+    task, kwargs = bound.task, bound.task.static_dict
+    args = random_inputs(bound.args, 0 if settings.seed is None else settings.seed)
     handle = open_db(db) if store else None
     try:
         owned: Any = None
@@ -90,17 +86,12 @@ def tune_group(
             device = worker.device if worker is not None else current_device()
             members, skipped = group.runnable(args, kwargs, device)
             tuned, configs = _tune_members(
-                members, args, kwargs, settings, handle, progress, worker, skipped
+                members, args, kwargs, device, settings, handle, progress, worker, skipped
             )
             finalists_start = time.perf_counter()
-            if worker is None:
-                with InProcessWorker(
-                    group.spec, task, args, settings.policy, settings.compile_workers
-                ) as here:
-                    result = _side_by_side(group, here, configs, args, kwargs, skipped)
-            else:
-                worker.device = worker.set_task(task, args, settings.policy)
-                result = _side_by_side(group, worker, configs, args, kwargs, skipped)
+            with task_worker(group.spec, task, args, settings, worker) as measurer:
+                on = bound.on(measurer.device)
+                result = _side_by_side(on, measurer, configs, args, skipped)
         result.members = tuned
         result.finalists_s = time.perf_counter() - finalists_start
         for name, reason in skipped.items():
@@ -120,6 +111,7 @@ def _tune_members(
     members: Sequence[Member],
     args: list[Any],
     kwargs: dict[str, Any],
+    device: Any,
     settings: TuneSettings,
     handle: Any,
     progress: Callable[[TrialRecord, int, int], None] | None,
@@ -137,11 +129,10 @@ def _tune_members(
             tuned[member.name], configs[member.name] = None, {PARAM: member.name}
             continue
         try:
-            result = tune(
-                member.kernel,
-                args,
-                kwargs=kwargs,
-                settings=member_settings,
+            task = task_of_call(member.kernel, args, kwargs, member_settings)
+            result = tune_kernel(
+                bind(task, device, member.kernel, args),
+                member_settings,
                 db=handle,
                 store=handle is not None,
                 progress=progress,
@@ -156,16 +147,16 @@ def _tune_members(
 
 
 def _side_by_side(
-    group: VariantGroup,
+    bound: BoundTask,
     worker: Any,
     configs: Mapping[str, dict[str, Any]],
     args: list[Any],
-    kwargs: dict[str, Any],
     skipped: dict[str, str],
 ) -> GroupTuneResult:
     """The members, each pinned to its configuration, measured on `worker` (set to the group's
     task) as one kernel's candidates and re-measured side by side; KernelError if none ran."""
-    oracle, oracle_name = _oracle(group, configs, args, kwargs)
+    group: VariantGroup = bound.kernel
+    oracle, oracle_name = _oracle(group, configs, args, bound.task.static_dict)
     worker.set_oracle(oracle)
     trials = []
     for config in configs.values():
@@ -181,17 +172,17 @@ def _side_by_side(
         )
     default = trials[0].config  # the first member that ran
     ranked = remeasure(worker, trials, default, n=len(trials))
-    device = worker.device
-    key = group.spec.key(group.spec.signature(args, kwargs, device), device)
-    records = []
-    for t in trials:  # stored under the group's key: the member's name is its config there
-        record = TrialRecord(**{**t.as_dict(), "config": {PARAM: t.config[PARAM]}})
-        record.is_default, record.oracle = t.config == default, oracle_name
-        records.append(record)
+    # stored under the group's key: the member's name is its config there
+    records = [
+        dataclasses.replace(
+            t, config={PARAM: t.config[PARAM]}, is_default=t.config == default, oracle=oracle_name
+        )
+        for t in trials
+    ]
     by_name = {f.config[PARAM]: f for f in ranked}
     return GroupTuneResult(
         kernel=group.spec.name,
-        key=key,
+        key=bound.key,
         best_config={PARAM: ranked[0].config[PARAM]},
         best_time_s=ranked[0].time_s,
         default_config={PARAM: default[PARAM]},
@@ -200,7 +191,7 @@ def _side_by_side(
         run_id=uuid.uuid4().hex,
         finalists=ranked,
         skipped=skipped,
-        device=device,
+        device=bound.device,
     )
 
 

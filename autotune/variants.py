@@ -21,9 +21,11 @@ from typing import Any
 from autotune import registry
 from autotune.device import DeviceInfo, current_device
 from autotune.errors import KernelError
+from autotune.lookup import Resolution
 from autotune.platforms import PLATFORMS
 from autotune.registry import KernelSpec
-from autotune.runtime import AutotunedKernel, Resolution, warn_once
+from autotune.runtime import AutotunedKernel
+from autotune.runtime_state import warn_once
 from autotune.signature import Signature, TuningKey, is_array
 from autotune.space import Param
 

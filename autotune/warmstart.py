@@ -40,15 +40,15 @@ def warm_starts(
     ranked = []
     for e in entries:
         try:
-            distance = shape_distance(parse_args(e["signature"]), sig.args)
+            distance = shape_distance(parse_args(e.key.signature), sig.args)
         except AutotuneError:  # a malformed stored signature: data, skip it
             continue
-        config = e["config"]
+        config = e.config
         if distance is None or space.check_stored(config) is not None:
             continue
         if space.is_valid(config, sig):
-            same_static = e["static"] == key.static
-            ranked.append((not same_static, distance, e["id"], config))
+            same_static = e.key.static == key.static
+            ranked.append((not same_static, distance, e.id, config))
     ranked.sort(key=lambda r: r[:3])
     out: dict[ConfigId, Config] = {}  # the nearest entry of each config
     for *_, config in ranked:

@@ -155,7 +155,7 @@ def versions() -> dict[str, Any]:
 def inputs(kernel: str, shapes: Shapes, dtype: str, seed: int = 0) -> list[Any]:
     import jax
 
-    from autotune.tuner import random_inputs
+    from autotune.inputs import random_inputs
 
     dtypes = arg_dtypes(kernel, dtype, len(shapes))
     return random_inputs([jax.ShapeDtypeStruct(tuple(s), d) for s, d in zip(shapes, dtypes)], seed)
@@ -265,7 +265,7 @@ def side_by_side(job: dict[str, Any]) -> dict[str, Any]:
         entry = handle.best(key)
         trials = handle.trials(**key.as_dict())
     default = spec.default_config(sig)
-    tuned = entry["config"] if entry else None
+    tuned = entry.config if entry else None
     vendor_name, vendor, native = _vendor(job, args)
     # one list of inputs for every call, the kernel's then the vendor's where they differ, so
     # that the calls interleave and rotate through the same copies
@@ -298,12 +298,12 @@ def side_by_side(job: dict[str, Any]) -> dict[str, Any]:
         "vendor_kernels": vendor_kernels,
         **{f"{name}_s": t for name, t in median.items()},
         "trials": len(trials),
-        "trials_ok": sum(t["status"] == "ok" for t in trials),
-        "trials_rejected": sum(t["status"] == "rejected" for t in trials),
-        "trial_timers": sorted({t["timer"] for t in trials if t.get("timer")}),
+        "trials_ok": sum(t.status == "ok" for t in trials),
+        "trials_rejected": sum(t.status == "rejected" for t in trials),
+        "trial_timers": sorted({t.timer for t in trials if t.timer}),
         # the first error of each kind of failed trial: a rejection's or a crash's reason
         "trial_errors": {
-            t["status"]: short_error(t["error"]) for t in reversed(trials) if t["status"] != "ok"
+            t.status: short_error(t.error) for t in reversed(trials) if t.status != "ok"
         },
     }
     if tuned is not None:

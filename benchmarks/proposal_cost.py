@@ -52,7 +52,7 @@ def one(case: str, seed: int, trials: int, landscape: str) -> dict:
         found = run_search(
             space,
             sig,
-            lambda c: Evaluation(c, time_of(c)),
+            lambda c: Evaluation.of(c, time_of(c)),
             n_trials=trials,
             strategy="gp",
             seed=seed,

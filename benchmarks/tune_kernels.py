@@ -50,7 +50,7 @@ def main() -> int:
     import jax
 
     from autotune.task import task_of_call
-    from autotune.tuner import tune
+    from autotune.tuning import tune
     from autotune.worker import DeviceWorker
 
     rows = []

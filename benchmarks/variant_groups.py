@@ -38,7 +38,7 @@ def group_rows(group: str, shapes, static: dict, dtype: str, db: str, args) -> l
     """The group tuned for the call: each member's row, the winner first, then the skipped."""
     import jax
 
-    from autotune.tuner import tune
+    from autotune.tuning import tune
 
     inputs = [jax.ShapeDtypeStruct(s, dtype) for s in shapes]
     call = ",".join("x".join(map(str, s)) for s in shapes) + "".join(

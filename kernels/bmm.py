@@ -15,8 +15,7 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 
 from autotune import autotuned, out_struct
-from autotune.backends import mosaic_tpu, triton
-from autotune.hardware import clamp_block, kernel_platform
+from autotune.backends import clamp_block, kernel_platform, mosaic_tpu, triton
 from autotune.kernels import matmul as mm
 from autotune.kernels.differentiable import differentiable
 
@@ -87,7 +86,7 @@ def bmm(
         out = mm.tpu_call(xp, yp, bm, bn, bk, precision)
         return out[:, :m, :n] if (mp, np_) != (m, n) else out
     out = pl.pallas_call(
-        functools.partial(mm._kernel, block_k=bk, n_k=kp // bk, precision=precision),
+        functools.partial(mm.tile_kernel, block_k=bk, n_k=kp // bk, precision=precision),
         out_shape=out_struct((b, mp, np_), x.dtype, xp, yp),
         grid=(b, mp // bm, np_ // bn),
         in_specs=[

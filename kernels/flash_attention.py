@@ -25,18 +25,14 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 
 from autotune import autotuned, out_struct
-from autotune.backends import mosaic_tpu
+from autotune.backends import clamp_block, kernel_platform, mosaic_tpu, whole_block
 from autotune.hardware import (
     GPU_TILE_REGISTERS,
     TPU_LANES,
-    clamp_block,
     gpu_registers_ok,
     gpu_smem_bytes,
     is_pow2,
-    kernel_platform,
-    next_pow2,
     tpu_block_ok,
-    tpu_vmem_budget,
 )
 from autotune.kernels.attention_masks import NT, mask_scores, padded_keys
 from autotune.kernels.differentiable import differentiable
@@ -52,7 +48,7 @@ def layout(shapes, config: dict, platform: str) -> tuple[int, int, int, int, int
     (_, _, sq, d), (_, _, sk, _) = shapes[0], shapes[1]
     bq = clamp_block(config["block_q"], sq, platform)
     bk = clamp_block(config["block_k"], sk, platform)
-    dp = next_pow2(d) if platform == "gpu" else d
+    dp = whole_block(d, platform)
     return bq, bk, pl.cdiv(sq, bq) * bq, pl.cdiv(sk, bk) * bk, dp
 
 
@@ -70,7 +66,7 @@ def fits_platform(config: dict, sig) -> bool:
             tpu_block_ok((bq, dp), (sqp, dp))
             and tpu_block_ok((bk, dp), (skp, dp))
             and (bk % TPU_LANES == 0 or bk == skp)  # lanes of the score tile
-            and tpu_vmem(bq, bk, dp, itemsize) <= tpu_vmem_budget(sig.device_kind)
+            and tpu_vmem(bq, bk, dp, itemsize) <= mosaic_tpu.vmem_budget(sig.device_kind)
         )
     if sig.platform == "gpu":
         stages = config.get("num_stages", 2)

@@ -32,8 +32,8 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 
 from autotune import autotuned, out_struct
-from autotune.backends import mosaic_tpu
-from autotune.hardware import gpu_smem_bytes, kernel_platform, tpu_vmem_budget
+from autotune.backends import kernel_platform, mosaic_tpu
+from autotune.hardware import gpu_smem_bytes
 from autotune.kernels.attention_masks import NT, TN, padded_keys, probs
 from autotune.kernels.flash_attention import (
     check_shapes,
@@ -59,7 +59,7 @@ def _fits(config: dict, sig, tpu_vmem, streamed: str) -> bool:
     if sig.platform == "tpu":
         return fits_forward(config, dataclasses.replace(sig, args=sig.args[:3])) and tpu_vmem(
             bq, bk, dp, itemsize
-        ) <= tpu_vmem_budget(sig.device_kind)
+        ) <= mosaic_tpu.vmem_budget(sig.device_kind)
     if sig.platform == "gpu":
         resident, step = (bq, bk) if streamed == "k" else (bk, bq)
         stages = config.get("num_stages", 2)

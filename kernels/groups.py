@@ -17,10 +17,10 @@ attentions take [B, S, H, D], and get each (batch, head) pair as a batch entry o
 from __future__ import annotations
 
 import importlib.util
-import re
 
 import jax
 
+from autotune.backends import mosaic_gpu
 from autotune.device import DeviceInfo
 from autotune.kernels.attention_mgpu import attention_mgpu, heads_as_batch
 from autotune.kernels.flash_attention import flash_attention
@@ -28,18 +28,11 @@ from autotune.kernels.matmul import dot_precision, matmul, matmul_reference
 from autotune.kernels.matmul_mgpu import matmul_mgpu
 from autotune.variants import Member, variants
 
-# Hopper GPUs by the device kind jax reports (a device worker's device is known by its kind)
-HOPPER = re.compile(r"\bG?H(100|200|800|20)\b")
-
 
 def needs_hopper(device: DeviceInfo) -> str | None:
     """Why a Mosaic GPU kernel cannot run on `device`, or None: it needs a Hopper GPU
-    (warpgroup MMA and TMA)."""
-    if device.platform != "gpu":
-        return f"a Mosaic GPU kernel needs a Hopper GPU; this call runs on {device.platform}"
-    if not HOPPER.search(device.device_kind):
-        return f"a Mosaic GPU kernel needs a Hopper GPU (H100, H200, H800, GH200), not {device.device_kind}"
-    return None
+    (a device worker's device is known by its kind)."""
+    return mosaic_gpu.why_not(device.platform, device.device_kind)
 
 
 def needs_hopper_and_absl(device: DeviceInfo) -> str | None:

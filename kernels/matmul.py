@@ -25,16 +25,8 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 
 from autotune import autotuned, out_struct
-from autotune.backends import mosaic_tpu, triton
-from autotune.hardware import (
-    clamp_block,
-    gpu_registers_ok,
-    gpu_smem_bytes,
-    is_pow2,
-    kernel_platform,
-    tpu_block_ok,
-    tpu_vmem_budget,
-)
+from autotune.backends import clamp_block, kernel_platform, mosaic_tpu, triton
+from autotune.hardware import gpu_registers_ok, gpu_smem_bytes, is_pow2, tpu_block_ok
 from autotune.kernels.differentiable import differentiable
 
 ACC_DTYPE = jnp.float32
@@ -85,7 +77,7 @@ def fits_platform(config: dict, sig) -> bool:
             tpu_block_ok((bm, bk), (mp, kp))
             and tpu_block_ok((bk, bn), (kp, np_))
             and tpu_block_ok((bm, bn), (mp, np_))
-            and tpu_vmem(bm, bn, bk, itemsize) <= tpu_vmem_budget(sig.device_kind)
+            and tpu_vmem(bm, bn, bk, itemsize) <= mosaic_tpu.vmem_budget(sig.device_kind)
         )
     if sig.platform == "gpu":
         stages = config.get("num_stages", 2)
@@ -163,7 +155,10 @@ def tpu_call(x: jax.Array, y: jax.Array, bm: int, bn: int, bk: int, precision: s
     )(x, y)
 
 
-def _kernel(x_ref, y_ref, o_ref, *, block_k: int, n_k: int, precision: str):
+def tile_kernel(x_ref, y_ref, o_ref, *, block_k: int, n_k: int, precision: str):
+    """The GPU (and interpret-mode) body: one output tile, the row block of x times the
+    column block of y, K walked in `n_k` steps of `block_k`; bmm runs it per batch entry."""
+
     def step(i, acc):
         x = x_ref[:, pl.ds(i * block_k, block_k)]
         y = y_ref[pl.ds(i * block_k, block_k), :]
@@ -236,7 +231,7 @@ def matmul(
             return i, j
 
     out = pl.pallas_call(
-        functools.partial(_kernel, block_k=bk, n_k=kp // bk, precision=precision),
+        functools.partial(tile_kernel, block_k=bk, n_k=kp // bk, precision=precision),
         out_shape=out_struct((mp, np_), x.dtype, xp, yp),
         grid=grid,
         in_specs=[

@@ -12,7 +12,7 @@ import jax
 import jax.numpy as jnp
 
 from autotune import autotuned
-from autotune.hardware import kernel_platform
+from autotune.backends import kernel_platform
 from autotune.kernels.differentiable import differentiable
 from autotune.kernels.rowwise import (
     F32,

@@ -19,7 +19,7 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 
 from autotune import autotuned, out_struct
-from autotune.hardware import kernel_platform
+from autotune.backends import kernel_platform
 from autotune.kernels.norms import layer_norm_reference, rms_norm_reference
 from autotune.kernels.rowwise import (
     F32,

@@ -16,16 +16,8 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 
 from autotune import out_struct
-from autotune.backends import triton
-from autotune.hardware import (
-    TRITON_MAX_NUMEL,
-    clamp_block,
-    gpu_smem_bytes,
-    is_pow2,
-    next_pow2,
-    tpu_block_ok,
-    tpu_vmem_bytes,
-)
+from autotune.backends import clamp_block, mosaic_tpu, triton, whole_block
+from autotune.hardware import TRITON_MAX_NUMEL, gpu_smem_bytes, is_pow2, tpu_block_ok
 
 F32 = jnp.float32
 
@@ -41,7 +33,7 @@ class RowLayout:
     @classmethod
     def of(cls, rows: int, cols: int, block_rows: int, platform: str) -> RowLayout:
         br = clamp_block(block_rows, rows, platform)
-        cols_p = next_pow2(cols) if platform == "gpu" else cols
+        cols_p = whole_block(cols, platform)
         return cls(rows, cols, br, pl.cdiv(rows, br) * br, cols_p)
 
     def pad(self, x2d: jax.Array) -> jax.Array:
@@ -105,7 +97,7 @@ def fits_rowwise(config: dict, sig, *, f32_temps: int = 3, row_arrays: int = 2) 
         vmem = 2 * row_arrays * tile * itemsize + f32_temps * tile * 4
         return tpu_block_ok(
             (layout.block_rows, layout.cols_padded), (layout.rows_padded, layout.cols_padded)
-        ) and vmem <= tpu_vmem_bytes(sig.device_kind)
+        ) and vmem <= mosaic_tpu.scoped_vmem_bytes(sig.device_kind)
     if sig.platform == "gpu":
         return (
             is_pow2(layout.block_rows)

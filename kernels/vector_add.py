@@ -13,8 +13,8 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 
 from autotune import autotuned, out_struct
-from autotune.backends import triton
-from autotune.hardware import TPU_LANES, is_pow2, kernel_platform, tpu_block_ok, tpu_vmem_bytes
+from autotune.backends import kernel_platform, mosaic_tpu, triton
+from autotune.hardware import TPU_LANES, is_pow2, tpu_block_ok
 from autotune.kernels.differentiable import differentiable
 
 
@@ -35,7 +35,7 @@ def fits_platform(config: dict, sig) -> bool:
         rows = pl.cdiv(n, block) * block // TPU_LANES
         vmem = 3 * 2 * block * jnp.dtype(sig.dtypes[0]).itemsize  # x, y, out; double-buffered
         return tpu_block_ok((block // TPU_LANES, TPU_LANES), (rows, TPU_LANES)) and (
-            vmem <= tpu_vmem_bytes(sig.device_kind)
+            vmem <= mosaic_tpu.scoped_vmem_bytes(sig.device_kind)
         )
     if sig.platform == "gpu":
         return is_pow2(block)

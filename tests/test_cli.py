@@ -141,7 +141,7 @@ def test_plain_tune_killed_mid_run_resumes_and_a_finished_one_starts_afresh(subp
     assert out.count("trial ") == 6 - done
     assert len(TuningDB(db_url).trials()) <= 7  # at most the one in flight measured twice
     (entry,) = TuningDB(db_url).query()
-    assert entry["n_trials"] == 6
+    assert entry.n_trials == 6
 
     again = run(cmd, subprocess_env).stdout  # finished: its study is gone, this one is new
     assert "resumed" not in again and again.count("trial ") == 6

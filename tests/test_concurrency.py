@@ -63,10 +63,10 @@ def run_writers(url):
     with TuningDB(url) as db:
         results = db.query(kernel="conc")
         misses = {m["signature"]: m["count"] for m in db.misses()}
-    assert sorted((r["config"]["p"], r["config"]["i"]) for r in results) == [
+    assert sorted((r.config["p"], r.config["i"]) for r in results) == [
         (p, i) for p in range(N_PROCS) for i in range(N_ROWS)
     ]
-    assert all(r["signature"] == f"f32[{r['config']['p']},{r['config']['i']}]" for r in results)
+    assert all(r.key.signature == f"f32[{r.config['p']},{r.config['i']}]" for r in results)
     assert misses.pop("f32[1]") == N_PROCS * N_ROWS  # no increment lost
     assert len(misses) == N_PROCS * N_ROWS and set(misses.values()) == {1}
 
@@ -156,4 +156,4 @@ def test_sigkill_during_real_tuning_runs(tmp_path):
     kill_at_random(TUNER, path, rounds=3, window=(1.0, 5.0), rng=random.Random(11))
     assert_consistent(path)
     with TuningDB(path) as db:  # and the survivors are served as usual
-        assert all(r["config"]["block_rows"] in (8, 12, 16, 24, 32) for r in db.query())
+        assert all(r.config["block_rows"] in (8, 12, 16, 24, 32) for r in db.query())

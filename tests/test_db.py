@@ -103,7 +103,7 @@ def test_a_trials_device_fingerprint_and_memory_are_stored(tmp_path):
         [first] = db.add_trials(key, "run", [measured])
         db.add_trials(key, "run", [TrialRecord({"block": 16}, "duplicate", duplicate_of=first)])
         stored = db.trials(kernel="k")
-    assert [t["status"] for t in stored] == ["ok", "duplicate"]
-    assert stored[0]["device"] == "cpu:1" and stored[0]["fingerprint"] == "ab12"
-    assert stored[0]["memory_peak_bytes"] == 2**40 and stored[0]["memory_temp_bytes"] == 0
-    assert stored[1]["duplicate_of"] == stored[0]["id"]
+    assert [t.status for t in stored] == ["ok", "duplicate"]
+    assert stored[0].device == "cpu:1" and stored[0].fingerprint == "ab12"
+    assert stored[0].memory_peak_bytes == 2**40 and stored[0].memory_temp_bytes == 0
+    assert stored[1].duplicate_of == stored[0].db_id

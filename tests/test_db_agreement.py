@@ -166,9 +166,9 @@ def test_the_read_tools_skip_a_tampered_row_with_one_line_naming_it(tmp_path, ca
     report = ["report", "--out", str(tmp_path / "r"), "--db", str(path)]
     for argv in [*[[*a, "--db", str(path)] for a in READERS], merge, report]:
         caplog.clear()
-        with caplog.at_level(logging.WARNING, logger="autotune.db"):
+        with caplog.at_level(logging.WARNING, logger="autotune.dbread"):
             main(argv)
-        said = [r.getMessage() for r in caplog.records if r.name == "autotune.db"]
+        said = [r.getMessage() for r in caplog.records if r.name == "autotune.dbread"]
         reads = argv[argv[0] == "db"] in (TRIAL_READERS if trial else RESULT_READERS)
         assert len(said) == reads, (argv, said)
         assert all(m.startswith(f"skipped {row}: its ") for m in said), said

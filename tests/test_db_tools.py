@@ -68,7 +68,7 @@ def test_export_then_import_round_trips_and_conflicts_keep_the_faster(filled, tm
     rc, out, _ = cli(capsys, "db", "import", str(out_file), "--db", other)
     assert rc == 0 and out.strip() == "0 added, 1 replaced, 1 kept"
     with TuningDB(other) as db:
-        got = {e["signature"]: e["config"]["block_rows"] for e in db.query()}
+        got = {e.key.signature: e.config["block_rows"] for e in db.query()}
     assert got == {"f32[64,128]": 24, "bf16[64,128]": 32}
 
     newest = str(tmp_path / "newest.db")
@@ -79,7 +79,7 @@ def test_export_then_import_round_trips_and_conflicts_keep_the_faster(filled, tm
     rc, out, _ = cli(capsys, "db", "merge", newest, "--db", other, "--prefer", "newer")
     assert out.strip() == "0 added, 1 replaced, 0 kept"
     with TuningDB(other) as db:
-        assert {e["signature"]: e["config"]["block_rows"] for e in db.query()}["f32[64,128]"] == 12
+        assert {e.key.signature: e.config["block_rows"] for e in db.query()}["f32[64,128]"] == 12
 
 
 @pytest.mark.parametrize(
@@ -115,7 +115,7 @@ def test_merge_from_another_database_with_filters(filled, tmp_path, capsys):
     rc, out, _ = cli(capsys, "db", "merge", filled, "--db", target, "--dtype", "bf16")
     assert rc == 0 and out.strip() == "1 added, 0 replaced, 0 kept"
     (entry,) = TuningDB(target).query()
-    assert entry["signature"] == "bf16[64,128]" and entry["trial_id"] is None
+    assert entry.key.signature == "bf16[64,128]" and entry.trial_id is None
 
 
 def test_stale_and_prune(filled, capsys, db_url):
@@ -139,10 +139,10 @@ def test_stale_and_prune(filled, capsys, db_url):
 
 def test_show_and_stats(filled, capsys, db_url):
     (entry,) = TuningDB(db_url).query(device_kind="cpu")
-    rc, out, _ = cli(capsys, "db", "show", str(entry["id"]), "--format", "json")
+    rc, out, _ = cli(capsys, "db", "show", str(entry.id), "--format", "json")
     shown = json.loads(out)
     assert shown["config"] == {"block_rows": 8} and len(shown["trials"]) == 1
-    assert shown["trials"][0]["id"] == entry["trial_id"]
+    assert shown["trials"][0]["id"] == entry.trial_id
     rc, _, err = cli(capsys, "db", "show", "999")
     assert rc == 2 and "no entry with id 999" in err
     rc, out, _ = cli(capsys, "db", "stats", "--format", "json")
@@ -177,8 +177,8 @@ def test_a_miss_is_answered_when_its_key_is_tuned(db_url):
 def test_python_api_queries_with_the_same_filters(filled):
     db = TuningDB(filled)
     assert len(db.query(kernel="scale", device_kind="TPU v5 lite")) == 2
-    assert [e["signature"] for e in db.query(dtype="bfloat16")] == ["bf16[64,128]"]
-    assert [e["platform"] for e in db.query(platform="cpu")] == ["cpu"]
+    assert [e.key.signature for e in db.query(dtype="bfloat16")] == ["bf16[64,128]"]
+    assert [e.key.platform for e in db.query(platform="cpu")] == ["cpu"]
 
 
 def test_every_command_that_resolves_kernels_sees_your_own_with_import(

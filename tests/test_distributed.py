@@ -67,17 +67,17 @@ def test_three_workers_share_one_study_and_store_its_best_trial(
     with TuningDB(pg_url) as db:
         (entry,) = db.query(kernel="matmul")
         trials = db.trials(kernel="matmul")
-    per_worker = collections.Counter(t["run_id"] for t in trials)
+    per_worker = collections.Counter(t.run_id for t in trials)
     assert len(per_worker) == WORKERS, per_worker  # every worker measured some
-    configs = collections.Counter(json.dumps(t["config"], sort_keys=True) for t in trials)
+    configs = collections.Counter(json.dumps(t.config, sort_keys=True) for t in trials)
     duplicates = sum(n - 1 for n in configs.values())
     assert duplicates == 0, configs  # claims are checked after they are committed
     # a worker stops when measured + claimed reaches the budget; workers that check at the
     # same moment may each start one more
     assert BUDGET <= len(trials) <= BUDGET + WORKERS - 1
-    best = min((t for t in trials if t["status"] == "ok"), key=lambda t: t["time_s"])
-    assert entry["trial_id"] == best["id"] and entry["time_s"] == best["time_s"]
-    assert entry["config"] == best["config"]
+    best = min((t for t in trials if t.status == "ok"), key=lambda t: t.time_s)
+    assert entry.trial_id == best.db_id and entry.time_s == best.time_s
+    assert entry.config == best.config
 
     (summary,) = optuna.get_all_study_summaries(pg_storage_url.replace("://", "+psycopg://", 1))
     assert summary.study_name.startswith("matmul@")
@@ -102,7 +102,7 @@ def test_a_finished_shared_study_leaves_nothing_queued_or_running(tmp_path, monk
     valid = [{"b": b} for b in range(12)]
 
     def evaluate(config):
-        return Evaluation(config, 1.0 + config["b"])
+        return Evaluation.of(config, 1.0 + config["b"])
 
     # a worker killed between asking for a trial and claiming it leaves it RUNNING, unclaimed
     monkeypatch.setattr(studies, "HEARTBEAT_S", 0.5)
@@ -142,10 +142,10 @@ def test_a_later_worker_judges_the_stored_winner_side_by_side(tmp_path, db_url):
         conn.execute("UPDATE autotune_results SET time_s = time_s / 1000")
     conn.close()
     second = autotune.tune(scale, [x], n_trials=3, db=db_url, storage=storage, strategy="grid")
-    assert first["config"] in [f.config for f in second.finalists]  # re-measured side by side
+    assert first.config in [f.config for f in second.finalists]  # re-measured side by side
     (entry,) = TuningDB(db_url).query()
-    assert entry["config"] == second.best_config
-    assert entry["time_s"] == pytest.approx(second.best_time_s)  # not the lucky figure
+    assert entry.config == second.best_config
+    assert entry.time_s == pytest.approx(second.best_time_s)  # not the lucky figure
 
 
 def test_a_winner_stored_while_another_worker_chose_its_own_is_judged_side_by_side(
@@ -169,5 +169,5 @@ def test_a_winner_stored_while_another_worker_chose_its_own_is_judged_side_by_si
     monkeypatch.setattr(TuningDB, "best", lambda self, key: None)
     second = autotune.tune(scale, [x], n_trials=3, db=db_url, storage=storage, strategy="grid")
     (entry,) = TuningDB(db_url).query()
-    assert entry["config"] == second.best_config
-    assert entry["time_s"] == pytest.approx(second.best_time_s)  # not the lucky figure
+    assert entry.config == second.best_config
+    assert entry.time_s == pytest.approx(second.best_time_s)  # not the lucky figure

@@ -47,7 +47,7 @@ def test_job_runs_every_task_then_skips_tuned_ones_unless_forced(tmp_path, subpr
     assert "task 3/3 tuned   vector_add f32[256],f32[256]" in out
     assert out.strip().endswith("3 tuned, 0 skipped, 0 failed")
     entries = TuningDB(db_url).query()
-    assert sorted(e["signature"] for e in entries) == [
+    assert sorted(e.key.signature for e in entries) == [
         "f32[16,128]",
         "f32[256],f32[256]",
         "f32[32,128]",
@@ -230,20 +230,20 @@ def test_interrupt_mid_task_then_rerun_resumes_without_remeasuring(
     assert out.strip().endswith("1 tuned, 0 skipped, 0 failed")
     (entry,) = TuningDB(db_url).query()
     trials = TuningDB(db_url).trials()
-    resumed = [t for t in trials if t["run_id"] != trials[0]["run_id"]]
+    resumed = [t for t in trials if t.run_id != trials[0].run_id]
     assert len(resumed) == 6 - len(done_before)  # only what the study had left of its budget
-    configs = {json.dumps(t["config"], sort_keys=True) for t in trials}
+    configs = {json.dumps(t.config, sort_keys=True) for t in trials}
     # 6 measurements, plus at most the one in flight at the kill: stored in the tuning database
     # but not yet told to the study, it is measured again or stays an extra row
-    assert entry["n_trials"] == 6 and len(configs) >= 6 and len(trials) <= 7
+    assert entry.n_trials == 6 and len(configs) >= 6 and len(trials) <= 7
     study = optuna.load_study(study_name=summary.study_name, storage=storage)
     finished = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
     assert {json.dumps(t.params, sort_keys=True) for t in finished} >= done_before
     # the best entry is one of the study's trials (an extra row left by the kill is not one);
     # its time is the finalists' re-measurement, so compare the trial's first measurement
-    best_row = next(t for t in trials if t["id"] == entry["trial_id"])
-    assert best_row["config"] == entry["config"] and best_row["status"] == "ok"
-    assert best_row["time_s"] in {t.value for t in finished}
+    best_row = next(t for t in trials if t.db_id == entry.trial_id)
+    assert best_row.config == entry.config and best_row.status == "ok"
+    assert best_row.time_s in {t.value for t in finished}
 
 
 def test_a_failing_task_is_reported_and_the_job_exits_1(tmp_path, subprocess_env, db_url):

@@ -40,7 +40,7 @@ def test_a_space_of_a_million_configurations_is_searched_without_listing_it():
     space, calls = million()
     assert space.size == 10**6 > LISTED_UP_TO
     found = run_search(
-        space, SIG, lambda c: Evaluation(c, slope(c)), n_trials=60, strategy="gp", seed=0
+        space, SIG, lambda c: Evaluation.of(c, slope(c)), n_trials=60, strategy="gp", seed=0
     )
     configs = [ev.config for ev in found]
     assert len(configs) == 60 and len({tuple(c.values()) for c in configs}) == 60
@@ -56,7 +56,7 @@ def test_a_space_of_a_million_configurations_is_searched_without_listing_it():
 def test_strategies_that_need_the_list_refuse_a_space_too_large_to_list(strategy):
     space, calls = million()
     with pytest.raises(SpaceError, match=f"strategy '{strategy}' needs every valid.*use 'gp'"):
-        run_search(space, SIG, lambda c: Evaluation(c, 1.0), n_trials=5, strategy=strategy)
+        run_search(space, SIG, lambda c: Evaluation.of(c, 1.0), n_trials=5, strategy=strategy)
     assert calls[0] == 0
 
 
@@ -64,13 +64,13 @@ def test_a_large_space_whose_constraints_admit_nothing_is_a_clear_error():
     params = tuple(Param(n, tuple(range(10))) for n in "abcdef")
     space = Space(params, (lambda config, sig: False,))
     with pytest.raises(SpaceError, match="no configuration of the space fits .*constraints"):
-        run_search(space, SIG, lambda c: Evaluation(c, 1.0), n_trials=5, strategy="gp")
+        run_search(space, SIG, lambda c: Evaluation.of(c, 1.0), n_trials=5, strategy="gp")
 
 
 def test_the_random_strategy_searches_a_space_too_large_to_list():
     space, calls = million()
     found = run_search(
-        space, SIG, lambda c: Evaluation(c, slope(c)), n_trials=30, seed=1, strategy="random"
+        space, SIG, lambda c: Evaluation.of(c, slope(c)), n_trials=30, seed=1, strategy="random"
     )
     configs = [ev.config for ev in found]
     assert len({tuple(c.values()) for c in configs}) == 30

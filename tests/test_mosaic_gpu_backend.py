@@ -17,7 +17,7 @@ from third_party_mgpu import double_rows, double_rows_reference
 from toy_kernels import rows_divide
 
 import autotune
-from autotune import BestEntry, TuningDB, runtime
+from autotune import BestEntry, TuningDB, lookup, runtime_state
 from autotune.device import DeviceInfo, current_device
 from autotune.kernels import matmul, matmul_mgpu
 from autotune.measure import TimingPolicy
@@ -65,7 +65,7 @@ def test_the_key_names_the_backend_a_kernel_lowers_through():
 def test_an_entry_tuned_for_another_backend_is_not_served(monkeypatch, db_url):
     kernel = register_double_rows()
     x = jnp.ones((128, 128), jnp.float32)
-    monkeypatch.setattr(runtime, "current_device", lambda: H200)  # a GPU cannot run here
+    monkeypatch.setattr(lookup, "current_device", lambda: H200)  # a GPU cannot run here
     key = kernel.spec.key(kernel.spec.signature([x], {}, H200), H200)
     assert key.backend == "mosaic_gpu"
     entry = BestEntry(
@@ -73,11 +73,11 @@ def test_an_entry_tuned_for_another_backend_is_not_served(monkeypatch, db_url):
     )
     with TuningDB(db_url) as db:
         db.put_best(dataclasses.replace(key, backend="triton"), entry)
-    runtime.clear_memo()
+    runtime_state.clear_memo()
     assert kernel.explain(x)["source"] == "default"
     with TuningDB(db_url) as db:
         db.put_best(key, entry)
-    runtime.clear_memo()
+    runtime_state.clear_memo()
     assert kernel.explain(x)["source"] == "db"
 
 

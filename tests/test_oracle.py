@@ -43,7 +43,7 @@ def test_small_shapes_are_judged_by_gpu_interpret_mode(small_budget, db_url):
     result = autotune.tune(kernel, [x], n_trials=2, strategy="grid", policy=QUICK, finalists=0)
     assert result.oracle == "interpret"
     with TuningDB(db_url) as db:
-        assert {t["oracle"] for t in db.trials(kernel="oracle_double_rows")} == {"interpret"}
+        assert {t.oracle for t in db.trials(kernel="oracle_double_rows")} == {"interpret"}
 
 
 def test_beyond_the_budget_the_reference_judges_and_a_wrong_candidate_is_rejected(
@@ -61,7 +61,7 @@ def test_beyond_the_budget_the_reference_judges_and_a_wrong_candidate_is_rejecte
     assert status == {64: "ok", 32: "rejected"}
     assert result.best_config == {"block_rows": 64}
     with TuningDB(db_url) as db:
-        assert {t["oracle"] for t in db.trials(kernel="oracle_double_rows")} == {"reference"}
+        assert {t.oracle for t in db.trials(kernel="oracle_double_rows")} == {"reference"}
     np.testing.assert_array_equal(np.asarray(kernel(x)), np.asarray(x) * 2)
 
 

@@ -102,7 +102,7 @@ def rows_of(page: str, table_id: str) -> list[str]:
 
 
 def test_importances_rank_the_parameter_that_matters_first(fleet):
-    trials = [t for t in TuningDB(fleet).trials(device_kind=H100) if t["status"] == "ok"]
+    trials = [t.as_row() for t in TuningDB(fleet).trials(device_kind=H100) if t.status == "ok"]
     imp = param_importances(trials)
     assert list(imp) == ["block_m", "block_k"] and imp["block_m"] > 0.9
     assert sum(imp.values()) == pytest.approx(1.0)

@@ -102,10 +102,10 @@ def test_concurrent_tunes_on_one_sqlite_file_never_crash_nor_measure_twice(
             assert proc.returncode == 0 and "Traceback" not in err, err[-3000:]
         with TuningDB(db) as handle:
             trials = handle.trials()
-            assert {e["signature"] for e in handle.query()} == {
+            assert {e.key.signature for e in handle.query()} == {
                 f"f32[{rows},128]" for rows in (96, 48, 24)
             }
-        measured = Counter((t["signature"], t["config"]["block_rows"]) for t in trials)
+        measured = Counter((t.key.signature, t.config["block_rows"]) for t in trials)
         assert [k for k, n in measured.items() if n > 1] == []
         assert sum(k[0] == "f32[96,128]" for k in measured) == 5
 
@@ -124,7 +124,7 @@ def test_an_interrupted_shared_run_counts_what_it_stored_and_the_rerun_keeps_the
     result = autotune.tune(scale, [x], **settings)  # this process's claim was released
     assert result.resumed == 2 and len(result.trials) == 4
     with TuningDB(db) as handle:
-        stored = [t["config"]["block_rows"] for t in handle.trials()]
+        stored = [t.config["block_rows"] for t in handle.trials()]
     assert len(stored) == len(set(stored)) == 4  # exactly the budget, none measured twice
 
 

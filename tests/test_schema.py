@@ -16,7 +16,7 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import inspect
 
-from autotune import db as dbmod
+from autotune import dbopen as dbmod
 from autotune import migrations, schema
 from autotune.db import TuningDB
 from autotune.errors import DatabaseError
@@ -90,7 +90,7 @@ def test_v1_database_opens_with_every_row_kept(v1_copy):
     before = raw_rows(v1_copy)
     assert before["schema_info"] == [{"id": 1, "version": 1}]
     with TuningDB(v1_copy) as db:
-        assert [r["config"] for r in db.query()] == [
+        assert [r.config for r in db.query()] == [
             {"block": 512},
             {"block_k": 64, "block_m": 64, "block_n": 64},
         ]
@@ -213,7 +213,7 @@ def test_tuning_database_and_studies_share_one_postgres_database(pg_url):
         scale, [make_input(rows=16)], n_trials=2, db=pg_url, storage=pg_url, strategy="grid"
     )
     (entry,) = TuningDB(pg_url).query(kernel="scale")
-    assert entry["config"] == result.best_config and len(TuningDB(pg_url).trials()) == 2
+    assert entry.config == result.best_config and len(TuningDB(pg_url).trials()) == 2
     (summary,) = optuna.get_all_study_summaries(optuna_url(pg_url))
     assert summary.n_trials >= 2
     engine = create_engine(optuna_url(pg_url))

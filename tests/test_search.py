@@ -245,7 +245,7 @@ def test_upcoming_is_told_the_queued_configs_in_the_order_they_are_measured():
     seen: list[list[dict]] = []
 
     def evaluate(config):
-        return Evaluation(config, float(config["b"]))
+        return Evaluation.of(config, float(config["b"]))
 
     warm = [{"b": 4}, {"b": 4}, {"b": 3}, {"b": 7}]  # a repeat, an invalid one
     found = run_search(
@@ -271,7 +271,7 @@ def test_upcoming_changes_nothing_a_seeded_model_based_search_measures(landscape
     def run(**extra):
         def evaluate(config):
             i = land.configs.index(config)
-            return Evaluation(config, land.times[i], land.statuses[i])
+            return Evaluation.of(config, land.times[i], land.statuses[i])
 
         initial = land.configs[:3]
         found = run_search(

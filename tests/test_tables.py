@@ -108,7 +108,7 @@ def test_a_tampered_shipped_entry_falls_back_with_one_warning(library, caplog):
     doc = json.loads(table.read_text())
     doc["entries"][0]["config"] = {"block_rows": 32}  # in the space, but 32 does not divide 48
     table.write_text(json.dumps(doc))
-    with caplog.at_level(logging.WARNING, logger="autotune.runtime"):
+    with caplog.at_level(logging.WARNING, logger="autotune.runtime_state"):
         assert library.explain(X)["source"] == "default"
         np.testing.assert_allclose(library(X), X * 2.0)
         np.testing.assert_allclose(library(X + 1), (X + 1) * 2.0)
@@ -122,7 +122,7 @@ def test_a_table_of_another_kernel_version_is_not_served(library, caplog):
     doc = json.loads(table.read_text())
     doc["entries"][0]["kernel_version"] = "0" * 12
     table.write_text(json.dumps(doc))
-    with caplog.at_level(logging.WARNING, logger="autotune.runtime"):
+    with caplog.at_level(logging.WARNING, logger="autotune.runtime_state"):
         assert library.explain(X)["source"] == "default"
     assert "only for kernel version 000000000000" in caplog.text
 

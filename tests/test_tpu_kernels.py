@@ -26,7 +26,7 @@ from autotune.backends import mosaic_tpu
 from autotune.check import lowering_error
 from autotune.cli import main
 from autotune.device import DeviceInfo
-from autotune.hardware import MiB, tpu_vmem_budget, tpu_vmem_bytes
+from autotune.hardware import MiB
 from autotune.kernels import (
     attention_reference,
     bmm,
@@ -310,17 +310,20 @@ def test_every_generation_is_known_by_name_and_by_jax_device_kind():
     assert mosaic_tpu.chip("TPU v9") is None
     facts = {c: mosaic_tpu.chip(c) for c in GENERATIONS}
     assert [facts[c].vmem_bytes // MiB for c in GENERATIONS] == [16, 128, 64, 128, 64]
-    assert [tpu_vmem_bytes(c) // MiB for c in GENERATIONS] == [16, 16, 16, 32, 32]
+    assert [mosaic_tpu.scoped_vmem_bytes(c) // MiB for c in GENERATIONS] == [16, 16, 16, 32, 32]
     # megacore on v4 and v5p; v7x's two TensorCores are two devices (JAX's tpu_info)
     assert [facts[c].grid_cores for c in GENERATIONS] == [2, 1, 2, 1, 1]
-    assert tpu_vmem_budget("TPU v5 lite") == 96 * MiB and tpu_vmem_budget("TPU v9") == 12 * MiB
+    assert (
+        mosaic_tpu.vmem_budget("TPU v5 lite") == 96 * MiB
+        and mosaic_tpu.vmem_budget("TPU v9") == 12 * MiB
+    )
 
 
 def test_the_vmem_limit_is_raised_only_past_every_generations_default():
     assert mosaic_tpu.vmem_limit(12 * MiB) is None
     assert mosaic_tpu.vmem_limit(12 * MiB + 1) == 17 * MiB
     for c in GENERATIONS:  # what a kernel within the budget asks for, the chip has
-        limit = mosaic_tpu.vmem_limit(tpu_vmem_budget(c)) or tpu_vmem_bytes(c)
+        limit = mosaic_tpu.vmem_limit(mosaic_tpu.vmem_budget(c)) or mosaic_tpu.scoped_vmem_bytes(c)
         assert limit <= mosaic_tpu.chip(c).vmem_bytes
 
 

@@ -15,14 +15,13 @@ from jax.experimental import pallas as pl
 import autotune
 from autotune import backends
 from autotune.check import check_space, lowering_error
-from autotune.hardware import lowering_for
 from autotune.kernels import flash_attention, matmul, softmax, vector_add
 
 BF16, F32 = jnp.bfloat16, jnp.float32
 
 
 def _lowered_text(fn, args):
-    with lowering_for("gpu"):
+    with backends.lowering_for("gpu"):
         return jax.jit(fn).trace(*args).lower(lowering_platforms=("cuda",)).as_text()
 
 
@@ -61,8 +60,7 @@ def test_every_accepted_triton_candidate_lowers_for_a_gpu(kernel, shapes, dtype,
 def test_a_block_breaking_tritons_power_of_two_rule_is_reported():
     @autotune.autotuned(name="unconstrained_triton_rows", space={"block_rows": [8, 12]})
     def rows(x, *, block_rows=8, interpret=False):
-        from autotune.backends import triton
-        from autotune.hardware import kernel_platform
+        from autotune.backends import kernel_platform, triton
 
         return pl.pallas_call(
             lambda x_ref, o_ref: o_ref.__setitem__(..., x_ref[...] * 2),

@@ -26,26 +26,26 @@ def tuned_matmul(tmp_path_factory):
 def test_tuning_stores_a_best_entry_that_revalidates_and_is_correct(tuned_matmul):
     db, result, x, y = tuned_matmul
     (entry,) = TuningDB(db).query(kernel="matmul")
-    assert entry["config"] == result.best_config
+    assert entry.config == result.best_config
     # the winner's figure is its interleaved re-measurement, side by side with the default's
-    assert entry["time_s"] == result.best_time_s == result.finalists[0].time_s
+    assert entry.time_s == result.best_time_s == result.finalists[0].time_s
     assert result.finalists[0].config == result.best_config
     assert any(f.config == result.default_config for f in result.finalists)
     assert result.best_config in [t.config for t in result.trials if t.status == "ok"]
-    assert entry["n_trials"] == len(result.trials) == 6
-    assert entry["platform"] == "cpu" and entry["backend"] == "interpret"
-    assert entry["signature"] == "f32[64,128],f32[128,32]"
-    assert entry["jax_version"] == jax.__version__
-    assert entry["speedup"] == pytest.approx(result.default_time_s / result.best_time_s)
+    assert entry.n_trials == len(result.trials) == 6
+    assert entry.key.platform == "cpu" and entry.key.backend == "interpret"
+    assert entry.key.signature == "f32[64,128],f32[128,32]"
+    assert entry.jax_version == jax.__version__
+    assert entry.speedup == pytest.approx(result.default_time_s / result.best_time_s)
     space = matmul.spec.space("cpu")
-    assert space.check_stored(entry["config"]) is None
-    out = matmul(x, y, **entry["config"])
+    assert space.check_stored(entry.config) is None
+    out = matmul(x, y, **entry.config)
     np.testing.assert_allclose(out, matmul_reference(x, y), rtol=1e-5, atol=1e-5)
     trials = TuningDB(db).trials(kernel="matmul")
-    assert len(trials) == 6 and all(t["status"] == "ok" and t["n_reps"] >= 5 for t in trials)
-    assert all(t["time_p10_s"] <= t["time_s"] <= t["time_p90_s"] for t in trials)
-    best_trial = next(t for t in trials if t["id"] == entry["trial_id"])
-    assert best_trial["config"] == entry["config"]
+    assert len(trials) == 6 and all(t.status == "ok" and t.n_reps >= 5 for t in trials)
+    assert all(t.time_p10_s <= t.time_s <= t.time_p90_s for t in trials)
+    best_trial = next(t for t in trials if t.db_id == entry.trial_id)
+    assert best_trial.config == entry.config
 
 
 def test_divergent_candidate_is_rejected_and_never_best(db_url):
@@ -58,10 +58,9 @@ def test_divergent_candidate_is_rejected_and_never_best(db_url):
     assert by_block[8].status == by_block[16].status == "ok"
     assert result.best_config["block_rows"] != 32
     (entry,) = TuningDB(db_url).query(kernel="buggy_scale")
-    assert entry["config"]["block_rows"] != 32 and entry["n_rejected"] == 1
+    assert entry.config["block_rows"] != 32 and entry.n_rejected == 1
     stored = {
-        t["config"]["block_rows"]: t["status"]
-        for t in TuningDB(db_url).trials(kernel="buggy_scale")
+        t.config["block_rows"]: t.status for t in TuningDB(db_url).trials(kernel="buggy_scale")
     }
     assert stored[32] == "rejected"
 
@@ -95,7 +94,7 @@ def test_no_valid_configuration_is_a_clear_error(db_url):
 def test_a_kept_default_says_why_when_a_candidate_looked_faster():
     from autotune.finalists import Finalist, rank
     from autotune.measure import Timing
-    from autotune.tuner import TuneResult
+    from autotune.tune_result import TuneResult
 
     def finalist(config, first_s, median_s, distance):
         timing = Timing(median_s, median_s, median_s * 0.99, median_s * 1.01, 10, "wall")

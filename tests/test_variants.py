@@ -38,9 +38,9 @@ def test_a_tuned_group_of_matmul_and_xla_serves_xla_on_a_cpu(db_url, tmp_path):
     got = group.explain(x, y)
     assert (got["variant"], got["config"], got["source"]) == ("dot", {}, "db")
     with TuningDB(db_url) as db:
-        entries = {r["kernel"]: r for r in db.query()}
-    assert entries["matmul_or_dot"]["config"] == {"variant": "dot"}
-    assert entries["matmul"]["config"] == result.members["matmul"].best_config  # beside it
+        entries = {r.key.kernel: r for r in db.query()}
+    assert entries["matmul_or_dot"].config == {"variant": "dot"}
+    assert entries["matmul"].config == result.members["matmul"].best_config  # beside it
     assert check_database(db_url)[0] == []  # the group's entry is one db check trusts
 
     want = np.asarray(x) @ np.asarray(y)
@@ -88,7 +88,7 @@ def test_a_chosen_member_that_cannot_run_here_gives_way_with_one_warning(caplog)
     group = autotune.variants("picky_dot", [only_16_bit, autotune.Member(jnp.dot, name="xla")])
     x, y = jnp.ones((4, 3)), jnp.ones((3, 2))
     entry = {**group.explain(x, y)["key"], "config": {"variant": "only_16_bit"}, "time_s": 1e-6}
-    with autotune.overlay([entry]), caplog.at_level("WARNING", logger="autotune.runtime"):
+    with autotune.overlay([entry]), caplog.at_level("WARNING", logger="autotune.runtime_state"):
         got = group.explain(x, y)
         np.testing.assert_allclose(group(x, y), x @ y)
     assert (got["variant"], got["source"]) == ("xla", "default")

@@ -45,10 +45,10 @@ def test_crash_and_hangs_are_recorded_and_the_run_carries_on(db_url):
     assert result.restarts == 2 and result.n_crashed == 3
     # the hangs last an hour: the run is bounded by the limits plus restarts, not by them
     assert wall < LIMITS.compile_s + LIMITS.run_s + 60
-    stored = {t["config"]["block_rows"]: t["status"] for t in TuningDB(db_url).trials()}
+    stored = {t.config["block_rows"]: t.status for t in TuningDB(db_url).trials()}
     assert stored == {8: "ok", 16: "crashed", 32: "timeout", 64: "timeout"}
     (entry,) = TuningDB(db_url).query(kernel="fragile_scale")
-    assert entry["config"] == {"block_rows": 8}
+    assert entry.config == {"block_rows": 8}
 
 
 def test_isolated_tuning_finds_the_kernel_by_its_import_path(db_url):

@@ -33,7 +33,7 @@ def test_a_jax_py_in_the_working_directory_is_never_imported(tmp_path, subproces
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     with TuningDB(db) as handle:
-        assert [e["kernel"] for e in handle.query()] == ["scale"]
+        assert [e.key.kernel for e in handle.query()] == ["scale"]
 
 
 def test_a_program_is_found_in_the_working_directory_but_never_shadows_jax(

@@ -10,18 +10,23 @@ never served to another.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Sequence
+import contextvars
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
 from autotune.backends import interpret, mosaic_gpu, mosaic_tpu, triton
-from autotune.hardware import lowering_for
-from autotune.platforms import PLATFORMS
+from autotune.hardware import next_pow2
+from autotune.platforms import PLATFORMS, platform_of
 
 
 def _no_cache(device_kind: str) -> int:
     return 0
+
+
+def _any_kind(device_kind: str) -> str | None:
+    return None
 
 
 @dataclass(frozen=True)
@@ -43,10 +48,19 @@ class Backend:
     # SLOW_INTERPRET: its interpret mode simulates the device (threads, barriers), too slow to
     # judge candidates at every shape (autotune.oracle)
     slow_interpret: bool = False
-    # POW2_BLOCKS: its blocks are powers of two (autotune.hardware.clamp_block)
+    # POW2_BLOCKS: its blocks are powers of two (whole_block, clamp_block)
     pow2_blocks: bool = False
+    # STICKY_FAULTS: a kernel that fails at run time leaves the process's device unusable
+    # (a CUDA fault), so a device worker is replaced after one (autotune.worker.parent)
+    sticky_faults: bool = False
     # KIND_PREFIX: how its platform's device kinds begin ("TPU v5 lite"; "": any)
     kind_prefix: str = ""
+    # DEFAULT_KIND: the device whose limits constraints assume where none is named (a check
+    # on a host without the device: autotune.check)
+    default_kind: str = ""
+    # unknown_kind(device_kind): why a device kind named by a user is not one of its chips
+    # this project knows (None: it is, or the backend takes any)
+    unknown_kind: Callable[[str], str | None] = _any_kind
     # cache_bytes(device_kind): the cache a repeated call's inputs could stay in between
     # timed calls, so timing rotates copies of smaller inputs (autotune.measure)
     cache_bytes: Callable[[str], int] = _no_cache
@@ -66,7 +80,10 @@ class Backend:
             reset_interpret_state=module.reset_interpret_state,
             slow_interpret=getattr(module, "SLOW_INTERPRET", False),
             pow2_blocks=getattr(module, "POW2_BLOCKS", False),
+            sticky_faults=getattr(module, "STICKY_FAULTS", False),
             kind_prefix=getattr(module, "KIND_PREFIX", ""),
+            default_kind=getattr(module, "DEFAULT_KIND", ""),
+            unknown_kind=getattr(module, "unknown_kind", _any_kind),
             cache_bytes=getattr(module, "cache_bytes", _no_cache),
         )
 
@@ -110,6 +127,44 @@ def timers(platform: str) -> tuple[str, ...]:
 def interprets(platform: str) -> bool:
     """Whether Pallas kernels on `platform` run only in interpret mode (a CPU's)."""
     return default(platform) == interpret.NAME
+
+
+def whole_block(dim: int, platform: str) -> int:
+    """The block that holds a whole dimension on `platform`: the dimension itself, or where
+    the platform's blocks are powers of two (Triton's), the power of two that covers it."""
+    return next_pow2(dim) if of_platform(platform).pow2_blocks else dim
+
+
+def clamp_block(block: int, dim: int, platform: str) -> int:
+    """A block no larger than its dimension needs (`whole_block`)."""
+    return min(block, whole_block(dim, platform))
+
+
+def kernel_platform(interpret: bool) -> str:
+    """The platform a kernel lays its blocks out for (and picks its compiler parameters for):
+    "cpu" in interpret mode, else the platform it is being lowered for (`lowering_for`), else
+    the default backend's ("tpu", "gpu")."""
+    if interpret:
+        return "cpu"
+    import jax
+
+    return _LOWERING_FOR.get() or platform_of(jax.default_backend())
+
+
+_LOWERING_FOR: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "lowering_for", default=None
+)
+
+
+@contextlib.contextmanager
+def lowering_for(platform: str) -> Iterator[None]:
+    """Trace kernels for `platform` ("tpu", "gpu") whatever this host's device: what lowering
+    for another platform on a CPU-only host needs (`autotune.check`)."""
+    token = _LOWERING_FOR.set(platform)
+    try:
+        yield
+    finally:
+        _LOWERING_FOR.reset(token)
 
 
 def backend_matters(platform: str, takes_interpret: bool) -> bool:

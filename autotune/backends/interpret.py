@@ -19,6 +19,7 @@ TIMERS = ("wall",)  # a CPU has no device clock
 COMPILER_PARAMS = None  # no compiler, so no knobs
 KNOBS: tuple[str, ...] = ()
 KIND_PREFIX = "cpu"  # jax calls every CPU device kind "cpu"
+DEFAULT_KIND = "cpu"
 
 # TPU interpret mode is the interpreter that runs any kernel without backend-specific parts.
 interpret_mode = mosaic_tpu.interpret_mode

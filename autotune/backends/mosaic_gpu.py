@@ -10,6 +10,7 @@ memories, threads and barriers: correct but slow (its cost grows with the number
 from __future__ import annotations
 
 import contextlib
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -27,6 +28,8 @@ TIMERS = ("cupti", "trace", "wall")
 COMPILER_PARAMS = "jax.experimental.pallas.mosaic_gpu.CompilerParams"
 KNOBS = ("max_concurrent_steps",)  # the depth of its pipelines (shared-memory slots)
 SLOW_INTERPRET = True  # GPU interpret mode simulates the GPU's threads and barriers
+STICKY_FAULTS = True  # a CUDA fault fails every later launch in the process
+DEFAULT_KIND = "NVIDIA H200"  # the GPU a check assumes where none is named
 cache_bytes = gpu_l2_bytes  # inputs smaller than the L2 are rotated when timing
 
 # Shared memory a block may allocate (the opt-in maximum; Mosaic GPU refuses a kernel that
@@ -52,6 +55,19 @@ WARPGROUP_THREADS = 128
 # it, more than 128 for the accumulator spills (a budget, not a rule the lowering checks).
 ACC_REGISTERS_MAX = 128
 BARRIER_BYTES = 8  # one mbarrier in shared memory
+# Hopper GPUs by the device kind jax reports: Mosaic GPU's kernels need warpgroup MMA and TMA
+HOPPER = re.compile(r"\bG?H(100|200|800|20)\b")
+
+
+def why_not(platform: str, device_kind: str) -> str | None:
+    """Why a Mosaic GPU kernel cannot run on this device, or None where it can."""
+    if platform != PLATFORM:
+        return f"a Mosaic GPU kernel needs a Hopper GPU; this call runs on {platform}"
+    if not HOPPER.search(device_kind):
+        return (
+            f"a Mosaic GPU kernel needs a Hopper GPU (H100, H200, H800, GH200), not {device_kind}"
+        )
+    return None
 
 
 def plgpu() -> Any:

@@ -3,8 +3,9 @@
 TPU interpret mode runs TPU kernels on a CPU, TPU-only grid specs (scalar prefetch, VMEM
 scratch) included; the TPU lowering (which enforces the block-shape rules) runs on a CPU-only
 host too. The chip facts below (VMEM per generation, cores a grid splits across) are what the
-kernels' constraints and VMEM models use, through `autotune.hardware`'s helpers, beside the
-TPU's tiling rule, and the layout of grids for megacore chips (`ParallelGrid`).
+kernels' constraints and VMEM models use (`scoped_vmem_bytes`, `vmem_budget`), beside the
+TPU's tiling rule (`autotune.hardware`), and the layout of grids for megacore chips
+(`ParallelGrid`).
 
 Sources: JAX's `jax/_src/pallas/mosaic/tpu_info.py` (VMEM capacity, TensorCores per chip and
 whether they join as a megacore, the device_kind names) and JAX's Pallas TPU docs (scoped VMEM
@@ -31,6 +32,8 @@ TIMERS = ("trace", "wall")
 COMPILER_PARAMS = "jax.experimental.pallas.tpu.CompilerParams"
 KNOBS = ("vmem_limit_bytes",)  # raises the scoped VMEM limit (see TpuChip, vmem_limit)
 KIND_PREFIX = "TPU"  # "TPU v5 lite", "TPU v6e", ...
+DEFAULT_KIND = "TPU v5 lite"  # the chip a check assumes where none is named
+STICKY_FAULTS = True  # a kernel that failed at run time may leave the TPU unusable
 
 
 @dataclass(frozen=True)
@@ -82,6 +85,26 @@ def chip(device_kind: str) -> TpuChip | None:
 
 def chip_or_default(device_kind: str) -> TpuChip:
     return chip(device_kind) or UNKNOWN_CHIP
+
+
+def unknown_kind(device_kind: str) -> str | None:
+    """Why `device_kind` names no TPU of the table (None: it names one)."""
+    if chip(device_kind) is not None:
+        return None
+    return (
+        f"not a TPU this project knows: give a generation ({', '.join(GENERATIONS)}) or "
+        "jax's device_kind, e.g. 'TPU v5 lite'"
+    )
+
+
+def scoped_vmem_bytes(device_kind: str) -> int:
+    """The VMEM a kernel that keeps the default scoped limit may use on this TPU."""
+    return chip_or_default(device_kind).scoped_vmem_bytes
+
+
+def vmem_budget(device_kind: str) -> int:
+    """The VMEM a kernel that sets vmem_limit_bytes from its VMEM model may use on this TPU."""
+    return chip_or_default(device_kind).vmem_budget
 
 
 def vmem_limit(need: int) -> int | None:
@@ -146,7 +169,7 @@ class ParallelGrid:
 
 
 def targets_tpu(platform: str, interpret: bool) -> bool:
-    """Whether a kernel laid out for `platform` (`hardware.kernel_platform`) takes its TPU
+    """Whether a kernel laid out for `platform` (`backends.kernel_platform`) takes its TPU
     body: on a TPU, and on a CPU-only host unless `interpret=True`, since there Pallas can
     only lower for a TPU (`autotune check`) or run under TPU interpret mode."""
     return platform != "gpu" and not interpret

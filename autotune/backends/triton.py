@@ -29,6 +29,8 @@ TIMERS = ("cupti", "trace", "wall")
 COMPILER_PARAMS = "jax.experimental.pallas.triton.CompilerParams"
 KNOBS = ("num_warps", "num_stages")  # warps per block; software-pipelining depth
 POW2_BLOCKS = True  # Triton's blocks are powers of two
+STICKY_FAULTS = True  # a CUDA fault fails every later launch in the process
+DEFAULT_KIND = "NVIDIA H200"  # the GPU a check assumes where none is named
 cache_bytes = gpu_l2_bytes  # inputs smaller than the L2 are rotated when timing
 
 # a kernel recognised as Triton but taking no `interpret` argument gets the general interpreter
@@ -37,7 +39,7 @@ reset_interpret_state = interpret.reset_interpret_state
 
 
 def compiler_params(num_warps: int, num_stages: int | None, platform: str) -> Any:
-    """Triton's knobs for a kernel laid out for `platform` (`autotune.hardware.kernel_platform`:
+    """Triton's knobs for a kernel laid out for `platform` (`autotune.backends.kernel_platform`:
     the platform it is lowered for, a GPU's even on a CPU host under `autotune.check`); None
     elsewhere (TPU and interpret mode take their compilers' defaults)."""
     if platform != PLATFORM:

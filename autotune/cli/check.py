@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from autotune.backends import mosaic_tpu
+from autotune import backends
 from autotune.check import LOWERING_TARGETS
 from autotune.cli.common import UsageError, add_import_argument, import_user_modules, parse_static
 from autotune.cli.output import table
@@ -40,7 +40,7 @@ def add_parser(sub: Any) -> None:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    from autotune.check import DEFAULT_KINDS, check_space
+    from autotune.check import check_space
     from autotune.registry import resolve
 
     import_user_modules(args)
@@ -48,12 +48,11 @@ def cmd_check(args: argparse.Namespace) -> int:
     task = make_task(args.kernel, args.shape, args.dtype, parse_static(args.static))
     inputs, static = task.inputs(), task.static_dict
     check_call(kernel, inputs, static, args.shape)
-    kind = args.device_kind or DEFAULT_KINDS[args.platform]
-    if args.platform == "tpu" and mosaic_tpu.chip(kind) is None:
-        raise UsageError(
-            f"--device-kind {kind!r}: not a TPU this project knows: give a generation "
-            f"({', '.join(mosaic_tpu.GENERATIONS)}) or jax's device_kind, e.g. 'TPU v5 lite'"
-        )
+    backend = backends.of_platform(args.platform)
+    kind = args.device_kind or backend.default_kind
+    unknown = backend.unknown_kind(kind)
+    if unknown:
+        raise UsageError(f"--device-kind {kind!r}: {unknown}")
     if args.sample is not None and args.sample < 1:
         raise UsageError(f"--sample {args.sample}: give a positive number of candidates")
     rows = check_space(kernel, inputs, static, args.platform, kind, args.sample)

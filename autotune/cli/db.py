@@ -204,7 +204,8 @@ def cmd_query(args: argparse.Namespace, db: TuningDB) -> int:
             print(f"deleted {db.delete_misses(r['id'] for r in rows)} miss(es)")
             return 0
     else:
-        rows = {"list": db.query, "trials": db.trials}[args.db_command](**_filter_values(args))
+        read = {"list": db.query, "trials": db.trials}[args.db_command]
+        rows = [r.as_row() for r in read(**_filter_values(args))]
     print(render(rows, args.format))
     return 0
 
@@ -258,10 +259,11 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def cmd_show(args: argparse.Namespace, db: TuningDB) -> int:
-    entry = db.entry(args.id)
-    if entry is None:
+    stored = db.entry(args.id)
+    if stored is None:
         raise AutotuneError(f"no entry with id {args.id}: see `autotune db list` for the ids")
-    trials = entry.pop("trials")
+    entry = stored.as_row()
+    trials = [t.as_row() for t in db.trials(**stored.key.as_dict())]
     if args.format == "json":
         print(json.dumps({**entry, "trials": trials}, indent=2, default=str))
         return 0
@@ -307,7 +309,7 @@ def stale_entries(db: TuningDB, filters: dict[str, Any]) -> list[dict[str, Any]]
     from autotune.registry import registered
 
     current = {name: k.spec.version for name, k in registered().items()}
-    rows = db.query(**filters)
+    rows = [r.as_row() for r in db.query(**filters)]
     return [
         {**r, "current_version": current[r["kernel"]]}
         for r in rows
@@ -339,7 +341,7 @@ def cmd_stale(args: argparse.Namespace, db: TuningDB) -> int:
 def cmd_prune(args: argparse.Namespace, db: TuningDB) -> int:
     filters = _filter_values(args)
     stale = stale_entries(db, dict(filters))
-    tuned = {_key(r) for r in db.query(**dict(filters))}
+    tuned = {_key(r.key.as_dict()) for r in db.query(**dict(filters))}
     answered = [m for m in db.misses(**dict(filters)) if _key(m) in tuned]
     if args.dry_run:
         print(f"would delete {len(stale)} stale entries and {len(answered)} answered misses")
@@ -361,12 +363,12 @@ def cmd_stats(args: argparse.Namespace, db: TuningDB) -> int:
             {"kernel": g[0], "device_kind": g[1], "entries": 0, "trials": 0, "misses": 0, "sp": []},
         )
 
-    for r in db.query(**dict(filters)):
-        group(r)["entries"] += 1
-        if r["speedup"]:
-            group(r)["sp"].append(r["speedup"])
-    for r in db.trials(**dict(filters)):
-        group(r)["trials"] += 1
+    for e in db.query(**dict(filters)):
+        group(e.key.as_dict())["entries"] += 1
+        if e.speedup:
+            group(e.key.as_dict())["sp"].append(e.speedup)
+    for t in db.trials(**dict(filters)):
+        group(t.key.as_dict())["trials"] += 1
     for r in db.misses(**dict(filters)):
         group(r)["misses"] += 1
     rows = []

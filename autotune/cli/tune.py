@@ -17,6 +17,7 @@ from autotune.cli.common import (
     parse_static,
 )
 from autotune.dbconnect import check_url
+from autotune.errors import AutotuneError
 from autotune.policies import WorkerLimits
 from autotune.strategies import STRATEGIES
 from autotune.task import check_task, make_task
@@ -154,7 +155,6 @@ def cmd_tune(args: argparse.Namespace) -> int:
         return cmd_tune_job(args, settings)
 
     from autotune import studies
-    from autotune.tuner import tune_task
 
     if args.kernel is None or args.shape is None:
         raise UsageError(
@@ -178,24 +178,26 @@ def cmd_tune(args: argparse.Namespace) -> int:
     # and a finished run deletes it, so the next run tunes afresh
     storage = args.storage or studies.default_storage(args.db)
 
-    announced = False
-
-    def progress(trial: Any, i: int, n: int) -> None:
-        nonlocal announced
-        if not announced and i > 1:  # the first trial of this run, after an interrupted one's
-            print(f"resuming: {i - 1} of {n} trials already measured by an earlier run")
-        announced = True
+    def show(p: Any, outcome: Any) -> None:
+        if outcome is not None:
+            return
+        trial = p.record
+        if p.trials_done == 1 and p.trial > 1:  # this run's first trial, after an interrupted one's
+            print(
+                f"resuming: {p.trial - 1} of {p.n_trials} trials already measured by an earlier run"
+            )
         time = f"{trial.time_s * 1e3:9.4f} ms" if trial.time_s is not None else " " * 12
         print(
-            f"trial {i:3d}/{n}  {trial.status:13s} {time}  {config_text(trial.config)}", flush=True
+            f"trial {p.trial:3d}/{p.n_trials}  {trial.status:13s} {time}  {config_text(trial.config)}",
+            flush=True,
         )
 
-    try:
-        result = tune_task(one, settings.replace(storage=storage), db=args.db, progress=progress)
-    except TypeError as e:  # the kernel's own signature refused the arguments
-        raise UsageError(
-            f"{args.kernel} cannot be called with --shape {args.shape} --static {static}: {e}"
-        ) from None
+    # the same job runner as every other task, tuning it whether or not it is tuned already
+    run = settings.replace(storage=storage)
+    (outcome,) = jobs.run_tasks([one], None, db=args.db, settings=run, retune=True, show=show)
+    if outcome.status == "failed":
+        raise AutotuneError(outcome.detail)
+    result = outcome.result
     speedup = f"{result.speedup:.2f}x" if result.speedup else "n/a"
     default = f"{result.default_time_s * 1e3:.4f} ms" if result.default_time_s else "failed"
     if storage and not args.storage:

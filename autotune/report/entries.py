@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from autotune.errors import AutotuneError
+from autotune.trial import StoredTrial
 
 log = logging.getLogger(__name__)
 
@@ -83,9 +84,9 @@ def read_entries(db: Any, kernel: str | None = None) -> list[EntryView]:
     """Every best entry of `db` (of one kernel, given one) with its trials."""
     from autotune.schema import KEY_COLUMNS
 
-    entries = db.query(kernel=kernel)
+    entries = [e.as_row() for e in db.query(kernel=kernel)]
     by_key: dict[tuple, list[dict[str, Any]]] = {}
-    for t in db.trials(kernel=kernel):
+    for t in map(StoredTrial.as_row, db.trials(kernel=kernel)):
         by_key.setdefault(tuple(t[k] for k in KEY_COLUMNS), []).append(t)
     versions = current_versions()
     taken: set[str] = set()

@@ -109,11 +109,12 @@ def _serving_entry(db: Any, kernel: Any, source: str, key: dict[str, Any]) -> di
     from autotune.signature import TuningKey
     from autotune.tables import shipped_table
 
+    entry = None
     if source == "db":
-        return db.best(TuningKey(**key))
-    if source == "shipped" and kernel.spec.tuned is not None:
+        entry = db.best(TuningKey(**key))
+    elif source == "shipped" and kernel.spec.tuned is not None:
         try:
-            return shipped_table(kernel.spec.tuned).best(TuningKey(**key))
+            entry = shipped_table(kernel.spec.tuned).best(TuningKey(**key))
         except AutotuneError:  # served just now, so readable; a table replaced since is not
             return None
-    return None
+    return None if entry is None else entry.as_row()

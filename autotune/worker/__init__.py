@@ -9,19 +9,26 @@ Both workers implement `Worker`, so the tuner and the finalists never ask which 
   trial under `WorkerLimits`, and a fresh child takes the next one.
 
 Either compiles the candidates the search will measure next (`prefetch`) in threads while the
-current one is timed (autotune.compile_pool).
+current one is timed (autotune.compile_pool). Which one measures a task is chosen here
+(`task_worker`), from the run's settings, for the tuner and a group's tuning alike.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any, Protocol
+import contextlib
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
 from autotune.device import DeviceInfo
 from autotune.policies import DEFAULT_LIMITS, WorkerLimits
+from autotune.registry import KernelSpec
+from autotune.task import Task
 from autotune.trial import Config, TrialRecord
 from autotune.worker.inprocess import InProcessWorker
 from autotune.worker.parent import DeviceWorker
+
+if TYPE_CHECKING:
+    from autotune.tune_settings import TuneSettings
 
 
 class Worker(Protocol):
@@ -52,4 +59,48 @@ class Worker(Protocol):
     def __exit__(self, *exc: object) -> None: ...
 
 
-__all__ = ["DEFAULT_LIMITS", "DeviceWorker", "InProcessWorker", "Worker", "WorkerLimits"]
+def device_worker(task: Task, args: Sequence[Any], settings: TuneSettings) -> DeviceWorker:
+    """A device worker process for `task`, with the settings' timing, limits and platforms."""
+    return DeviceWorker(
+        task,
+        args,
+        settings.policy,
+        settings.limits,
+        settings.worker_platforms,
+        settings.compile_workers,
+    )
+
+
+@contextlib.contextmanager
+def task_worker(
+    spec: KernelSpec,
+    task: Task,
+    args: Sequence[Any],
+    settings: TuneSettings,
+    given: DeviceWorker | None = None,
+) -> Iterator[Worker]:
+    """The worker that measures `task`'s candidates (of `spec`, on `args`): `given`, set to
+    this task and left running after (many tasks share its start-up); else a device worker
+    under the settings' isolation, or one in this process; either stopped when the context
+    ends."""
+    if given is not None:
+        given.device = given.set_task(task, args, settings.policy)
+        yield given
+        return
+    if settings.isolate:
+        worker: Any = device_worker(task, args, settings)
+    else:
+        worker = InProcessWorker(spec, task, args, settings.policy, settings.compile_workers)
+    with worker:
+        yield worker
+
+
+__all__ = [
+    "DEFAULT_LIMITS",
+    "DeviceWorker",
+    "InProcessWorker",
+    "Worker",
+    "WorkerLimits",
+    "device_worker",
+    "task_worker",
+]

@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from autotune import backends
 from autotune.compile_pool import AHEAD_PER_WORKER, default_compile_workers
 from autotune.device import DeviceInfo, current_device
 from autotune.errors import KernelError
@@ -141,10 +142,10 @@ class DeviceWorker:
                         # words (a CUDA error, a failed launch) are what XLA logged meanwhile:
                         # its first lines (the cause) and its last
                         value.error = (value.error or "") + self._stderr_tail(logged, 4, first=4)
-                    if value.status == "runtime_error" and self.device.platform != "cpu":
-                        # a fault on an accelerator (a CUDA error) is sticky: every later
-                        # launch in this process would fail too; the next request starts a
-                        # fresh worker
+                    sticky = backends.of_platform(self.device.platform).sticky_faults
+                    if value.status == "runtime_error" and sticky:
+                        # every later launch in this process would fail too: the next
+                        # request starts a fresh worker
                         self._kill()
                     return value
         except _Died as d:

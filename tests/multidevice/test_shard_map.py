@@ -15,7 +15,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from autotune import kernels as K
-from autotune.hardware import lowering_for
+from autotune.backends import lowering_for
 
 F32, BF16 = jnp.float32, jnp.bfloat16
 S = jax.ShapeDtypeStruct

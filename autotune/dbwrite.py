@@ -1,0 +1,149 @@
+"""Writing to a tuning database: trials, best entries (one upsert, `upsert_entry`, for every
+writer: a run's winner, a shared study's, an imported entry), and counted misses."""
+
+from __future__ import annotations
+
+import dataclasses
+import socket
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from sqlalchemy import delete, select, update
+from sqlalchemy.exc import IntegrityError, OperationalError
+from sqlalchemy.orm import Session
+
+from autotune.dbopen import Connection
+from autotune.dbread import row_record
+from autotune.errors import DatabaseError
+from autotune.schema import Miss, Result, Trial, encode_config, utcnow
+from autotune.signature import TuningKey
+from autotune.trial import BestEntry, StoredEntry, TrialRecord
+
+
+def upsert_entry(
+    s: Session,
+    key: Mapping[str, Any],
+    fields: Mapping[str, Any],
+    keep: Callable[[Result], bool] | None = None,
+) -> tuple[str, Result]:
+    """Store the best entry of `key` (its columns: `fields`) in session `s`: added where the
+    key has none, else the stored row replaced, unless `keep(row)` says to keep it. Returns
+    what was done ("added", "replaced" or "kept") and the row. The row is locked where the
+    database can, so a concurrent writer waits for this transaction."""
+    row = s.scalars(select(Result).filter_by(**key).with_for_update()).first()
+    if row is None:
+        row = Result(**key, **fields)
+        s.add(row)
+        return "added", row
+    if keep is not None and keep(row):
+        return "kept", row
+    for k, v in fields.items():
+        setattr(row, k, v)
+    return "replaced", row
+
+
+class Writes(Connection):
+    """The writes of the TuningDB facade."""
+
+    def add_trials(self, key: TuningKey, run_id: str, trials: Iterable[TrialRecord]) -> list[int]:
+        """Store trial records; returns their ids."""
+        with self.session(write=True) as s:
+            rows = []
+            for t in trials:
+                fields = {k: v for k, v in vars(t).items() if k in Trial.__table__.columns}
+                fields["config"] = encode_config(t.config)
+                rows.append(Trial(**key.as_dict(), run_id=run_id, **fields))
+            s.add_all(rows)
+            s.flush()
+            return [r.id for r in rows]
+
+    def put_best(self, key: TuningKey, entry: BestEntry) -> None:
+        """Insert or replace the best entry of a key."""
+        # a concurrent writer may insert the same key between our read and our insert
+        self._put_best(key, entry, None, (IntegrityError,), 3)
+
+    def put_best_among(
+        self,
+        key: TuningKey,
+        entry: BestEntry,
+        trial_ids: Iterable[int | None],
+        compared: Iterable[int] = (),
+    ) -> StoredEntry | None:
+        """Store `entry` as the best of `key`, unless another worker of the same study stored a
+        different configuration that this worker has not re-measured beside its own winner:
+        that entry is returned, nothing is stored, and the caller re-measures it side by side
+        and tries again with it among `compared`. `trial_ids` are the study's trials (every
+        worker's), `compared` the trials of the stored entries this worker has judged.
+
+        Read and written in one transaction (the row locked where the database can), so of two
+        workers that finish together, the later one always learns of the other's entry: the
+        winner is never decided by two machines' separate, and perhaps lucky, samples.
+        """
+        peers = {i for i in trial_ids if i is not None} - set(compared)
+        config = encode_config(entry.config)
+
+        def keep(row: Result) -> bool:
+            return row.trial_id in peers and row.config != config
+
+        # a concurrent writer may insert the key, or hold SQLite's write lock
+        return self._put_best(key, entry, keep, (IntegrityError, OperationalError), 5)
+
+    def _put_best(
+        self,
+        key: TuningKey,
+        entry: BestEntry,
+        keep: Callable[[Result], bool] | None,
+        retry_on: tuple[type[Exception], ...],
+        tries: int,
+    ) -> StoredEntry | None:
+        """upsert_entry in a transaction of its own, tried again on `retry_on`; the stored
+        entry kept (`keep`), or None where `entry` was stored (and its key's misses answered)."""
+        fields = _best_fields(entry)
+        for _ in range(tries):
+            try:
+                with self.session(write=True) as s:
+                    done, row = upsert_entry(s, key.as_dict(), fields, keep)
+                    if done == "kept":
+                        return StoredEntry.from_row(row_record(row))
+                    _answer_miss(s, key)
+                return None
+            except DatabaseError as e:
+                if not isinstance(e.__cause__, retry_on):
+                    raise
+        raise DatabaseError(f"could not store the best entry of {key.kernel} {key.signature}")
+
+    def record_miss(self, key: TuningKey) -> None:
+        """Count a lookup miss of `key` (one atomic write; callers call it once per new key).
+        A read-only database has nowhere to count it: nothing is done."""
+        if self.read_only:
+            return
+        for _ in range(3):  # a concurrent writer may insert the key between our update and insert
+            try:
+                with self.session(write=True) as s:
+                    counted = s.execute(
+                        update(Miss)
+                        .filter_by(**key.as_dict())
+                        .values(count=Miss.count + 1, last_seen=utcnow())
+                        .execution_options(synchronize_session=False)
+                    ).rowcount
+                    if not counted:
+                        s.add(Miss(**key.as_dict()))
+                return
+            except DatabaseError as e:
+                if not isinstance(e.__cause__, IntegrityError):
+                    raise
+        raise DatabaseError(f"could not store {key.kernel} {key.signature}: concurrent writers")
+
+
+def _answer_miss(s: Session, key: TuningKey) -> None:
+    """A key now tuned is no longer a pending miss, nor are its misses under older versions of
+    its kernel: `--pending` tunes those as the current version (autotune.pending)."""
+    key_columns = {k: v for k, v in key.as_dict().items() if k != "kernel_version"}
+    s.execute(delete(Miss).filter_by(**key_columns))
+
+
+def _best_fields(entry: BestEntry) -> dict[str, Any]:
+    """A results row's columns besides the key: the entry, this host, now."""
+    fields = {f.name: getattr(entry, f.name) for f in dataclasses.fields(BestEntry)}
+    fields.update(config=encode_config(entry.config), host=socket.gethostname(), tuned_at=utcnow())
+    return fields

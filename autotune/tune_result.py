@@ -1,0 +1,68 @@
+"""What a tuning run returns: the winner, the default beside it, every trial and the finalists'
+side-by-side figures, and where the time went."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from autotune.finalists import Finalist
+from autotune.signature import TuningKey
+from autotune.trial import TrialRecord, config_text
+
+
+@dataclass
+class TuneResult:
+    kernel: str
+    key: TuningKey
+    best_config: dict[str, Any]
+    best_time_s: float
+    default_config: dict[str, Any]
+    default_time_s: float | None
+    trials: list[TrialRecord] = field(default_factory=list)
+    run_id: str = ""
+    db_url: str | None = None
+    finalists: list[Finalist] = field(default_factory=list)  # the winner first
+    wall_s: float = 0.0  # the whole tuning run, set-up and storing included
+    restarts: int = 0  # device workers started again after a crash or timeout
+    finalists_s: float = 0.0  # the interleaved re-measurement, its compiles included
+    oracle_s: float = 0.0  # compiling and running the default in interpret mode, checking it
+    oracle: str = ""  # which oracle judged the candidates: "interpret" or "reference"
+    worker_start_s: float = 0.0  # starting the first device worker (0 in process)
+    resumed: int = 0  # trials measured by earlier runs of the study before this one began
+
+    @property
+    def speedup(self) -> float | None:
+        return self.default_time_s / self.best_time_s if self.default_time_s else None
+
+    @property
+    def why_default_kept(self) -> str | None:
+        """Why the default won although a candidate measured faster at first (None if none
+        did): the side-by-side re-measurement found the difference within the noise."""
+        if self.best_config != self.default_config:
+            return None
+        default = next((f for f in self.finalists if f.config == self.default_config), None)
+        faster = [f for f in self.finalists if default and f.first_s < default.first_s]
+        if not faster:
+            return None
+        f = min(faster, key=lambda f: f.first_s)
+        return (
+            f"{config_text(f.config)} measured faster at first ({f.first_s * 1e3:.4f} ms against the default's "
+            f"{default.first_s * 1e3:.4f} ms), but side by side with the default "
+            f"({f.time_s * 1e3:.4f} ms against {default.time_s * 1e3:.4f} ms) not beyond the "
+            "noise, so the default was kept"
+        )
+
+    @property
+    def first_pass(self) -> bool:
+        """Whether the finalists' side-by-side re-measurement failed (a worker crashed or was
+        killed), so that the winner was chosen on first-pass figures."""
+        return len(self.finalists) > 1 and all(f.timing is None for f in self.finalists)
+
+    @property
+    def n_rejected(self) -> int:
+        return sum(t.status == "rejected" for t in self.trials)
+
+    @property
+    def n_crashed(self) -> int:
+        return sum(t.status in ("crashed", "timeout") for t in self.trials)
