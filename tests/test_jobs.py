@@ -182,11 +182,27 @@ CTRL_C_TAKEN = (
 )
 
 
+# SIGTERM that the child sends itself from inside a garbage-collector callback (where its
+# handler's exception is swallowed) once the test creates the marker file
+TERM_IN_A_GC_CALLBACK = """
+import gc, os, runpy, signal, sys
+marker = sys.argv.pop(1)
+def callback(phase, info):
+    if phase == "start" and os.path.exists(marker) and callback in gc.callbacks:
+        gc.callbacks.remove(callback)
+        os.kill(os.getpid(), signal.SIGTERM)
+        sum(range(10))  # the handler runs here, inside the callback
+gc.callbacks.append(callback)
+sys.argv[0] = "autotune"
+runpy.run_module("autotune.cli", run_name="__main__")
+"""
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "sig, returncode",
-    [(signal.SIGKILL, -signal.SIGKILL), (signal.SIGINT, 130)],
-    ids=["kill-9", "ctrl-c"],
+    [(signal.SIGKILL, -signal.SIGKILL), (signal.SIGINT, 130), ("gc", 143)],
+    ids=["kill-9", "ctrl-c", "sigterm-in-a-gc-callback"],
 )
 def test_interrupt_mid_task_then_rerun_resumes_without_remeasuring(
     tmp_path, subprocess_env, db_url, sig, returncode
@@ -202,13 +218,18 @@ def test_interrupt_mid_task_then_rerun_resumes_without_remeasuring(
         """,
     )
     env = dict(subprocess_env, PYTHONUNBUFFERED="1")
-    cmd = [sys.executable, "-c", CTRL_C_TAKEN, "tune", "--job", job]
+    marker = tmp_path / "terminate"
+    launcher = [TERM_IN_A_GC_CALLBACK, str(marker)] if sig == "gc" else [CTRL_C_TAKEN]
+    cmd = [sys.executable, "-c", *launcher, "tune", "--job", job]
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, text=True)
     seen = []
     for line in proc.stdout:
         seen.append(line)
         if "trial 3/6" in line:
-            os.kill(proc.pid, sig)  # kill -9: no cleanup of any kind runs
+            if sig == "gc":
+                marker.touch()
+            else:
+                os.kill(proc.pid, sig)  # kill -9: no cleanup of any kind runs
             break
     proc.wait(timeout=60)
     proc.stdout.close()
