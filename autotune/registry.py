@@ -30,6 +30,7 @@ from autotune.space import (
     resolve_space_path,
     space_from_dict,
 )
+from autotune.split import Split
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +57,7 @@ class KernelSpec:
     takes_interpret: bool
     backend: str | None = None  # "mosaic_gpu", "mosaic_tpu", "triton"; None: recognised
     tuned: Path | None = None  # the tuned table shipped with the kernel (autotune.tables)
+    split: Split | None = None  # how a call on sharded arrays splits (autotune.sharded)
     _recognised: dict[str, str | None] = field(default_factory=dict, repr=False)
 
     @property
@@ -212,6 +214,7 @@ def make_spec(
     bind: Callable[[dict[str, Any]], dict[str, Any]] | Mapping[str, Any] | None = None,
     backend: str | None = None,
     tuned: str | Path | None = None,
+    split: Split | None = None,
 ) -> KernelSpec:
     if not isinstance(name, str) or not name:
         raise KernelError("a kernel needs a non-empty name: autotuned(name='my_kernel', ...)")
@@ -289,7 +292,17 @@ def make_spec(
         takes_interpret="interpret" in params,
         backend=backend,
         tuned=tuned_path(name, tuned, module_dir),
+        split=_checked_split(name, split),
     )
+
+
+def _checked_split(name: str, split: Any) -> Split | None:
+    if split is not None and not isinstance(split, Split):
+        raise KernelError(
+            f"{name}: split={split!r}: give autotune.Split(axes, along=...), e.g. "
+            "Split('mk,kn->mn', along='mn')"
+        )
+    return split
 
 
 def tuned_path(name: str, tuned: str | Path | None, module_dir: Path | None) -> Path | None:
