@@ -6,9 +6,13 @@ import dataclasses
 import functools
 import hashlib
 import importlib
+import importlib.abc
+import importlib.machinery
 import inspect
 import logging
 import math
+import os
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,6 +30,7 @@ from autotune.space import (
     resolve_space_path,
     space_from_dict,
 )
+from autotune.split import Split
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +57,7 @@ class KernelSpec:
     takes_interpret: bool
     backend: str | None = None  # "mosaic_gpu", "mosaic_tpu", "triton"; None: recognised
     tuned: Path | None = None  # the tuned table shipped with the kernel (autotune.tables)
+    split: Split | None = None  # how a call on sharded arrays splits (autotune.sharded)
     _recognised: dict[str, str | None] = field(default_factory=dict, repr=False)
 
     @property
@@ -208,6 +214,7 @@ def make_spec(
     bind: Callable[[dict[str, Any]], dict[str, Any]] | Mapping[str, Any] | None = None,
     backend: str | None = None,
     tuned: str | Path | None = None,
+    split: Split | None = None,
 ) -> KernelSpec:
     if not isinstance(name, str) or not name:
         raise KernelError("a kernel needs a non-empty name: autotuned(name='my_kernel', ...)")
@@ -285,7 +292,17 @@ def make_spec(
         takes_interpret="interpret" in params,
         backend=backend,
         tuned=tuned_path(name, tuned, module_dir),
+        split=_checked_split(name, split),
     )
+
+
+def _checked_split(name: str, split: Any) -> Split | None:
+    if split is not None and not isinstance(split, Split):
+        raise KernelError(
+            f"{name}: split={split!r}: give autotune.Split(axes, along=...), e.g. "
+            "Split('mk,kn->mn', along='mn')"
+        )
+    return split
 
 
 def tuned_path(name: str, tuned: str | Path | None, module_dir: Path | None) -> Path | None:
@@ -403,16 +420,48 @@ def _import_shipped() -> None:
         raise KernelError(f"cannot import the shipped kernels ({e})") from e
 
 
-def find_in_working_directory() -> None:
-    """Let 'module:function' kernels, programs and --import modules be found in the working
-    directory, after the installed packages: a jax.py or rich.py there is never imported in
-    their place."""
-    import os
-    import sys
+class _NamedModules(importlib.abc.MetaPathFinder):
+    """Finds the modules a user named ('module:function', a program, --import), and only them,
+    in the working directory they were named in, after every other finder: a jax.py there is
+    never imported in place of JAX, and the directory never joins `sys.path`, which every later
+    import searches (JAX's backends and plugin discovery import a libtpu.py or jax_plugins/
+    from it) and a worker child inherits."""
 
-    cwd = os.getcwd()
-    if cwd not in sys.path and "" not in sys.path:
-        sys.path.append(cwd)
+    def __init__(self) -> None:
+        self.directories: dict[str, str] = {}  # top-level module name -> where it was named
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
+        directory = self.directories.get(fullname)
+        if path is not None or directory is None:  # a submodule: its package's __path__
+            return None
+        return importlib.machinery.PathFinder.find_spec(fullname, [directory])
+
+
+_NAMED = _NamedModules()
+
+
+def import_user_module(module_name: str) -> Any:
+    """Import a module the user named, looked for in the working directory too (it alone)."""
+    _NAMED.directories.setdefault(module_name.partition(".")[0], os.getcwd())
+    if _NAMED not in sys.meta_path:
+        sys.meta_path.append(_NAMED)
+    try:
+        return importlib.import_module(module_name)
+    except ModuleNotFoundError as e:
+        missing = (e.name or "").partition(".")[0]
+        if missing and missing not in _NAMED.directories and _in_working_directory(missing):
+            raise ModuleNotFoundError(
+                f"{e}: of the working directory only the modules named are imported; put "
+                "it on PYTHONPATH to import the others",
+                name=e.name,
+            ) from e
+        raise
+
+
+def _in_working_directory(module_name: str) -> bool:
+    return any(
+        os.path.exists(os.path.join(os.getcwd(), module_name + suffix)) for suffix in ("", ".py")
+    )
 
 
 def resolve(target: str) -> Any:
@@ -420,7 +469,7 @@ def resolve(target: str) -> Any:
     if ":" in target:
         module_name, _, attr = target.partition(":")
         try:
-            module = importlib.import_module(module_name)
+            module = import_user_module(module_name)
         except ImportError as e:
             raise KernelError(f"cannot import {module_name!r} for kernel {target!r}: {e}") from e
         obj = module

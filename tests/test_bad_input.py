@@ -207,3 +207,14 @@ def test_a_full_disk_under_the_studies_file_is_one_line(tmp_path, subprocess_env
         subprocess.run(["umount", "-l", str(full)], check=True)
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
     assert "studies storage" in proc.stderr and "disk is full" in proc.stderr
+
+
+def test_a_split_that_cannot_be_read_says_what_to_write():
+    with pytest.raises(KernelError, match=r"give autotune\.Split\(axes, along=\.\.\.\)"):
+        autotune.autotuned(name="bad_split", space={"block": [8]}, split="mk,kn->mn")(
+            lambda x, *, block=8: x
+        )
+    with pytest.raises(KernelError, match="write the arrays' axes then the outputs'"):
+        autotune.Split("mk,kn", along="m")
+    with pytest.raises(KernelError, match="along names axes the arrays lack"):
+        autotune.Split("mk,kn->mn", along="b")
