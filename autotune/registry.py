@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from autotune import backends
+from autotune.code_version import function_code, kernel_code
 from autotune.device import DeviceInfo, current_device
 from autotune.errors import KernelError, SpaceError
 from autotune.signature import ArgSpec, Signature, TuningKey, dtype_name, is_array, static_value
@@ -181,22 +182,6 @@ def config_distance(a: Mapping[str, Any], b: Mapping[str, Any]) -> float:
     return d
 
 
-def _kernel_source(fn: Any) -> str:
-    """The source of fn's whole module where there is one: a kernel body, index map or helper
-    beside the wrapper changes what the kernel computes as much as the wrapper does."""
-    try:
-        return inspect.getsource(inspect.getmodule(fn))
-    except (OSError, TypeError):  # e.g. a notebook cell: the function's own source
-        return _source(fn)
-
-
-def _source(obj: Any) -> str:
-    try:
-        return inspect.getsource(obj)
-    except (OSError, TypeError):  # built in, or defined where no source is kept
-        return f"{getattr(obj, '__module__', '')}.{getattr(obj, '__qualname__', repr(obj))}"
-
-
 def make_spec(
     fn: Callable,
     *,
@@ -208,18 +193,23 @@ def make_spec(
     bind: Callable[[dict[str, Any]], dict[str, Any]] | Mapping[str, Any] | None = None,
     backend: str | None = None,
     tuned: str | Path | None = None,
+    version: str | None = None,
 ) -> KernelSpec:
     if not isinstance(name, str) or not name:
         raise KernelError("a kernel needs a non-empty name: autotuned(name='my_kernel', ...)")
+    if version is not None and not (isinstance(version, str) and 0 < len(version) <= 64):
+        raise KernelError(
+            f"{name}: version={version!r} is not a string of 1 to 64 characters: give e.g. "
+            "version='2.1', or leave it out for a hash of the kernel's code"
+        )
     backends.check_declared(name, backend)
     module_dir = _module_dir(fn)
     if isinstance(space, Mapping):
         where = f"space of kernel {name!r}"
         spaces = space_from_dict(where, space)
-        space_text = repr(sorted((k, repr(v)) for k, v in space.items()))
     else:
         path = resolve_space_path(space, module_dir)
-        space_text, spaces = load_space_file(path)
+        spaces = load_space_file(path)
         where = str(path)
     for c in constraints:
         if not callable(c):
@@ -263,15 +253,8 @@ def make_spec(
                 f"{name}: bind= returns argument(s) {', '.join(unknown)} the kernel does not take"
             )
 
-    hasher = hashlib.sha256()
-    for part in (
-        _kernel_source(fn),
-        space_text,
-        *map(_source, constraints),
-        bind_text or (_source(bind) if bind else ""),
-    ):
-        hasher.update(part.encode())
-        hasher.update(b"\0")
+    if version is None:
+        version = code_version(fn, spaces, constraints, bind_text or bind)
     return KernelSpec(
         name=name,
         fn=fn,
@@ -279,13 +262,33 @@ def make_spec(
         constraints=tuple(constraints),
         defaults={n: given[n] for n in sorted(names)},
         reference=reference,
-        version=hasher.hexdigest()[:12],
+        version=version,
         bind=bind,
         bound_names=bound_names,
         takes_interpret="interpret" in params,
         backend=backend,
         tuned=tuned_path(name, tuned, module_dir),
     )
+
+
+def code_version(
+    fn: Callable,
+    spaces: Mapping[str, tuple[Param, ...]],
+    constraints: Sequence[Constraint],
+    bind: Callable | str | None,
+) -> str:
+    """A kernel's version: a hash of its code (autotune.code_version: its module and the modules
+    of its package that it imports, docstrings, comments and formatting left out), its space as
+    parsed, and its constraints' and bind's code."""
+    qualified = f"{getattr(fn, '__module__', '')}.{getattr(fn, '__qualname__', '')}"
+    hasher = hashlib.sha256(f"{qualified}\0".encode())
+    for module, code in kernel_code(fn):
+        hasher.update(f"{module}\0{code}\0".encode())
+    hasher.update(repr(sorted(spaces.items())).encode())
+    for part in (*constraints, bind):
+        text = part if isinstance(part, str) or part is None else function_code(part)
+        hasher.update(f"\0{text}".encode())
+    return hasher.hexdigest()[:12]
 
 
 def tuned_path(name: str, tuned: str | Path | None, module_dir: Path | None) -> Path | None:

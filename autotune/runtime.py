@@ -231,6 +231,7 @@ def autotuned(
     bind: Callable[[dict[str, Any]], dict[str, Any]] | Mapping[str, Any] | None = None,
     backend: str | None = None,
     tuned: str | Path | None = None,
+    version: str | None = None,
 ) -> Callable[[Callable], AutotunedKernel]:
     """Declare a kernel's tunable parameters and register it under `name`.
 
@@ -240,7 +241,9 @@ def autotuned(
     such as {"block_shape": ("block_m", "block_n"), "block_sizes": BlockSizes} does so
     declaratively and reads the defaults from the kernel's own). `tuned` is a tuned table
     shipped with the kernel: an exported JSON file, or a folder of them, relative to the
-    kernel's module; it serves calls the user's own database has no entry for.
+    kernel's module; it serves calls the user's own database has no entry for. `version`
+    names the kernel's version (part of every key) instead of a hash of its code: for a library
+    whose kernels run code from outside their own package.
     """
 
     def decorate(fn: Callable) -> AutotunedKernel:
@@ -254,6 +257,7 @@ def autotuned(
             bind=bind,
             backend=backend,
             tuned=tuned,
+            version=version,
         )
 
     return decorate
