@@ -47,13 +47,19 @@ class KernelSpec:
     constraints: tuple[Constraint, ...]
     defaults: Mapping[str, Any]  # the default configuration (every tunable parameter)
     reference: Callable | None
-    version: str
+    versioned: str | Callable[[], str]  # the version, or how to work it out on first use
     bind: Callable[[dict[str, Any]], dict[str, Any]] | None  # flat config -> kernel kwargs
     bound_names: frozenset[str]  # the kernel's parameters that the config fills
     takes_interpret: bool
     backend: str | None = None  # "mosaic_gpu", "mosaic_tpu", "triton"; None: recognised
     tuned: Path | None = None  # the tuned table shipped with the kernel (autotune.tables)
     _recognised: dict[str, str | None] = field(default_factory=dict, repr=False)
+
+    @functools.cached_property
+    def version(self) -> str:
+        """The kernel's version (part of every key): declared, or a hash of its code, worked
+        out when first asked (parsing the code costs more than importing it)."""
+        return self.versioned if isinstance(self.versioned, str) else self.versioned()
 
     @property
     def tunables(self) -> frozenset[str]:
@@ -253,8 +259,7 @@ def make_spec(
                 f"{name}: bind= returns argument(s) {', '.join(unknown)} the kernel does not take"
             )
 
-    if version is None:
-        version = code_version(fn, spaces, constraints, bind_text or bind)
+    bind_code = bind_text or bind
     return KernelSpec(
         name=name,
         fn=fn,
@@ -262,7 +267,7 @@ def make_spec(
         constraints=tuple(constraints),
         defaults={n: given[n] for n in sorted(names)},
         reference=reference,
-        version=version,
+        versioned=version or (lambda: code_version(fn, spaces, constraints, bind_code)),
         bind=bind,
         bound_names=bound_names,
         takes_interpret="interpret" in params,
