@@ -18,12 +18,36 @@ from __future__ import annotations
 
 import ast
 import functools
+import hashlib
 import importlib.util
 import inspect
 import textwrap
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import ModuleType
 from typing import Any
+
+from autotune.space import Constraint, Param
+
+
+def kernel_version(
+    fn: Callable,
+    spaces: Mapping[str, tuple[Param, ...]],
+    constraints: Sequence[Constraint],
+    bind: Callable | str | None,
+) -> str:
+    """A kernel's version: a hash of its code (its module and the modules of its package that it
+    imports), its space as parsed, and its constraints' and bind's code (`bind`: the text of a
+    declarative bind)."""
+    qualified = f"{getattr(fn, '__module__', '')}.{getattr(fn, '__qualname__', '')}"
+    hasher = hashlib.sha256(f"{qualified}\0".encode())
+    for module, code in kernel_code(fn):
+        hasher.update(f"{module}\0{code}\0".encode())
+    hasher.update(repr(sorted(spaces.items())).encode())
+    for part in (*constraints, bind):
+        text = part if isinstance(part, str) or part is None else function_code(part)
+        hasher.update(f"\0{text}".encode())
+    return hasher.hexdigest()[:12]
 
 
 def normalised(source: str) -> str:

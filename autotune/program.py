@@ -33,16 +33,14 @@ class ProgramError(AutotuneError):
 def load_program(target: str) -> tuple[Callable, tuple, dict[str, Any]]:
     """'package.module:factory' to (fn, args, kwargs): `factory()` returns (fn, args) or
     (fn, args, kwargs), the arguments arrays or jax.ShapeDtypeStructs."""
-    import importlib
 
-    from autotune.registry import find_in_working_directory
+    from autotune.registry import import_user_module
 
     module_name, sep, attr = target.partition(":")
     if not sep or not module_name or not attr:
         raise ProgramError(f"program {target!r}: write package.module:factory")
-    find_in_working_directory()
     try:
-        factory: Any = importlib.import_module(module_name)
+        factory: Any = import_user_module(module_name)
     except ImportError as e:
         raise ProgramError(f"program {target!r}: cannot import {module_name!r}: {e}") from e
     for part in attr.split("."):

@@ -4,18 +4,21 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import hashlib
 import importlib
+import importlib.abc
+import importlib.machinery
 import inspect
 import logging
 import math
+import os
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from autotune import backends
-from autotune.code_version import function_code, kernel_code
+from autotune.code_version import kernel_version
 from autotune.device import DeviceInfo, current_device
 from autotune.errors import KernelError, SpaceError
 from autotune.signature import ArgSpec, Signature, TuningKey, dtype_name, is_array, static_value
@@ -27,6 +30,7 @@ from autotune.space import (
     resolve_space_path,
     space_from_dict,
 )
+from autotune.split import Split
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +57,7 @@ class KernelSpec:
     takes_interpret: bool
     backend: str | None = None  # "mosaic_gpu", "mosaic_tpu", "triton"; None: recognised
     tuned: Path | None = None  # the tuned table shipped with the kernel (autotune.tables)
+    split: Split | None = None  # how a call on sharded arrays splits (autotune.sharded)
     _recognised: dict[str, str | None] = field(default_factory=dict, repr=False)
 
     @functools.cached_property
@@ -200,6 +205,7 @@ def make_spec(
     backend: str | None = None,
     tuned: str | Path | None = None,
     version: str | None = None,
+    split: Split | None = None,
 ) -> KernelSpec:
     if not isinstance(name, str) or not name:
         raise KernelError("a kernel needs a non-empty name: autotuned(name='my_kernel', ...)")
@@ -267,33 +273,23 @@ def make_spec(
         constraints=tuple(constraints),
         defaults={n: given[n] for n in sorted(names)},
         reference=reference,
-        versioned=version or (lambda: code_version(fn, spaces, constraints, bind_code)),
+        versioned=version or (lambda: kernel_version(fn, spaces, constraints, bind_code)),
         bind=bind,
         bound_names=bound_names,
         takes_interpret="interpret" in params,
         backend=backend,
         tuned=tuned_path(name, tuned, module_dir),
+        split=_checked_split(name, split),
     )
 
 
-def code_version(
-    fn: Callable,
-    spaces: Mapping[str, tuple[Param, ...]],
-    constraints: Sequence[Constraint],
-    bind: Callable | str | None,
-) -> str:
-    """A kernel's version: a hash of its code (autotune.code_version: its module and the modules
-    of its package that it imports, docstrings, comments and formatting left out), its space as
-    parsed, and its constraints' and bind's code."""
-    qualified = f"{getattr(fn, '__module__', '')}.{getattr(fn, '__qualname__', '')}"
-    hasher = hashlib.sha256(f"{qualified}\0".encode())
-    for module, code in kernel_code(fn):
-        hasher.update(f"{module}\0{code}\0".encode())
-    hasher.update(repr(sorted(spaces.items())).encode())
-    for part in (*constraints, bind):
-        text = part if isinstance(part, str) or part is None else function_code(part)
-        hasher.update(f"\0{text}".encode())
-    return hasher.hexdigest()[:12]
+def _checked_split(name: str, split: Any) -> Split | None:
+    if split is not None and not isinstance(split, Split):
+        raise KernelError(
+            f"{name}: split={split!r}: give autotune.Split(axes, along=...), e.g. "
+            "Split('mk,kn->mn', along='mn')"
+        )
+    return split
 
 
 def tuned_path(name: str, tuned: str | Path | None, module_dir: Path | None) -> Path | None:
@@ -411,16 +407,48 @@ def _import_shipped() -> None:
         raise KernelError(f"cannot import the shipped kernels ({e})") from e
 
 
-def find_in_working_directory() -> None:
-    """Let 'module:function' kernels, programs and --import modules be found in the working
-    directory, after the installed packages: a jax.py or rich.py there is never imported in
-    their place."""
-    import os
-    import sys
+class _NamedModules(importlib.abc.MetaPathFinder):
+    """Finds the modules a user named ('module:function', a program, --import), and only them,
+    in the working directory they were named in, after every other finder: a jax.py there is
+    never imported in place of JAX, and the directory never joins `sys.path`, which every later
+    import searches (JAX's backends and plugin discovery import a libtpu.py or jax_plugins/
+    from it) and a worker child inherits."""
 
-    cwd = os.getcwd()
-    if cwd not in sys.path and "" not in sys.path:
-        sys.path.append(cwd)
+    def __init__(self) -> None:
+        self.directories: dict[str, str] = {}  # top-level module name -> where it was named
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
+        directory = self.directories.get(fullname)
+        if path is not None or directory is None:  # a submodule: its package's __path__
+            return None
+        return importlib.machinery.PathFinder.find_spec(fullname, [directory])
+
+
+_NAMED = _NamedModules()
+
+
+def import_user_module(module_name: str) -> Any:
+    """Import a module the user named, looked for in the working directory too (it alone)."""
+    _NAMED.directories.setdefault(module_name.partition(".")[0], os.getcwd())
+    if _NAMED not in sys.meta_path:
+        sys.meta_path.append(_NAMED)
+    try:
+        return importlib.import_module(module_name)
+    except ModuleNotFoundError as e:
+        missing = (e.name or "").partition(".")[0]
+        if missing and missing not in _NAMED.directories and _in_working_directory(missing):
+            raise ModuleNotFoundError(
+                f"{e}: of the working directory only the modules named are imported; put "
+                "it on PYTHONPATH to import the others",
+                name=e.name,
+            ) from e
+        raise
+
+
+def _in_working_directory(module_name: str) -> bool:
+    return any(
+        os.path.exists(os.path.join(os.getcwd(), module_name + suffix)) for suffix in ("", ".py")
+    )
 
 
 def resolve(target: str) -> Any:
@@ -428,7 +456,7 @@ def resolve(target: str) -> Any:
     if ":" in target:
         module_name, _, attr = target.partition(":")
         try:
-            module = importlib.import_module(module_name)
+            module = import_user_module(module_name)
         except ImportError as e:
             raise KernelError(f"cannot import {module_name!r} for kernel {target!r}: {e}") from e
         obj = module

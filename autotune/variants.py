@@ -114,6 +114,7 @@ class VariantGroup(AutotunedKernel):
             bound_names=frozenset({PARAM}),
             takes_interpret=True,
             tuned=tuned,
+            split=first.kernel.spec.split if first.kernel else None,
             _recognised={"backend": None},  # a group's key names no backend: its members' do
         )
 
