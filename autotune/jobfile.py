@@ -59,6 +59,8 @@ def load_job(path: str | Path) -> list[Task]:
         raise JobError(f"job file {path} is not text: give a TOML job file") from None
     except tomllib.TOMLDecodeError as e:
         raise JobError(f"job file {path} is not valid TOML: {e}") from e
+    except RecursionError:  # tomllib recurses into nested arrays and inline tables
+        raise JobError(f"job file {path} is not valid TOML: nested too deeply") from None
     unknown = sorted(set(doc) - {"import", "defaults", "task"})
     if unknown:
         raise JobError(f"job file {path}: unknown table(s) {', '.join(unknown)} (use [[task]])")

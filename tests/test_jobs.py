@@ -107,6 +107,7 @@ def test_a_job_takes_every_strategy_and_defaults_to_the_default(tmp_path):
         ("[[task]]\nkernel = 'matmul'\nshapes = ['8']\nblock = 2", "unknown field(s) block"),
         ("[[tasks]]\nkernel = 'matmul'", "unknown table(s) tasks"),
         ("[[task]\n", "is not valid TOML"),
+        ("x = " + "[" * 200_000 + "]" * 200_000, "nested too deeply"),
         ("[[task]]\nkernel = 'matmul'\nshapes = ['8x8,8x8']\nstrategy = 'bayes'", "tpe, gp, cmaes"),
         ("import = ['no_such_module_x']\n[[task]]\nkernel = 'm'\nshapes = ['8']", "cannot import"),
     ],
