@@ -42,6 +42,12 @@ def test_a_change_beside_the_wrapper_changes_the_version(tmp_path):
     assert load(tmp_path, 1, 2) != load(tmp_path, 2, 3)
 
 
+def test_code_nested_too_deep_to_normalise_still_has_a_version(tmp_path):
+    # a sum of 1000 terms compiles, but is deeper than the syntax tree's dump recurses
+    deep = " + ".join(["1"] * 1000)
+    assert load(tmp_path, 4, deep) != load(tmp_path, 5, deep + " + 1")
+
+
 def test_the_same_source_gives_the_same_version(tmp_path):
     # loading one file twice (two processes, or a reload) must not look like a new kernel
     assert load(tmp_path, 3, 2) == load(tmp_path, 3, 2)
