@@ -97,6 +97,28 @@ def test_a_changed_line_of_a_module_the_kernel_imports_changes_the_version(tmp_p
     assert load_package(tmp_path, helper=changed) != load_package(tmp_path)
 
 
+def test_a_module_outside_any_package_covers_the_modules_beside_it(tmp_path):
+    def version(factor):
+        root = tmp_path / f"load{factor}"
+        root.mkdir()
+        (root / "besidekernel.py").write_text(
+            PACKAGE_KERNEL.replace("verpkg.helpers", "besidehelpers").replace(
+                "versioned_in_package", "versioned_beside"
+            )
+        )
+        (root / "besidehelpers.py").write_text(PACKAGE_HELPER.replace("2", str(factor)))
+        sys.path.insert(0, str(root))
+        try:
+            importlib.invalidate_caches()
+            return importlib.import_module("besidekernel").kernel.spec.version
+        finally:
+            sys.path.remove(str(root))
+            for name in ("besidekernel", "besidehelpers"):
+                sys.modules.pop(name, None)
+
+    assert version(2) != version(3)
+
+
 def test_the_shipped_kernels_versions_cover_the_modules_they_run():
     from autotune.kernels import bmm, flash_attention_dq, softmax
 
