@@ -86,7 +86,7 @@ def function_code(fn: Any) -> str:
         return f"{getattr(fn, '__module__', '')}.{getattr(fn, '__qualname__', repr(fn))}"
     try:
         return normalised(source)
-    except SyntaxError:  # e.g. a lambda's line, cut out of a call
+    except (SyntaxError, RecursionError):  # a lambda's line, cut out of a call; or too deep
         return source
 
 
@@ -149,10 +149,11 @@ def _module_code(
 ) -> tuple[str, tuple[tuple[str, tuple[str, ...]], ...]]:
     """A module's normalised code and its imports, each (module, names imported from it);
     cached, as kernels share modules."""
+    text = source.decode(errors="replace")
     try:
         tree = ast.parse(source)
-    except (SyntaxError, ValueError):
-        return source.decode(errors="replace"), ()
+    except (SyntaxError, ValueError, RecursionError):
+        return text, ()
     package = name if filename == "__init__.py" else name.rpartition(".")[0]
     imports: list[tuple[str, tuple[str, ...]]] = []
     for node in ast.walk(tree):
@@ -164,7 +165,10 @@ def _module_code(
             except (ImportError, ValueError):  # a relative import beyond the top package
                 continue
             imports.append((base, tuple(alias.name for alias in node.names)))
-    return _dump(tree), tuple(imports)
+    try:
+        return _dump(tree), tuple(imports)
+    except RecursionError:  # nested deeper than _dump recurses (compile() goes further)
+        return text, tuple(imports)
 
 
 def _module_file(name: str) -> Path | None:

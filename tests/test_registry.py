@@ -42,6 +42,12 @@ def test_a_change_beside_the_wrapper_changes_the_version(tmp_path):
     assert load(tmp_path, 1, 2) != load(tmp_path, 2, 3)
 
 
+def test_code_nested_too_deep_to_normalise_still_has_a_version(tmp_path):
+    # a sum of 1000 terms compiles, but is deeper than the syntax tree's dump recurses
+    deep = " + ".join(["1"] * 1000)
+    assert load(tmp_path, 4, deep) != load(tmp_path, 5, deep + " + 1")
+
+
 def test_the_same_source_gives_the_same_version(tmp_path):
     # loading one file twice (two processes, or a reload) must not look like a new kernel
     assert load(tmp_path, 3, 2) == load(tmp_path, 3, 2)
@@ -89,6 +95,28 @@ def test_comments_docstrings_and_formatting_leave_the_version(tmp_path):
 def test_a_changed_line_of_a_module_the_kernel_imports_changes_the_version(tmp_path):
     changed = PACKAGE_HELPER.replace("x * 2", "x * 3")
     assert load_package(tmp_path, helper=changed) != load_package(tmp_path)
+
+
+def test_a_module_outside_any_package_covers_the_modules_beside_it(tmp_path):
+    def version(factor):
+        root = tmp_path / f"load{factor}"
+        root.mkdir()
+        (root / "besidekernel.py").write_text(
+            PACKAGE_KERNEL.replace("verpkg.helpers", "besidehelpers").replace(
+                "versioned_in_package", "versioned_beside"
+            )
+        )
+        (root / "besidehelpers.py").write_text(PACKAGE_HELPER.replace("2", str(factor)))
+        sys.path.insert(0, str(root))
+        try:
+            importlib.invalidate_caches()
+            return importlib.import_module("besidekernel").kernel.spec.version
+        finally:
+            sys.path.remove(str(root))
+            for name in ("besidekernel", "besidehelpers"):
+                sys.modules.pop(name, None)
+
+    assert version(2) != version(3)
 
 
 def test_the_shipped_kernels_versions_cover_the_modules_they_run():
