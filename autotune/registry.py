@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import hashlib
 import importlib
 import importlib.abc
 import importlib.machinery
@@ -19,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from autotune import backends
+from autotune.code_version import kernel_version
 from autotune.device import DeviceInfo, current_device
 from autotune.errors import KernelError, SpaceError
 from autotune.signature import ArgSpec, Signature, TuningKey, dtype_name, is_array, static_value
@@ -51,7 +51,7 @@ class KernelSpec:
     constraints: tuple[Constraint, ...]
     defaults: Mapping[str, Any]  # the default configuration (every tunable parameter)
     reference: Callable | None
-    version: str
+    versioned: str | Callable[[], str]  # the version, or how to work it out on first use
     bind: Callable[[dict[str, Any]], dict[str, Any]] | None  # flat config -> kernel kwargs
     bound_names: frozenset[str]  # the kernel's parameters that the config fills
     takes_interpret: bool
@@ -59,6 +59,12 @@ class KernelSpec:
     tuned: Path | None = None  # the tuned table shipped with the kernel (autotune.tables)
     split: Split | None = None  # how a call on sharded arrays splits (autotune.sharded)
     _recognised: dict[str, str | None] = field(default_factory=dict, repr=False)
+
+    @functools.cached_property
+    def version(self) -> str:
+        """The kernel's version (part of every key): declared, or a hash of its code, worked
+        out when first asked (parsing the code costs more than importing it)."""
+        return self.versioned if isinstance(self.versioned, str) else self.versioned()
 
     @property
     def tunables(self) -> frozenset[str]:
@@ -187,22 +193,6 @@ def config_distance(a: Mapping[str, Any], b: Mapping[str, Any]) -> float:
     return d
 
 
-def _kernel_source(fn: Any) -> str:
-    """The source of fn's whole module where there is one: a kernel body, index map or helper
-    beside the wrapper changes what the kernel computes as much as the wrapper does."""
-    try:
-        return inspect.getsource(inspect.getmodule(fn))
-    except (OSError, TypeError):  # e.g. a notebook cell: the function's own source
-        return _source(fn)
-
-
-def _source(obj: Any) -> str:
-    try:
-        return inspect.getsource(obj)
-    except (OSError, TypeError):  # built in, or defined where no source is kept
-        return f"{getattr(obj, '__module__', '')}.{getattr(obj, '__qualname__', repr(obj))}"
-
-
 def make_spec(
     fn: Callable,
     *,
@@ -214,19 +204,24 @@ def make_spec(
     bind: Callable[[dict[str, Any]], dict[str, Any]] | Mapping[str, Any] | None = None,
     backend: str | None = None,
     tuned: str | Path | None = None,
+    version: str | None = None,
     split: Split | None = None,
 ) -> KernelSpec:
     if not isinstance(name, str) or not name:
         raise KernelError("a kernel needs a non-empty name: autotuned(name='my_kernel', ...)")
+    if version is not None and not (isinstance(version, str) and 0 < len(version) <= 64):
+        raise KernelError(
+            f"{name}: version={version!r} is not a string of 1 to 64 characters: give e.g. "
+            "version='2.1', or leave it out for a hash of the kernel's code"
+        )
     backends.check_declared(name, backend)
     module_dir = _module_dir(fn)
     if isinstance(space, Mapping):
         where = f"space of kernel {name!r}"
         spaces = space_from_dict(where, space)
-        space_text = repr(sorted((k, repr(v)) for k, v in space.items()))
     else:
         path = resolve_space_path(space, module_dir)
-        space_text, spaces = load_space_file(path)
+        spaces = load_space_file(path)
         where = str(path)
     for c in constraints:
         if not callable(c):
@@ -270,15 +265,7 @@ def make_spec(
                 f"{name}: bind= returns argument(s) {', '.join(unknown)} the kernel does not take"
             )
 
-    hasher = hashlib.sha256()
-    for part in (
-        _kernel_source(fn),
-        space_text,
-        *map(_source, constraints),
-        bind_text or (_source(bind) if bind else ""),
-    ):
-        hasher.update(part.encode())
-        hasher.update(b"\0")
+    bind_code = bind_text or bind
     return KernelSpec(
         name=name,
         fn=fn,
@@ -286,7 +273,7 @@ def make_spec(
         constraints=tuple(constraints),
         defaults={n: given[n] for n in sorted(names)},
         reference=reference,
-        version=hasher.hexdigest()[:12],
+        versioned=version or (lambda: kernel_version(fn, spaces, constraints, bind_code)),
         bind=bind,
         bound_names=bound_names,
         takes_interpret="interpret" in params,

@@ -243,6 +243,7 @@ def autotuned(
     bind: Callable[[dict[str, Any]], dict[str, Any]] | Mapping[str, Any] | None = None,
     backend: str | None = None,
     tuned: str | Path | None = None,
+    version: str | None = None,
     split: Split | None = None,
 ) -> Callable[[Callable], AutotunedKernel]:
     """Declare a kernel's tunable parameters and register it under `name`.
@@ -255,7 +256,9 @@ def autotuned(
     shipped with the kernel: an exported JSON file, or a folder of them, relative to the
     kernel's module; it serves calls the user's own database has no entry for. `split` says
     which axes of its arrays are batch-like, so that a call on arrays sharded along them under
-    `jax.jit` runs on each device's part (autotune.sharded).
+    `jax.jit` runs on each device's part (autotune.sharded). `version` names the kernel's
+    version (part of every key) instead of a hash of its code: for a library whose kernels
+    run code from outside their own package.
     """
 
     def decorate(fn: Callable) -> AutotunedKernel:
@@ -269,6 +272,7 @@ def autotuned(
             bind=bind,
             backend=backend,
             tuned=tuned,
+            version=version,
             split=split,
         )
 
