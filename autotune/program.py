@@ -97,6 +97,7 @@ def calls_in(
     program makes them; arguments may be arrays or jax.ShapeDtypeStructs (nothing runs)."""
     import jax
 
+    from autotune.runtime_state import listing
     from autotune.traced_calls import TRACED_CALLS, TRACED_SCOPE_PREFIX
 
     kwargs = dict(kwargs or {})
@@ -110,9 +111,10 @@ def calls_in(
         return fn(*call_args, **{**kwargs, **named})
 
     try:
-        closed = jax.make_jaxpr(program)(
-            [_abstract(args[i]) for i in positions], {k: _abstract(kwargs[k]) for k in names}
-        )
+        with listing():  # reads only: no miss counted, no database created
+            closed = jax.make_jaxpr(program)(
+                [_abstract(args[i]) for i in positions], {k: _abstract(kwargs[k]) for k in names}
+            )
     except AutotuneError:
         raise
     except Exception as e:

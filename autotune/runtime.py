@@ -150,6 +150,8 @@ class AutotunedKernel:
     def _resolution(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Resolution:
         """resolve(), memoised per call shape: the database is read once per key per process."""
         # an active overlay changes the answer: calls inside and outside one differ
+        if runtime_state.listed(self):  # kept by no memo: a call's own trace counts its miss
+            return self.resolve(args, kwargs)
         memo_key = (self, call_shape(args, kwargs), active_overlays())
         state = runtime_state.current()
         try:
@@ -169,7 +171,8 @@ class AutotunedKernel:
         """What a call with these arguments would use: config, source (one of LOOKUP_ORDER,
         or "caller" for a configuration passed in the call), key (a dict) and signature."""
         overrides = {k: kwargs.pop(k) for k in self.spec.tunables & kwargs.keys()}
-        r = self.resolve(args, kwargs, record_miss=False)  # a question, not a call to count
+        with runtime_state.listing():  # a question, not a call to count
+            r = self.resolve(args, kwargs, record_miss=False)
         config = {**r.config, **overrides}
         return {
             "config": config,
