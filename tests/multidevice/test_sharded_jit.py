@@ -29,6 +29,7 @@ def _put(shape, spec, seed=0):
 
 def test_a_jitted_matmul_on_row_sharded_x_keeps_its_rows_sharded_and_looks_up_each_part(db_url):
     x, y = _put((64, 32), P("d")), _put((32, 16), P(), seed=1)
+    assert K.matmul.explain(x, y)["signature"] == "f32[16,32],f32[32,16]"
     out = jax.jit(K.matmul)(x, y)
     assert out.sharding.spec == P("d", None)
     np.testing.assert_allclose(out, np.asarray(x) @ np.asarray(y), rtol=1e-5, atol=1e-5)
