@@ -119,6 +119,7 @@ def _tune(
                 ) from e
         return record
 
+    warm = warm_starts(handle or db, key, sig, space) if settings.warm_start else []
     study = (settings.study_name or study_name_of(key)) if storage else None
     # trials an interrupted run (or another worker) measured: they count against the budget
     resumed = _resumed(storage, study, handle, key) if storage else 0
@@ -137,7 +138,6 @@ def _tune(
                 raise
         return evaluation
 
-    warm = warm_starts(handle or db, key, sig, space) if settings.warm_start else []
     try:
         evaluations = run_search(
             space,
@@ -182,6 +182,7 @@ def _resumed(storage: str, study: str, handle: Any, key: TuningKey) -> int:
     since they were stored) is not resumed: it is deleted, and the run tunes afresh, rather
     than count trials and name a best trial that are not there."""
     shared = SharedStudy(storage, study, None)
+    shared.join()  # counted once joined: a study that is joined is deleted by no other worker
     records = shared.records()
     if handle is None or not records:  # a run that stores nothing has nothing to agree with
         return len(records)
@@ -189,13 +190,14 @@ def _resumed(storage: str, study: str, handle: Any, key: TuningKey) -> int:
     if all(r is not None and held.get(r.db_id) == config_id(r.config) for r in records):
         return len(records)
     lacking = f"the tuning database {handle.url} lacks trials of the study {study!r}"
+    shared.leave()
     if shared.in_use():
         raise DatabaseError(
             f"{lacking}, which another worker is searching: give this run the database that "
             "worker stores in, or another --storage"
         )
     log.warning("%s (replaced since they were stored): tuning afresh", lacking)
-    delete_study(storage, study)
+    delete_study(storage, study, unless_in_use=True)
     return 0
 
 
