@@ -20,13 +20,12 @@ task's search is an Optuna study in a storage, so running an interrupted job aga
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from autotune.errors import AutotuneError, JobError
-from autotune.registry import find_in_working_directory
+from autotune.registry import find_in_working_directory, import_user_module
 from autotune.task import Task, check_task, make_task
 from autotune.tune_settings import DEFAULTS
 
@@ -149,7 +148,4 @@ def import_modules(names: Iterable[str]) -> None:
     """Import modules that register kernels (found from the current directory too)."""
     find_in_working_directory()
     for name in names:
-        try:
-            importlib.import_module(name)
-        except ImportError as e:
-            raise JobError(f"cannot import {name!r} (to register its kernels): {e}") from e
+        import_user_module(name, "(to register its kernels)", JobError)

@@ -9,6 +9,7 @@ import importlib
 import inspect
 import logging
 import math
+import types
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,7 +17,7 @@ from typing import Any
 
 from autotune import backends
 from autotune.device import DeviceInfo, current_device
-from autotune.errors import KernelError, SpaceError
+from autotune.errors import AutotuneError, KernelError, SpaceError
 from autotune.signature import ArgSpec, Signature, TuningKey, dtype_name, is_array, static_value
 from autotune.space import (
     Constraint,
@@ -415,15 +416,23 @@ def find_in_working_directory() -> None:
         sys.path.append(cwd)
 
 
+def import_user_module(
+    name: str, why: str, error: type[AutotuneError] = KernelError
+) -> types.ModuleType:
+    """Import the user's module `name`: whatever fails (not found, a SyntaxError, the module's
+    own code raising) is one `error` naming the module, `why` it was imported, and the cause."""
+    try:
+        return importlib.import_module(name)
+    except Exception as e:  # the user's code: one line that names it, not a traceback
+        cause = str(e) if isinstance(e, ImportError) else f"{type(e).__name__}: {e}"
+        raise error(f"cannot import {name!r} {why}: {cause.strip().splitlines()[0]}") from e
+
+
 def resolve(target: str) -> Any:
     """A registered name, or an import path 'package.module:function', to its autotuned kernel."""
     if ":" in target:
         module_name, _, attr = target.partition(":")
-        try:
-            module = importlib.import_module(module_name)
-        except ImportError as e:
-            raise KernelError(f"cannot import {module_name!r} for kernel {target!r}: {e}") from e
-        obj = module
+        obj = import_user_module(module_name, f"for kernel {target!r}")
         for part in attr.split("."):
             obj = getattr(obj, part, None)
             if obj is None:
