@@ -34,12 +34,12 @@ class ProgramError(AutotuneError):
 def load_program(target: str) -> tuple[Callable, tuple, dict[str, Any]]:
     """'package.module:factory' to (fn, args, kwargs): `factory()` returns (fn, args) or
     (fn, args, kwargs), the arguments arrays or jax.ShapeDtypeStructs."""
-    from autotune.registry import find_in_working_directory, import_user_module
+
+    from autotune.registry import import_user_module
 
     module_name, sep, attr = target.partition(":")
     if not sep or not module_name or not attr:
         raise ProgramError(f"program {target!r}: write package.module:factory")
-    find_in_working_directory()
     factory: Any = import_user_module(module_name, f"for program {target!r}", ProgramError)
     for part in attr.split("."):
         factory = getattr(factory, part, None)
@@ -96,6 +96,7 @@ def calls_in(
     program makes them; arguments may be arrays or jax.ShapeDtypeStructs (nothing runs)."""
     import jax
 
+    from autotune.runtime_state import listing
     from autotune.traced_calls import TRACED_CALLS, TRACED_SCOPE_PREFIX
 
     if not isinstance(args, (tuple, list)):
@@ -115,9 +116,10 @@ def calls_in(
         return fn(*call_args, **{**kwargs, **named})
 
     try:
-        closed = jax.make_jaxpr(program)(
-            [_abstract(args[i]) for i in positions], {k: _abstract(kwargs[k]) for k in names}
-        )
+        with listing():  # reads only: no miss counted, no database created
+            closed = jax.make_jaxpr(program)(
+                [_abstract(args[i]) for i in positions], {k: _abstract(kwargs[k]) for k in names}
+            )
     except AutotuneError:
         raise
     except Exception as e:
