@@ -18,7 +18,7 @@ import logging
 import re
 import reprlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from autotune.errors import AutotuneError
@@ -78,6 +78,9 @@ class ProgramCall:
     config: dict[str, Any]  # what the call runs with now
     args: tuple  # jax.ShapeDtypeStruct per array argument
     kwargs: dict[str, Any]  # static arguments, tunable ones and `interpret` left out
+    # the mesh axes the call is mapped over, with their sizes (inside `jax.shard_map`, or a
+    # kernel's call on sharded arrays): its shapes are each device's, {} where it is not mapped
+    mesh_axes: dict[str, int] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -86,6 +89,7 @@ class ProgramCall:
             "static": self.static,
             "source": self.source,
             "config": self.config,
+            "mesh_axes": self.mesh_axes,
         }
 
 
@@ -131,15 +135,19 @@ def calls_in(
     for stack in _name_stacks(closed.jaxpr):
         for scope in pattern.findall(stack):
             traced = TRACED_CALLS[scope]
-            call = _program_call(traced.kernel, traced.args, traced.kwargs)
+            call = _program_call(traced.kernel, traced.args, traced.kwargs, traced.mesh_axes)
             found.setdefault((call.kernel, call.signature, call.static), call)
     return list(found.values())
 
 
 def _abstract(a: Any) -> Any:
+    """An array's shape and dtype, and its sharding where it is a mesh's (a sharded program
+    traces its calls at each device's shape)."""
     import jax
 
-    return jax.ShapeDtypeStruct(a.shape, a.dtype)
+    sharding = getattr(a, "sharding", None)
+    named = sharding if isinstance(sharding, jax.sharding.NamedSharding) else None
+    return jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=named)
 
 
 def _name_stacks(jaxpr: Any) -> Iterator[str]:
@@ -153,7 +161,9 @@ def _name_stacks(jaxpr: Any) -> Iterator[str]:
                     yield from _name_stacks(inner)
 
 
-def _program_call(kernel: Any, args: tuple, kwargs: Mapping[str, Any]) -> ProgramCall:
+def _program_call(
+    kernel: Any, args: tuple, kwargs: Mapping[str, Any], mesh_axes: dict[str, int]
+) -> ProgramCall:
     explained = kernel.explain(*args, **dict(kwargs))
     static = {k: v for k, v in kwargs.items() if k not in kernel.spec.tunables and k != "interpret"}
     return ProgramCall(
@@ -164,6 +174,7 @@ def _program_call(kernel: Any, args: tuple, kwargs: Mapping[str, Any]) -> Progra
         config=explained["config"],
         args=args,
         kwargs=static,
+        mesh_axes=mesh_axes,
     )
 
 

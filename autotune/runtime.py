@@ -169,8 +169,12 @@ class AutotunedKernel:
 
     def explain(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
         """What a call with these arguments would use: config, source (one of LOOKUP_ORDER,
-        or "caller" for a configuration passed in the call), key (a dict) and signature."""
+        or "caller" for a configuration passed in the call), key (a dict) and signature; for
+        arrays sharded over a mesh, each device's call (at its local shape)."""
         overrides = {k: kwargs.pop(k) for k in self.spec.tunables & kwargs.keys()}
+        split = sharded.plan(self.spec.split, args, self._array_names)
+        if split is not None:
+            args = sharded.local_parts(split, args)
         with runtime_state.listing():  # a question, not a call to count
             r = self.resolve(args, kwargs, record_miss=False)
         config = {**r.config, **overrides}
