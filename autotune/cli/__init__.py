@@ -30,24 +30,31 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _terminated(signum: int, frame: object) -> None:
+def _terminated(signum: int, frame: Any) -> None:
     # SIGTERM ends the run as Ctrl-C does: what was measured and stored is counted first
-    raise SystemExit(128 + signum)
+    if not _in_gc_callback(signum, frame):
+        raise SystemExit(128 + signum)
 
 
-_deferred: list[int] = []  # a Ctrl-C that landed in a garbage-collector callback, not yet raised
+_deferred: list[int] = []  # a Ctrl-C or SIGTERM that landed in a gc callback, not yet raised
 
 
 def _interrupted(signum: int, frame: Any) -> None:
-    # Ctrl-C: a KeyboardInterrupt raised inside a garbage-collector callback (JAX registers
-    # one) is swallowed ("Exception ignored in ...") and the run goes on: raise it a moment
-    # later, outside the callback, or when the command returns, whichever comes first
+    if not _in_gc_callback(signum, frame):
+        raise KeyboardInterrupt
+
+
+def _in_gc_callback(signum: int, frame: Any) -> bool:
+    # Ctrl-C, SIGTERM: an exception raised inside a garbage-collector callback (JAX registers
+    # one) is swallowed ("Exception ignored in ...") and the run goes on: the signal is
+    # delivered again a moment later, outside the callback, or the command ends when it
+    # returns, whichever comes first
     if frame is not None and frame.f_code in {getattr(c, "__code__", None) for c in gc.callbacks}:
         _deferred.append(signum)
         threading.Timer(0.01, _redeliver, (signum,)).start()
-        return
+        return True
     _deferred.clear()
-    raise KeyboardInterrupt
+    return False
 
 
 def _redeliver(signum: int) -> None:
