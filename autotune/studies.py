@@ -135,12 +135,16 @@ class SharedStudy:
                 return True
         return False
 
-    def n_measured(self) -> int:
-        """How many configurations the study's workers (this one's earlier runs included) have
-        measured so far."""
+    def records(self) -> list[TrialRecord | None]:
+        """What the study's workers (this one's earlier runs included) have measured so far:
+        each measurement's record, None where the study kept only its status."""
         states = (TrialState.COMPLETE, TrialState.PRUNED)
         trials = self.study.get_trials(deepcopy=False, states=states)
-        return sum("status" in t.user_attrs for t in trials)
+        return [
+            TrialRecord.from_dict(t.user_attrs["detail"]) if "detail" in t.user_attrs else None
+            for t in trials
+            if "status" in t.user_attrs
+        ]
 
     def refresh(self, enc: Any) -> tuple[dict[tuple, Evaluation], set[tuple]]:
         """The study's measured configs (the first measurement of each, its record read back)

@@ -79,6 +79,11 @@ def read_entries(path: Path) -> EntryTable:
         try:
             doc = json.loads(file.read_text())
             entries += map(StoredEntry.from_row, validate_export(doc))
+        except RecursionError:  # json recurses into nested arrays and objects
+            raise AutotuneError(
+                f"tuned table {file} is not a readable `autotune db export` file (nested too "
+                "deeply): export it again"
+            ) from None
         except (OSError, UnicodeDecodeError, json.JSONDecodeError, AutotuneError) as e:
             raise AutotuneError(
                 f"tuned table {file} is not a readable `autotune db export` file ({e}): "

@@ -10,6 +10,7 @@ the winner stored (autotune.storing).
 from __future__ import annotations
 
 import contextlib
+import logging
 import tempfile
 import threading
 import time
@@ -27,13 +28,15 @@ from autotune.oracle import make_oracle
 from autotune.search import LISTED_UP_TO, run_search
 from autotune.signature import TuningKey
 from autotune.storing import decide_and_store, open_db
-from autotune.studies import SharedStudy, study_name_of
+from autotune.studies import SharedStudy, delete_study, study_name_of
 from autotune.task import BoundTask
-from autotune.trial import Config, Evaluation, StoredEntry, TrialRecord
+from autotune.trial import Config, Evaluation, StoredEntry, TrialRecord, config_id
 from autotune.tune_result import TuneResult
 from autotune.tune_settings import TuneSettings
 from autotune.warmstart import warm_starts
 from autotune.worker import DeviceWorker, Worker, task_workers
+
+log = logging.getLogger(__name__)
 
 
 def tune_kernel(
@@ -127,7 +130,7 @@ def _tune(
 
     study = (settings.study_name or study_name_of(key)) if storage else None
     # trials an interrupted run (or another worker) measured: they count against the budget
-    resumed = SharedStudy(storage, study, None).n_measured() if storage else 0
+    resumed = _resumed(storage, study, handle, key) if storage else 0
     budget = n_trials if valid is None else min(n_trials, len(valid))
     started = measured = resumed  # trials begun, and measured, these included
     counting = threading.Lock()  # the devices' searches count and report in turn
@@ -234,6 +237,29 @@ def _search_on_devices(
             stop.set()  # the others end after the trial they measure
             raise
         return next(r for r in results if r is not None)
+
+
+def _resumed(storage: str, study: str, handle: Any, key: TuningKey) -> int:
+    """How many trials of `study` earlier runs (or other workers) measured. A study whose
+    trials the tuning database does not hold (it was deleted, or another file moved over it,
+    since they were stored) is not resumed: it is deleted, and the run tunes afresh, rather
+    than count trials and name a best trial that are not there."""
+    shared = SharedStudy(storage, study, None)
+    records = shared.records()
+    if handle is None or not records:  # a run that stores nothing has nothing to agree with
+        return len(records)
+    held = {t.db_id: config_id(t.config) for t in handle.trials(**key.as_dict())}
+    if all(r is not None and held.get(r.db_id) == config_id(r.config) for r in records):
+        return len(records)
+    lacking = f"the tuning database {handle.url} lacks trials of the study {study!r}"
+    if shared.in_use():
+        raise DatabaseError(
+            f"{lacking}, which another worker is searching: give this run the database that "
+            "worker stores in, or another --storage"
+        )
+    log.warning("%s (replaced since they were stored): tuning afresh", lacking)
+    delete_study(storage, study)
+    return 0
 
 
 def _valid_configs(spec: registry.KernelSpec, sig: Any, space: Any) -> list[Config] | None:

@@ -102,11 +102,6 @@ class VariantGroup(AutotunedKernel):
         dispatch.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
         dispatch.__name__ = dispatch.__qualname__ = name
         dispatch.__doc__ = f"Variant group {name!r} of {', '.join(names)}."
-        hasher = hashlib.sha256()
-        for member in self.members.values():
-            kernel = member.kernel
-            what = kernel.spec.version if kernel else _qualified(member.fn)
-            hasher.update(f"{member.name}:{what}\0".encode())
         return KernelSpec(
             name=name,
             fn=dispatch,
@@ -114,13 +109,23 @@ class VariantGroup(AutotunedKernel):
             constraints=(),
             defaults={PARAM: names[0]},
             reference=None,
-            version=hasher.hexdigest()[:12],
+            versioned=self._version,
             bind=None,
             bound_names=frozenset({PARAM}),
             takes_interpret=True,
             tuned=tuned,
+            split=first.kernel.spec.split if first.kernel else None,
             _recognised={"backend": None},  # a group's key names no backend: its members' do
         )
+
+    def _version(self) -> str:
+        """A hash of the members' names and versions (a plain function's: its name)."""
+        hasher = hashlib.sha256()
+        for member in self.members.values():
+            kernel = member.kernel
+            what = kernel.spec.version if kernel else _qualified(member.fn)
+            hasher.update(f"{member.name}:{what}\0".encode())
+        return hasher.hexdigest()[:12]
 
     # ------------------------------------------------------------------ members
 

@@ -65,6 +65,21 @@ def test_a_training_step_is_listed_tuned_and_then_served_from_the_database():
     assert {o.status for o in again} == {"skipped"}
 
 
+def test_a_listing_counts_no_miss_and_creates_no_database(db_url):
+    from toy_kernels import make_input, scale
+
+    from autotune import TuningDB
+
+    x = S((40, 128), jnp.float32)
+    assert [c.source for c in autotune.calls_in(lambda a: scale(a) + 1, (x,))] == ["default"]
+    assert not Path(db_url).exists()
+    TuningDB(db_url).close()
+    assert [c.source for c in autotune.calls_in(lambda a: scale(a) * 2, (x,))] == ["default"]
+    assert TuningDB(db_url).misses() == []
+    scale(make_input(rows=40))  # a call counts its miss, though listings traced it before
+    assert [m["count"] for m in TuningDB(db_url).misses()] == [1]
+
+
 def test_calls_in_refuses_what_cannot_be_traced_with_one_line():
     with pytest.raises(AutotuneError, match="calls_in: tracing 'broken' failed"):
 
@@ -81,6 +96,7 @@ def test_the_cli_lists_and_tunes_a_programs_calls_by_shard(capsys, monkeypatch, 
     rows = json.loads(out)
     assert [r["kernel"] for r in rows[:4]] == FORWARD
     assert {r["source"] for r in rows} == {"default"}
+    assert not Path(db_url).exists()  # a listing creates no database
     rc, out, _ = cli(capsys, "tune", "--program", "train_step:tiny", "--no-isolate",
                      "--trials", "1", "--shard", "1/4", "--db", db_url)  # fmt: skip
     assert rc == 0, out

@@ -149,6 +149,32 @@ def test_db_list_shipped_and_db_check_read_the_shipped_tables(library, capsys, d
     assert "block_rows=5" in problem
 
 
+def test_a_table_nested_too_deeply_is_a_warning_and_the_fallback(library, tmp_path, capsys, caplog):
+    import jax
+
+    nested = '{"entries": ' + "[" * 200_000 + "]" * 200_000 + "}"
+    table = Path(library.spec.tuned) / "cpu.json"
+    table.write_text(nested)
+    overlaid = tmp_path / "overlay.json"
+    overlaid.write_text(nested)
+    with caplog.at_level(logging.WARNING, logger="autotune.runtime_state"):
+        np.testing.assert_allclose(jax.jit(lambda x: library(x))(X), X * 2.0)
+        with autotune.overlay(overlaid):
+            np.testing.assert_allclose(jax.jit(lambda x: library(x) + 1)(X), X * 2.0 + 1)
+            assert library.explain(X)["source"] == "default"
+    warnings = [r.getMessage() for r in caplog.records if "nested too deeply" in r.getMessage()]
+    assert len(warnings) == 2  # one for the table, one for the overlay
+    assert str(table) in warnings[0] and str(overlaid) in warnings[1]
+
+    imp = ["--import", "mylib.toy_shipped"]
+    rc, out, err = cli(capsys, "db", "list", "--shipped", *imp)
+    assert rc == 2 and out == "" and len(err.splitlines()) == 1 and "nested too deeply" in err
+    rc, out, _ = cli(capsys, "db", "check", *imp)
+    assert rc == 1 and f"tuned table {table} is not a readable" in out
+    rc, out, err = cli(capsys, "db", "import", str(overlaid))
+    assert rc == 2 and len(err.splitlines()) == 1 and "nested too deeply" in err
+
+
 def test_an_overlay_of_something_else_is_refused_with_what_to_give():
     with pytest.raises(autotune.AutotuneError, match="give a path, an export document"):
         autotune.overlay(3).__enter__()

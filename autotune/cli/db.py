@@ -75,6 +75,8 @@ def _read_export(file: str) -> Any:
         raise AutotuneError(f"cannot read {file}: {e.strerror or e}") from None
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise AutotuneError(f"{file} is not JSON ({e}): give a file from `db export`") from None
+    except RecursionError:  # json recurses into nested arrays and objects
+        raise AutotuneError(f"{file} is nested too deeply: give a file from `db export`") from None
 
 
 def add_parser(sub: Any) -> None:
