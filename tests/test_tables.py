@@ -175,6 +175,24 @@ def test_a_table_nested_too_deeply_is_a_warning_and_the_fallback(library, tmp_pa
     assert rc == 2 and len(err.splitlines()) == 1 and "nested too deeply" in err
 
 
+def test_a_lookup_reads_only_its_device_kinds_entries_and_checks_only_its_kernels(
+    library, capsys, caplog
+):
+    table = Path(library.spec.tuned) / "cpu.json"
+    doc = json.loads(table.read_text())
+    (mine,) = doc["entries"]
+    other = {**mine, "kernel": "other_kernel", "time_s": -1.0}  # malformed: never looked up here
+    table.write_text(json.dumps({**doc, "entries": [other, mine]}))
+    elsewhere = {**mine, "device_kind": "NVIDIA H200", "platform": "gpu", "time_s": -1.0}
+    (table.parent / "h200.json").write_text(json.dumps({**doc, "entries": [elsewhere]}))
+    with caplog.at_level(logging.WARNING, logger="autotune.runtime_state"):
+        got = library.explain(X)
+    assert (got["source"], got["config"]) == ("shipped", {"block_rows": 16})
+    assert caplog.records == []
+    rc, out, _ = cli(capsys, "db", "check", "--import", "mylib.toy_shipped")
+    assert rc == 1 and "time_s must be positive" in out  # the tools read the table whole
+
+
 def test_an_overlay_of_something_else_is_refused_with_what_to_give():
     with pytest.raises(autotune.AutotuneError, match="give a path, an export document"):
         autotune.overlay(3).__enter__()
