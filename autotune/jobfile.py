@@ -149,7 +149,4 @@ def _strings(value: Any, what: str) -> list[str]:
 def import_modules(names: Iterable[str]) -> None:
     """Import modules that register kernels (found from the current directory too)."""
     for name in names:
-        try:
-            import_user_module(name)
-        except ImportError as e:
-            raise JobError(f"cannot import {name!r} (to register its kernels): {e}") from e
+        import_user_module(name, "(to register its kernels)", JobError)

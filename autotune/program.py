@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import re
+import reprlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -39,14 +40,16 @@ def load_program(target: str) -> tuple[Callable, tuple, dict[str, Any]]:
     module_name, sep, attr = target.partition(":")
     if not sep or not module_name or not attr:
         raise ProgramError(f"program {target!r}: write package.module:factory")
-    try:
-        factory: Any = import_user_module(module_name)
-    except ImportError as e:
-        raise ProgramError(f"program {target!r}: cannot import {module_name!r}: {e}") from e
+    factory: Any = import_user_module(module_name, f"for program {target!r}", ProgramError)
     for part in attr.split("."):
         factory = getattr(factory, part, None)
-    if not callable(factory):
+    if factory is None:
         raise ProgramError(f"program {target!r}: {module_name} has no function {attr!r}")
+    if not callable(factory):
+        raise ProgramError(
+            f"program {target!r}: {module_name}.{attr} is not a function (it is "
+            f"{reprlib.repr(factory)}): name a function that returns (fn, args)"
+        )
     try:
         made = factory()
     except Exception as e:  # the user's code: one line that names it, not a traceback
@@ -100,6 +103,12 @@ def calls_in(
     from autotune.runtime_state import listing
     from autotune.traced_calls import TRACED_CALLS, TRACED_SCOPE_PREFIX
 
+    if not isinstance(args, (tuple, list)):
+        what = "an array" if is_array(args) else f"a {type(args).__name__}"
+        raise AutotuneError(
+            f"calls_in: args is {what}: give the arguments as a tuple, e.g. calls_in(fn, (x,)) "
+            "for fn(x)"
+        )
     kwargs = dict(kwargs or {})
     positions = [i for i, a in enumerate(args) if is_array(a)]
     names = [k for k, v in kwargs.items() if is_array(v)]
@@ -172,7 +181,13 @@ def _program_call(
 def program_tasks_of(target: str, settings: Any) -> list[Any]:
     """The tasks of the program 'package.module:factory' (load_program, calls_in, then
     program_tasks)."""
-    return program_tasks(calls_in(*load_program(target)), settings)
+    calls = calls_in(*load_program(target))
+    if not calls:
+        raise ProgramError(
+            f"program {target!r} makes no @autotuned call: nothing to tune (its function calls "
+            "no autotuned kernel with the arguments its factory gives)"
+        )
+    return program_tasks(calls, settings)
 
 
 def program_tasks(calls: Sequence[ProgramCall], settings: Any) -> list[Any]:
@@ -208,7 +223,14 @@ def tune_program(
     from autotune.worker.parent import tuning_device
 
     run = TuneSettings().replace(**settings)
-    tasks = program_tasks(calls_in(fn, args, kwargs), run)
+    calls = calls_in(fn, args, kwargs)
+    if not calls:
+        log.warning(
+            "tune_program: %s makes no @autotuned call: nothing to tune",
+            getattr(fn, "__name__", fn),
+        )
+        return []
+    tasks = program_tasks(calls, run)
     return run_tasks(
         tasks,
         tuning_device(run),

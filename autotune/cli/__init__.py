@@ -7,6 +7,7 @@ the function that runs it. Bad input is one line on stderr and exit code 2, neve
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import signal
@@ -89,6 +90,13 @@ def _no_interrupt_traceback(record: logging.LogRecord) -> bool:
     return not (record.exc_info and isinstance(record.exc_info[1], (_Interrupted, _Terminated)))
 
 
+def _reader_gone() -> int:
+    # what is left in stdout's buffer cannot be written at exit either: send it nowhere
+    with contextlib.suppress(OSError, ValueError):  # no file (a caller's capture): nothing left
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return 128 + signal.SIGPIPE
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     main_thread = threading.current_thread() is threading.main_thread()
     # not if SIGINT is ignored (a background job), nor if the caller handles it
@@ -110,6 +118,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             if _no_interrupt_traceback not in handler.filters:
                 handler.addFilter(_no_interrupt_traceback)
         code = args.run(args)
+        sys.stdout.flush()  # a reader gone is found here, not at exit (where it is a traceback)
         _raise_swallowed()
         return code
     except AutotuneError as e:
@@ -118,6 +127,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("autotune: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `autotune calls ... | head`: the reader has all it wanted
+        return _reader_gone()
     finally:
         _swallowed.clear()
         sys.unraisablehook = unraisable
