@@ -46,8 +46,9 @@ def library(tmp_path, monkeypatch):
     package.mkdir(parents=True)
     shutil.copy(Path(__file__).parent / "toy_shipped.py", package / "toy_shipped.py")
     monkeypatch.syspath_prepend(str(tmp_path / "site"))
-    # registered for this test only: its table (tampered by some tests) leaves with it
-    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
+    # registered for this test only: its table (tampered by some tests) leaves with it; the
+    # shipped kernels are imported first, or they would leave with it too
+    monkeypatch.setattr(registry, "_REGISTRY", registry.registered())
     spec = importlib.util.spec_from_file_location("mylib.toy_shipped", package / "toy_shipped.py")
     module = importlib.util.module_from_spec(spec)
     monkeypatch.setitem(sys.modules, "mylib.toy_shipped", module)
