@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,7 +25,7 @@ except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 
 README = Path(__file__).resolve().parent.parent / "README.md"
-FENCE = re.compile(r"^```(\w*)[^\n]*\n(.*?)^```[ \t]*$", re.M | re.S)
+FENCE = re.compile(r"^([ \t]*)```(\w*)[^\n]*\n(.*?)^\1```[ \t]*$", re.M | re.S)  # in a list too
 MARK = re.compile(r"<!-- (continues|not run: (.+?)) -->\s*\Z")
 
 # (text in a block, what the test runs instead): the README's sizes, cut for a CPU
@@ -54,10 +55,10 @@ def examples() -> list[Example]:
         mark = MARK.search(text[: m.start()])
         if mark and mark.group(1) == "continues":
             previous = next(e for e in reversed(found) if e.lang == "python")
-            previous.code += "\n" + m.group(2)
+            previous.code += "\n" + textwrap.dedent(m.group(3))
             continue
         skip = mark.group(2) if mark else None
-        found.append(Example(line, m.group(1) or "text", m.group(2), skip))
+        found.append(Example(line, m.group(2) or "text", textwrap.dedent(m.group(3)), skip))
     return found
 
 
