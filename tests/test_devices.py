@@ -42,6 +42,23 @@ def test_two_devices_measure_exactly_the_budget_between_them(subprocess_env, db_
     assert entry.config in [t["config"] for t in trials]
 
 
+def test_a_jobs_tasks_are_spread_over_the_devices_one_device_each(tmp_path, subprocess_env):
+    job = tmp_path / "job.toml"
+    job.write_text(
+        '[defaults]\ntrials = 2\n[[task]]\nkernel = "softmax"\nshapes = ["8x128", "16x128"]\n'
+    )
+    env = {**subprocess_env, "XLA_FLAGS": FORCED_DEVICES}
+    out = cli(["tune", "--job", str(job), "--devices", "2"], env).stdout
+    assert out.strip().endswith("2 tuned, 0 skipped, 0 failed"), out
+    trials = json.loads(cli(["db", "trials", "--format", "json"], env).stdout)
+    devices = {}
+    for t in trials:
+        devices.setdefault(t["signature"], set()).add(t["device"])
+    assert sorted(devices) == ["f32[16,128]", "f32[8,128]"]
+    assert all(len(d) == 1 for d in devices.values()), devices  # a task on one device
+    assert set.union(*devices.values()) == {"cpu:0", "cpu:1"}  # side by side, on both
+
+
 def config_text(trial):
     return json.dumps(trial["config"], sort_keys=True)
 
