@@ -16,7 +16,7 @@ from typing import Any
 
 from autotune.claims import claim
 from autotune.device import DeviceInfo
-from autotune.errors import AutotuneError
+from autotune.errors import AutotuneError, DatabaseError
 from autotune.jobs import run_tasks
 from autotune.pending import pending_tasks
 from autotune.progress import JobProgress, Outcome
@@ -50,32 +50,58 @@ def watch(
     done: set[Task] = set()  # failed, or tuned already: not tried again
     told: set[str] = set()
     wait = FIRST_WAIT_S
+    down = False  # the database could not be reached on the last look
     while True:
-        tasks, strangers = pending_tasks(db, device, kernel=kernel, settings=settings)
-        for name, n in strangers.items():
-            if name not in told and unknown is not None:
-                unknown(name, n)
-            told.add(name)
-        worked = False
-        for task in tasks:
-            if task in done:
-                continue
-            try:
-                key = bind(task, device).key
-            except AutotuneError as e:
-                log.warning("skipped the miss of %s: %s", task.label, e)
-                done.add(task)
-                continue
-            with claim(db, key) as mine:
-                if not mine:
-                    continue  # another watcher is tuning it
-                (outcome,) = run_tasks([task], device, db=db, settings=settings, show=show)
-            if outcome.status == "tuned":
-                worked = True
-            else:
-                done.add(task)
+        try:
+            worked = _tune_pending(db, device, settings, kernel, show, unknown, done, told)
+        except DatabaseError as e:  # a service outlives an outage: it looks again later
+            if not down:
+                log.warning("watching: %s; looking again every %.0f s at most", e, max_wait_s)
+            down, worked = True, False
+        else:
+            if down:
+                log.warning("watching: the database answers again")
+            down = False
         if worked:
             wait = FIRST_WAIT_S
             continue
         time.sleep(wait)
         wait = min(wait * 2, max_wait_s)
+
+
+def _tune_pending(
+    db: Any,
+    device: DeviceInfo,
+    settings: TuneSettings,
+    kernel: str | None,
+    show: Callable[[JobProgress, Outcome | None], None] | None,
+    unknown: Callable[[str, int], None] | None,
+    done: set[Task],
+    told: set[str],
+) -> bool:
+    """One look at the misses: each not tried yet and claimed by no other watcher, tuned;
+    whether any was."""
+    tasks, strangers = pending_tasks(db, device, kernel=kernel, settings=settings)
+    for name, n in strangers.items():
+        if name not in told and unknown is not None:
+            unknown(name, n)
+        told.add(name)
+    worked = False
+    for task in tasks:
+        if task in done:
+            continue
+        try:
+            key = bind(task, device).key
+        except AutotuneError as e:
+            log.warning("skipped the miss of %s: %s", task.label, e)
+            done.add(task)
+            continue
+        with claim(db, key) as mine:
+            if not mine:
+                continue  # another watcher is tuning it
+            (outcome,) = run_tasks([task], device, db=db, settings=settings, show=show)
+        if outcome.status == "tuned":
+            worked = True
+        else:
+            done.add(task)
+    return worked
