@@ -17,8 +17,10 @@ from collections.abc import Iterator
 from typing import Any
 
 from sqlalchemy import text
+from sqlalchemy.exc import SQLAlchemyError
 
 from autotune.dbconnect import sqlite_file
+from autotune.errors import DatabaseError
 from autotune.signature import TuningKey
 
 
@@ -49,19 +51,31 @@ def claim(db: Any, key: TuningKey) -> Iterator[bool]:
 def _advisory_lock(db: Any, number: int) -> Iterator[bool]:
     # its own connection, outside any transaction: the lock lives as long as the session, and
     # an idle session in no transaction is never ended by the server's transaction time limits
-    with db.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+    try:
+        conn = db.engine.connect().execution_options(isolation_level="AUTOCOMMIT")
         held = conn.execute(text("SELECT pg_try_advisory_lock(:n)"), {"n": number}).scalar()
-        try:
-            yield bool(held)
-        finally:
+    except SQLAlchemyError as e:
+        reason = str(getattr(e, "orig", None) or e).splitlines()[0]
+        raise DatabaseError(f"cannot claim a key in {db.url}: {reason}") from e
+    try:
+        yield bool(held)
+    finally:
+        with contextlib.suppress(SQLAlchemyError):  # a lost connection released it already
             if held:
                 conn.execute(text("SELECT pg_advisory_unlock(:n)"), {"n": number})
+        conn.close()
 
 
 @contextlib.contextmanager
 def _byte_lock(file: Any, number: int) -> Iterator[bool]:
     # a POSIX record lock: the kernel drops it when the process ends; the file stays empty
-    fd = os.open(file, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fd = os.open(file, os.O_RDWR | os.O_CREAT, 0o600)
+    except OSError as e:
+        raise DatabaseError(
+            f"cannot claim a key in {file}: {e.strerror or e}: give --db a database whose "
+            "folder can be written"
+        ) from e
     try:
         try:
             fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, number & (2**62 - 1))

@@ -8,9 +8,13 @@ import json
 import subprocess
 import sys
 
+import jax
+import pytest
 from conftest import FORCED_DEVICES
 
+import autotune
 from autotune import TuningDB, backends
+from autotune.errors import SettingsError
 
 
 def cli(args, env, rc=0):
@@ -97,3 +101,9 @@ def test_a_pinned_worker_sees_one_gpu_or_tpu_chip_counted_within_the_hosts_own_l
     assert env["TPU_VISIBLE_CHIPS"] == "1" and env["TPU_PROCESS_BOUNDS"] == "1,1,1"
     ports = {backends.pinned_env(i, {})["TPU_PROCESS_PORT"] for i in range(4)}
     assert len(ports) == 4  # workers beside each other never share libtpu's port
+
+
+def test_tune_from_python_refuses_more_devices_than_a_worker_sees():
+    x = jax.ShapeDtypeStruct((64, 64), "float32")
+    with pytest.raises(SettingsError, match="devices asks for 2 devices and this host has 1"):
+        autotune.tune("matmul", [x, x], devices=2, n_trials=2)
