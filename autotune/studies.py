@@ -133,11 +133,24 @@ class SharedStudy:
         return False
 
     def n_measured(self) -> int:
-        """How many configurations the study's workers (this one's earlier runs included) have
-        measured so far."""
+        """How many distinct programs the study's workers (this one's earlier runs included)
+        have measured so far (duplicates are not measured)."""
+        return sum(r.status != "duplicate" for r in self.records())
+
+    def programs(self) -> dict[str, TrialRecord]:
+        """The programs the study's workers measured: fingerprint -> the first trial of it."""
+        out: dict[str, TrialRecord] = {}
+        for record in self.records():
+            if record.fingerprint and record.status != "duplicate":
+                out.setdefault(record.fingerprint, record)
+        return out
+
+    def records(self) -> list[TrialRecord]:
+        """The records of the study's finished trials, in the order they were asked for (one
+        kept without its record, by an older release, has its encoded parameters as config)."""
         states = (TrialState.COMPLETE, TrialState.PRUNED)
         trials = self.study.get_trials(deepcopy=False, states=states)
-        return sum("status" in t.user_attrs for t in trials)
+        return [_record(t, dict(t.params)) for t in trials if "status" in t.user_attrs]
 
     def refresh(self, enc: Any) -> tuple[dict[tuple, Evaluation], set[tuple]]:
         """The study's measured configs (the first measurement of each, its record read back)
@@ -154,14 +167,8 @@ class SharedStudy:
                 claimed.add(config_id(enc.decode(t.params)))
             elif t.state in (TrialState.COMPLETE, TrialState.PRUNED) and "status" in t.user_attrs:
                 config = enc.decode(t.params)
-                detail = t.user_attrs.get("detail")
-                record = (
-                    TrialRecord(config, t.user_attrs["status"])
-                    if detail is None
-                    else TrialRecord.from_dict(detail)
-                )
                 value = t.value if t.state == TrialState.COMPLETE else None
-                measured.setdefault(config_id(config), Evaluation(record, value))
+                measured.setdefault(config_id(config), Evaluation(_record(t, config), value))
         return measured, claimed - set(measured)
 
     def taken(self, trial: optuna.Trial, cid: tuple, enc: Any) -> bool:
@@ -276,6 +283,15 @@ def _set_aside_if_corrupt(file: Path) -> None:
         problem,
         aside,
     )
+
+
+def _record(trial: Any, config: dict[str, Any]) -> TrialRecord:
+    """A finished trial's record as its worker kept it (`SharedStudy.keep`); `config` with its
+    status alone where it kept no record."""
+    detail = trial.user_attrs.get("detail")
+    if detail is not None:
+        return TrialRecord.from_dict(detail)
+    return TrialRecord(config, trial.user_attrs["status"])
 
 
 def _age(trial: Any) -> datetime.timedelta:

@@ -20,7 +20,7 @@ from autotune.errors import DatabaseError, KernelError, SpaceError
 from autotune.finalists import Finalist, remeasure
 from autotune.inputs import random_inputs
 from autotune.oracle import make_oracle
-from autotune.search import LISTED_UP_TO, run_search
+from autotune.search import LISTED_UP_TO, programs_note, run_search
 from autotune.signature import TuningKey
 from autotune.storing import decide_and_store, open_db
 from autotune.studies import SharedStudy, study_name_of
@@ -103,10 +103,22 @@ def _tune(
     run_id = uuid.uuid4().hex
     handle = open_db(db) if store else None
 
+    study = (settings.study_name or study_name_of(key)) if storage else None
+    view = SharedStudy(storage, study, None) if storage else None
+    # the programs measured in the study, by fingerprint: a config that compiles to one of them
+    # is stored as its duplicate, not measured (a shared study's: every worker's)
+    programs: dict[str, TrialRecord] = {}
+
     def measure(config: Config, is_default: bool = False) -> TrialRecord:
-        record = worker.measure(config)
+        if view is not None:
+            for fp, first in view.programs().items():
+                programs.setdefault(fp, first)
+        record = worker.measure(config, programs.keys())
         record.is_default = is_default or config == default
-        record.oracle = oracle.name
+        if record.status == "duplicate":
+            record.duplicate_of = programs[record.fingerprint].db_id
+        else:
+            record.oracle = oracle.name
         if handle is not None:  # stored at once: an interrupted run loses no measurement
             try:
                 (record.db_id,) = handle.add_trials(key, run_id, [record])
@@ -114,18 +126,22 @@ def _tune(
                 raise DatabaseError(
                     f"{e} ({spec.name} {sig.text}: this run's trials and best entry are not saved)"
                 ) from e
+        if record.fingerprint and record.status != "duplicate":
+            programs.setdefault(record.fingerprint, record)
         return record
 
-    study = (settings.study_name or study_name_of(key)) if storage else None
     # trials an interrupted run (or another worker) measured: they count against the budget
-    resumed = SharedStudy(storage, study, None).n_measured() if storage else 0
+    resumed = view.n_measured() if view is not None else 0
     measured = resumed
 
     def evaluate(config: Config) -> Evaluation:
         nonlocal measured
         record = measure(config)
-        measured += 1
-        evaluation = Evaluation(record, record.time_s if record.status == "ok" else None)
+        if record.status == "duplicate":  # its program's figures, for the search's model
+            evaluation = Evaluation(record, _value(programs[record.fingerprint]))
+        else:
+            measured += 1
+            evaluation = Evaluation(record, _value(record))
         if progress:
             try:
                 progress(record, measured, n_trials if valid is None else min(n_trials, len(valid)))
@@ -164,6 +180,8 @@ def _tune(
             winner, key, trials, handle, settings.strategy, worker.device, shared
         )
         result.oracle_s, result.oracle, result.resumed = oracle_s, oracle.name, resumed
+        n_valid = None if valid is None else len(valid)
+        result.programs_note = programs_note([t.status for t in trials], n_valid, n_trials)
         if handle is not None:
             result.db_url = handle.url
             registry.entry_stored()
@@ -171,6 +189,11 @@ def _tune(
         if handle is not None and handle is not db:
             handle.close()
     return result
+
+
+def _value(record: TrialRecord) -> float | None:
+    """A measured trial's objective: its median time, None where it failed."""
+    return record.time_s if record.status == "ok" else None
 
 
 def _valid_configs(spec: registry.KernelSpec, sig: Any, space: Any) -> list[Config] | None:
@@ -211,6 +234,13 @@ def _result(
         # as the baseline; it takes part in the finalists like any measured candidate
         default_trial = measure(default, is_default=True)
         trials = [*trials, default_trial]
+    if default_trial.status == "duplicate":
+        # the trial that measured the default's program stands for it, the finalists included
+        default_trial = next(
+            t
+            for t in trials
+            if t.fingerprint == default_trial.fingerprint and t.status != "duplicate"
+        )
     ok = [t for t in trials if t.status == "ok"]
     if not ok:
         raise KernelError(
@@ -223,11 +253,13 @@ def _result(
     ranked: list[Finalist] = []
     finalists_start = time.perf_counter()
     if n_finalists > 0:
-        also = [rival.config] if rival else []
+        also = [default_trial.config, *([rival.config] if rival else [])]
         ranked = remeasure(worker, ok, default, n_finalists, also)  # the default too, if ok
         best = next(t for t in ok if t.config == ranked[0].config)
         best_time_s = ranked[0].time_s
-        default_time_s = next((f.time_s for f in ranked if f.config == default), default_time_s)
+        default_time_s = next(
+            (f.time_s for f in ranked if f.config == default_trial.config), default_time_s
+        )
     result = TuneResult(
         kernel=spec.name,
         key=key,

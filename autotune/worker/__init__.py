@@ -16,7 +16,7 @@ current one is timed (autotune.compile_pool). Which one measures a task is chose
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from autotune.device import DeviceInfo
@@ -43,8 +43,9 @@ class Worker(Protocol):
     def prefetch(self, configs: Sequence[Config]) -> None:
         """Compile these, the configs measured after the next one, ahead."""
 
-    def measure(self, config: Config) -> TrialRecord:
-        """Compile, run, verify and time one candidate; a failure is the record's status."""
+    def measure(self, config: Config, known: Collection[str] = ()) -> TrialRecord:
+        """Compile, run, verify and time one candidate; a failure is the record's status. One
+        whose program's fingerprint is `known` (measured already) is a `duplicate`, not run."""
 
     def interleaved(
         self, configs: Sequence[Config], rounds: int, reps: int
