@@ -40,6 +40,7 @@ _TABLE_COLUMNS = (
     "status",
     "duplicate_of",  # trials: the trial that measured its program
     "oracle",  # trials: which oracle judged it
+    "device",  # trials: the local device that measured it ("gpu:3")
     "config",
     "time_s",
     "default_time_s",
