@@ -135,9 +135,13 @@ class _Job:
                             return
                         i, task = waiting.pop(0)
                     if worker is None:
-                        worker = self._worker(task, index)
-                        if worker is not None:
-                            stack.enter_context(worker)
+                        try:
+                            worker = stack.enter_context(self._worker(task, index))
+                        except (AutotuneError, TypeError) as e:  # this task fails, as alone
+                            progress.task_index, progress.task = i, task
+                            outcomes[i] = Outcome(task, "failed", str(e))
+                            self._show(progress, outcomes[i])
+                            continue
                     outcomes[i] = self.run(i, task, progress, worker)
 
         with ThreadPoolExecutor(n) as pool:
@@ -151,17 +155,13 @@ class _Job:
         return [outcomes[i] for i in sorted(outcomes)]
 
     def _worker(self, task: Task, index: int) -> Any:
-        """A device worker pinned to local device `index`, set up for `task` (None where it
-        cannot start: the task then starts its own, and fails as it does)."""
+        """A device worker pinned to local device `index`, set up for `task`."""
         from autotune.inputs import random_inputs
         from autotune.worker import device_worker
 
-        try:
-            bound = bind(task, self.device)
-            args = random_inputs(bound.args, 0)
-            return device_worker(bound.task, args, self.settings.replace(devices=1), index)
-        except (AutotuneError, TypeError):
-            return None
+        bound = bind(task, self.device)
+        args = random_inputs(bound.args, 0)
+        return device_worker(bound.task, args, self.settings.replace(devices=1), index)
 
     def _show(self, progress: JobProgress, outcome: Outcome | None) -> None:
         if self.show:
