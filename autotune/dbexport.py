@@ -23,6 +23,7 @@ _EXPORT_TYPES = {
     "n_trials": int,
     "n_rejected": int,
 }
+_COLUMNS = frozenset(Result.__table__.columns.keys())
 
 
 def validate_export(doc: Any) -> list[dict[str, Any]]:
@@ -46,7 +47,7 @@ def validate_export(doc: Any) -> list[dict[str, Any]]:
             parse_args(e["signature"])
         except SignatureError as err:
             raise DatabaseError(f"export entry {n}: {err}") from None
-        bad = sorted(k for k in e if k not in Result.__table__.columns)
+        bad = sorted(k for k in e if k not in _COLUMNS)
         if bad:
             raise DatabaseError(f"export entry {n}: unknown field(s) {', '.join(bad)}")
     return entries
