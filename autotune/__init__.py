@@ -1,7 +1,7 @@
 """pallas-autotune: find, verify, store and serve the best block sizes for Pallas kernels.
 
 The runtime surface (``autotuned``, ``register``, ``configure``, ``variants``, ``overlay``,
-``out_struct``) is cheap to import; ``tune`` and
+``out_struct``, ``Split``) is cheap to import; ``tune`` and
 ``TuningDB`` load the tuner (Optuna) and the database layer (SQLAlchemy) on first use, and
 ``TuneSettings`` the measurement's settings (neither); ``BestEntry`` is what
 ``TuningDB.put_best`` stores.
@@ -22,6 +22,7 @@ from autotune.errors import (
 from autotune.overlays import overlay
 from autotune.runtime import AutotunedKernel, autotuned, register
 from autotune.runtime_state import configure
+from autotune.split import Split
 from autotune.variants import Member, variants
 from autotune.varying import out_struct
 
@@ -35,6 +36,7 @@ __all__ = [
     "SignatureError",
     "SettingsError",
     "SpaceError",
+    "Split",
     "TuneResult",
     "TuneSettings",
     "TuningDB",

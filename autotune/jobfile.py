@@ -20,13 +20,12 @@ task's search is an Optuna study in a storage, so running an interrupted job aga
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from autotune.errors import AutotuneError, JobError
-from autotune.registry import find_in_working_directory
+from autotune.registry import import_user_module
 from autotune.task import Task, check_task, make_task
 from autotune.tune_settings import DEFAULTS
 
@@ -60,6 +59,8 @@ def load_job(path: str | Path) -> list[Task]:
         raise JobError(f"job file {path} is not text: give a TOML job file") from None
     except tomllib.TOMLDecodeError as e:
         raise JobError(f"job file {path} is not valid TOML: {e}") from e
+    except RecursionError:  # tomllib recurses into nested arrays and inline tables
+        raise JobError(f"job file {path} is not valid TOML: nested too deeply") from None
     unknown = sorted(set(doc) - {"import", "defaults", "task"})
     if unknown:
         raise JobError(f"job file {path}: unknown table(s) {', '.join(unknown)} (use [[task]])")
@@ -147,9 +148,5 @@ def _strings(value: Any, what: str) -> list[str]:
 
 def import_modules(names: Iterable[str]) -> None:
     """Import modules that register kernels (found from the current directory too)."""
-    find_in_working_directory()
     for name in names:
-        try:
-            importlib.import_module(name)
-        except ImportError as e:
-            raise JobError(f"cannot import {name!r} (to register its kernels): {e}") from e
+        import_user_module(name, "(to register its kernels)", JobError)

@@ -13,9 +13,11 @@ from __future__ import annotations
 import contextlib
 import contextvars
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
-from autotune.runtime_state import drop_lookups
+from autotune.errors import AutotuneError
+from autotune.runtime_state import current, drop_lookups, warn_once
 from autotune.signature import TuningKey
 from autotune.tables import EntryTable, entries_of
 
@@ -28,8 +30,18 @@ _ACTIVE: contextvars.ContextVar[tuple[EntryTable, ...]] = contextvars.ContextVar
 def overlay(source: Any) -> Iterator[EntryTable]:
     """Serve `source`'s entries first within the context, with `source: "overlay"`: a path
     (an exported JSON file or a folder of them), an export document, the result of
-    `autotune.tune`, or a list of these."""
-    table = entries_of(source)
+    `autotune.tune`, or a list of these. A file that is there but cannot be read is data gone
+    bad, as a database can be: warned once, and the calls go on without it."""
+    try:
+        table = entries_of(source)
+    except AutotuneError as e:
+        if (
+            not (isinstance(source, (str, Path)) and Path(source).exists())
+            or current().settings.strict
+        ):
+            raise
+        warn_once(f"overlay:{source}", f"pallas-autotune: overlay not served: {e}")
+        table = EntryTable([], str(source))
     token = _ACTIVE.set((table, *_ACTIVE.get()))
     drop_lookups()
     try:

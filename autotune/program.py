@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import logging
 import re
+import reprlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from autotune.errors import AutotuneError
@@ -33,22 +34,22 @@ class ProgramError(AutotuneError):
 def load_program(target: str) -> tuple[Callable, tuple, dict[str, Any]]:
     """'package.module:factory' to (fn, args, kwargs): `factory()` returns (fn, args) or
     (fn, args, kwargs), the arguments arrays or jax.ShapeDtypeStructs."""
-    import importlib
 
-    from autotune.registry import find_in_working_directory
+    from autotune.registry import import_user_module
 
     module_name, sep, attr = target.partition(":")
     if not sep or not module_name or not attr:
         raise ProgramError(f"program {target!r}: write package.module:factory")
-    find_in_working_directory()
-    try:
-        factory: Any = importlib.import_module(module_name)
-    except ImportError as e:
-        raise ProgramError(f"program {target!r}: cannot import {module_name!r}: {e}") from e
+    factory: Any = import_user_module(module_name, f"for program {target!r}", ProgramError)
     for part in attr.split("."):
         factory = getattr(factory, part, None)
-    if not callable(factory):
+    if factory is None:
         raise ProgramError(f"program {target!r}: {module_name} has no function {attr!r}")
+    if not callable(factory):
+        raise ProgramError(
+            f"program {target!r}: {module_name}.{attr} is not a function (it is "
+            f"{reprlib.repr(factory)}): name a function that returns (fn, args)"
+        )
     try:
         made = factory()
     except Exception as e:  # the user's code: one line that names it, not a traceback
@@ -77,6 +78,9 @@ class ProgramCall:
     config: dict[str, Any]  # what the call runs with now
     args: tuple  # jax.ShapeDtypeStruct per array argument
     kwargs: dict[str, Any]  # static arguments, tunable ones and `interpret` left out
+    # the mesh axes the call is mapped over, with their sizes (inside `jax.shard_map`, or a
+    # kernel's call on sharded arrays): its shapes are each device's, {} where it is not mapped
+    mesh_axes: dict[str, int] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -85,6 +89,7 @@ class ProgramCall:
             "static": self.static,
             "source": self.source,
             "config": self.config,
+            "mesh_axes": self.mesh_axes,
         }
 
 
@@ -95,8 +100,15 @@ def calls_in(
     program makes them; arguments may be arrays or jax.ShapeDtypeStructs (nothing runs)."""
     import jax
 
+    from autotune.runtime_state import listing
     from autotune.traced_calls import TRACED_CALLS, TRACED_SCOPE_PREFIX
 
+    if not isinstance(args, (tuple, list)):
+        what = "an array" if is_array(args) else f"a {type(args).__name__}"
+        raise AutotuneError(
+            f"calls_in: args is {what}: give the arguments as a tuple, e.g. calls_in(fn, (x,)) "
+            "for fn(x)"
+        )
     kwargs = dict(kwargs or {})
     positions = [i for i, a in enumerate(args) if is_array(a)]
     names = [k for k, v in kwargs.items() if is_array(v)]
@@ -108,9 +120,10 @@ def calls_in(
         return fn(*call_args, **{**kwargs, **named})
 
     try:
-        closed = jax.make_jaxpr(program)(
-            [_abstract(args[i]) for i in positions], {k: _abstract(kwargs[k]) for k in names}
-        )
+        with listing():  # reads only: no miss counted, no database created
+            closed = jax.make_jaxpr(program)(
+                [_abstract(args[i]) for i in positions], {k: _abstract(kwargs[k]) for k in names}
+            )
     except AutotuneError:
         raise
     except Exception as e:
@@ -122,15 +135,19 @@ def calls_in(
     for stack in _name_stacks(closed.jaxpr):
         for scope in pattern.findall(stack):
             traced = TRACED_CALLS[scope]
-            call = _program_call(traced.kernel, traced.args, traced.kwargs)
+            call = _program_call(traced.kernel, traced.args, traced.kwargs, traced.mesh_axes)
             found.setdefault((call.kernel, call.signature, call.static), call)
     return list(found.values())
 
 
 def _abstract(a: Any) -> Any:
+    """An array's shape and dtype, and its sharding where it is a mesh's (a sharded program
+    traces its calls at each device's shape)."""
     import jax
 
-    return jax.ShapeDtypeStruct(a.shape, a.dtype)
+    sharding = getattr(a, "sharding", None)
+    named = sharding if isinstance(sharding, jax.sharding.NamedSharding) else None
+    return jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=named)
 
 
 def _name_stacks(jaxpr: Any) -> Iterator[str]:
@@ -144,7 +161,9 @@ def _name_stacks(jaxpr: Any) -> Iterator[str]:
                     yield from _name_stacks(inner)
 
 
-def _program_call(kernel: Any, args: tuple, kwargs: Mapping[str, Any]) -> ProgramCall:
+def _program_call(
+    kernel: Any, args: tuple, kwargs: Mapping[str, Any], mesh_axes: dict[str, int]
+) -> ProgramCall:
     explained = kernel.explain(*args, **dict(kwargs))
     static = {k: v for k, v in kwargs.items() if k not in kernel.spec.tunables and k != "interpret"}
     return ProgramCall(
@@ -155,13 +174,20 @@ def _program_call(kernel: Any, args: tuple, kwargs: Mapping[str, Any]) -> Progra
         config=explained["config"],
         args=args,
         kwargs=static,
+        mesh_axes=mesh_axes,
     )
 
 
 def program_tasks_of(target: str, settings: Any) -> list[Any]:
     """The tasks of the program 'package.module:factory' (load_program, calls_in, then
     program_tasks)."""
-    return program_tasks(calls_in(*load_program(target)), settings)
+    calls = calls_in(*load_program(target))
+    if not calls:
+        raise ProgramError(
+            f"program {target!r} makes no @autotuned call: nothing to tune (its function calls "
+            "no autotuned kernel with the arguments its factory gives)"
+        )
+    return program_tasks(calls, settings)
 
 
 def program_tasks(calls: Sequence[ProgramCall], settings: Any) -> list[Any]:
@@ -197,7 +223,14 @@ def tune_program(
     from autotune.worker.parent import tuning_device
 
     run = TuneSettings().replace(**settings)
-    tasks = program_tasks(calls_in(fn, args, kwargs), run)
+    calls = calls_in(fn, args, kwargs)
+    if not calls:
+        log.warning(
+            "tune_program: %s makes no @autotuned call: nothing to tune",
+            getattr(fn, "__name__", fn),
+        )
+        return []
+    tasks = program_tasks(calls, run)
     return run_tasks(
         tasks,
         tuning_device(run),

@@ -4,19 +4,24 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import hashlib
 import importlib
+import importlib.abc
+import importlib.machinery
 import inspect
 import logging
 import math
+import os
+import sys
+import types
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from autotune import backends
+from autotune.code_version import kernel_version
 from autotune.device import DeviceInfo, current_device
-from autotune.errors import KernelError, SpaceError
+from autotune.errors import AutotuneError, KernelError, SpaceError
 from autotune.signature import ArgSpec, Signature, TuningKey, dtype_name, is_array, static_value
 from autotune.space import (
     Constraint,
@@ -26,6 +31,7 @@ from autotune.space import (
     resolve_space_path,
     space_from_dict,
 )
+from autotune.split import Split
 
 log = logging.getLogger(__name__)
 
@@ -46,13 +52,20 @@ class KernelSpec:
     constraints: tuple[Constraint, ...]
     defaults: Mapping[str, Any]  # the default configuration (every tunable parameter)
     reference: Callable | None
-    version: str
+    versioned: str | Callable[[], str]  # the version, or how to work it out on first use
     bind: Callable[[dict[str, Any]], dict[str, Any]] | None  # flat config -> kernel kwargs
     bound_names: frozenset[str]  # the kernel's parameters that the config fills
     takes_interpret: bool
     backend: str | None = None  # "mosaic_gpu", "mosaic_tpu", "triton"; None: recognised
     tuned: Path | None = None  # the tuned table shipped with the kernel (autotune.tables)
+    split: Split | None = None  # how a call on sharded arrays splits (autotune.sharded)
     _recognised: dict[str, str | None] = field(default_factory=dict, repr=False)
+
+    @functools.cached_property
+    def version(self) -> str:
+        """The kernel's version (part of every key): declared, or a hash of its code, worked
+        out when first asked (parsing the code costs more than importing it)."""
+        return self.versioned if isinstance(self.versioned, str) else self.versioned()
 
     @property
     def tunables(self) -> frozenset[str]:
@@ -181,22 +194,6 @@ def config_distance(a: Mapping[str, Any], b: Mapping[str, Any]) -> float:
     return d
 
 
-def _kernel_source(fn: Any) -> str:
-    """The source of fn's whole module where there is one: a kernel body, index map or helper
-    beside the wrapper changes what the kernel computes as much as the wrapper does."""
-    try:
-        return inspect.getsource(inspect.getmodule(fn))
-    except (OSError, TypeError):  # e.g. a notebook cell: the function's own source
-        return _source(fn)
-
-
-def _source(obj: Any) -> str:
-    try:
-        return inspect.getsource(obj)
-    except (OSError, TypeError):  # built in, or defined where no source is kept
-        return f"{getattr(obj, '__module__', '')}.{getattr(obj, '__qualname__', repr(obj))}"
-
-
 def make_spec(
     fn: Callable,
     *,
@@ -208,18 +205,24 @@ def make_spec(
     bind: Callable[[dict[str, Any]], dict[str, Any]] | Mapping[str, Any] | None = None,
     backend: str | None = None,
     tuned: str | Path | None = None,
+    version: str | None = None,
+    split: Split | None = None,
 ) -> KernelSpec:
     if not isinstance(name, str) or not name:
         raise KernelError("a kernel needs a non-empty name: autotuned(name='my_kernel', ...)")
+    if version is not None and not (isinstance(version, str) and 0 < len(version) <= 64):
+        raise KernelError(
+            f"{name}: version={version!r} is not a string of 1 to 64 characters: give e.g. "
+            "version='2.1', or leave it out for a hash of the kernel's code"
+        )
     backends.check_declared(name, backend)
     module_dir = _module_dir(fn)
     if isinstance(space, Mapping):
         where = f"space of kernel {name!r}"
         spaces = space_from_dict(where, space)
-        space_text = repr(sorted((k, repr(v)) for k, v in space.items()))
     else:
         path = resolve_space_path(space, module_dir)
-        space_text, spaces = load_space_file(path)
+        spaces = load_space_file(path)
         where = str(path)
     for c in constraints:
         if not callable(c):
@@ -263,15 +266,7 @@ def make_spec(
                 f"{name}: bind= returns argument(s) {', '.join(unknown)} the kernel does not take"
             )
 
-    hasher = hashlib.sha256()
-    for part in (
-        _kernel_source(fn),
-        space_text,
-        *map(_source, constraints),
-        bind_text or (_source(bind) if bind else ""),
-    ):
-        hasher.update(part.encode())
-        hasher.update(b"\0")
+    bind_code = bind_text or bind
     return KernelSpec(
         name=name,
         fn=fn,
@@ -279,13 +274,23 @@ def make_spec(
         constraints=tuple(constraints),
         defaults={n: given[n] for n in sorted(names)},
         reference=reference,
-        version=hasher.hexdigest()[:12],
+        versioned=version or (lambda: kernel_version(fn, spaces, constraints, bind_code)),
         bind=bind,
         bound_names=bound_names,
         takes_interpret="interpret" in params,
         backend=backend,
         tuned=tuned_path(name, tuned, module_dir),
+        split=_checked_split(name, split),
     )
+
+
+def _checked_split(name: str, split: Any) -> Split | None:
+    if split is not None and not isinstance(split, Split):
+        raise KernelError(
+            f"{name}: split={split!r}: give autotune.Split(axes, along=...), e.g. "
+            "Split('mk,kn->mn', along='mn')"
+        )
+    return split
 
 
 def tuned_path(name: str, tuned: str | Path | None, module_dir: Path | None) -> Path | None:
@@ -403,27 +408,62 @@ def _import_shipped() -> None:
         raise KernelError(f"cannot import the shipped kernels ({e})") from e
 
 
-def find_in_working_directory() -> None:
-    """Let 'module:function' kernels, programs and --import modules be found in the working
-    directory, after the installed packages: a jax.py or rich.py there is never imported in
-    their place."""
-    import os
-    import sys
+class _NamedModules(importlib.abc.MetaPathFinder):
+    """Finds the modules a user named ('module:function', a program, --import), and only them,
+    in the working directory they were named in, after every other finder: a jax.py there is
+    never imported in place of JAX, and the directory never joins `sys.path`, which every later
+    import searches (JAX's backends and plugin discovery import a libtpu.py or jax_plugins/
+    from it) and a worker child inherits."""
 
-    cwd = os.getcwd()
-    if cwd not in sys.path and "" not in sys.path:
-        sys.path.append(cwd)
+    def __init__(self) -> None:
+        self.directories: dict[str, str] = {}  # top-level module name -> where it was named
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
+        directory = self.directories.get(fullname)
+        if path is not None or directory is None:  # a submodule: its package's __path__
+            return None
+        return importlib.machinery.PathFinder.find_spec(fullname, [directory])
+
+
+_NAMED = _NamedModules()
+
+
+def _in_working_directory(module_name: str) -> bool:
+    return any(
+        os.path.exists(os.path.join(os.getcwd(), module_name + suffix)) for suffix in ("", ".py")
+    )
+
+
+def import_user_module(
+    module_name: str, why: str, error: type[AutotuneError] = KernelError
+) -> types.ModuleType:
+    """Import a module the user named, looked for in the working directory too (it alone).
+    Whatever fails (not found, a SyntaxError, the module's own code raising) is one `error`
+    naming the module, `why` it was imported, and the cause."""
+    _NAMED.directories.setdefault(module_name.partition(".")[0], os.getcwd())
+    if _NAMED not in sys.meta_path:
+        sys.meta_path.append(_NAMED)
+    try:
+        return importlib.import_module(module_name)
+    except ModuleNotFoundError as e:
+        cause = str(e)
+        missing = (e.name or "").partition(".")[0]
+        if missing and missing not in _NAMED.directories and _in_working_directory(missing):
+            cause += (
+                ": of the working directory only the modules named are imported; put it on "
+                "PYTHONPATH to import the others"
+            )
+        raise error(f"cannot import {module_name!r} {why}: {cause}") from e
+    except Exception as e:  # the user's code: one line that names it, not a traceback
+        cause = str(e) if isinstance(e, ImportError) else f"{type(e).__name__}: {e}"
+        raise error(f"cannot import {module_name!r} {why}: {cause.strip().splitlines()[0]}") from e
 
 
 def resolve(target: str) -> Any:
     """A registered name, or an import path 'package.module:function', to its autotuned kernel."""
     if ":" in target:
         module_name, _, attr = target.partition(":")
-        try:
-            module = importlib.import_module(module_name)
-        except ImportError as e:
-            raise KernelError(f"cannot import {module_name!r} for kernel {target!r}: {e}") from e
-        obj = module
+        obj = import_user_module(module_name, f"for kernel {target!r}")
         for part in attr.split("."):
             obj = getattr(obj, part, None)
             if obj is None:

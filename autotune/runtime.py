@@ -20,13 +20,14 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from autotune import lookup, registry, runtime_state
+from autotune import lookup, registry, runtime_state, sharded
 from autotune.errors import AutotuneError
 from autotune.lookup import Resolution
 from autotune.overlays import active_overlays
 from autotune.registry import KernelSpec, make_spec
 from autotune.signature import Signature, call_shape, is_array
 from autotune.space import Constraint
+from autotune.split import Split
 from autotune.traced_calls import traced_call_scope
 
 # a tuning run in this process stored a best entry: serve it from the next call on
@@ -58,6 +59,7 @@ class AutotunedKernel:
         # The jitted entry's static arguments: options, and overrides of tunable parameters.
         options = {p.name for p in params if p.kind is p.KEYWORD_ONLY or p.default is not p.empty}
         self._static_names = frozenset(options | spec.tunables | {"interpret"})
+        self._array_names = [p.name for p in params if p.kind is not p.KEYWORD_ONLY]
         # A signature whose every argument is an array (positional, no default) or an option
         # (keyword-only with a default: see _is_option) says how calls split: they go straight
         # to the entry, which splits them as jax.jit(fn, static_argnames=<options>) would (so
@@ -126,7 +128,14 @@ class AutotunedKernel:
 
     def _run(self, args: Sequence[Any], kwargs: dict[str, Any], kernel_for: Callable) -> Any:
         """A call, in the jitted entry's trace or on the general path: looked up, then run in
-        a scope that names the call in jaxprs (`autotune.calls_in` reads it)."""
+        a scope that names the call in jaxprs (`autotune.calls_in` reads it). A call on
+        sharded arrays runs this for each device's part (autotune.sharded), so that each is
+        looked up, named and recorded at its local shape."""
+        split = sharded.plan(self.spec.split, args, self._array_names)
+        if split is not None:
+            return sharded.run(
+                self.spec.name, split, lambda *part: self._run(part, dict(kwargs), kernel_for), args
+            )
         with traced_call_scope(self, args, kwargs):
             overrides = {k: kwargs.pop(k) for k in self.spec.tunables & kwargs.keys()}
             resolution = self._resolution(args, kwargs)
@@ -141,6 +150,8 @@ class AutotunedKernel:
     def _resolution(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Resolution:
         """resolve(), memoised per call shape: the database is read once per key per process."""
         # an active overlay changes the answer: calls inside and outside one differ
+        if runtime_state.listed(self):  # kept by no memo: a call's own trace counts its miss
+            return self.resolve(args, kwargs)
         memo_key = (self, call_shape(args, kwargs), active_overlays())
         state = runtime_state.current()
         try:
@@ -158,9 +169,14 @@ class AutotunedKernel:
 
     def explain(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
         """What a call with these arguments would use: config, source (one of LOOKUP_ORDER,
-        or "caller" for a configuration passed in the call), key (a dict) and signature."""
+        or "caller" for a configuration passed in the call), key (a dict) and signature; for
+        arrays sharded over a mesh, each device's call (at its local shape)."""
         overrides = {k: kwargs.pop(k) for k in self.spec.tunables & kwargs.keys()}
-        r = self.resolve(args, kwargs, record_miss=False)  # a question, not a call to count
+        split = sharded.plan(self.spec.split, args, self._array_names)
+        if split is not None:
+            args = sharded.local_parts(split, args)
+        with runtime_state.listing():  # a question, not a call to count
+            r = self.resolve(args, kwargs, record_miss=False)
         config = {**r.config, **overrides}
         return {
             "config": config,
@@ -231,6 +247,8 @@ def autotuned(
     bind: Callable[[dict[str, Any]], dict[str, Any]] | Mapping[str, Any] | None = None,
     backend: str | None = None,
     tuned: str | Path | None = None,
+    version: str | None = None,
+    split: Split | None = None,
 ) -> Callable[[Callable], AutotunedKernel]:
     """Declare a kernel's tunable parameters and register it under `name`.
 
@@ -240,7 +258,11 @@ def autotuned(
     such as {"block_shape": ("block_m", "block_n"), "block_sizes": BlockSizes} does so
     declaratively and reads the defaults from the kernel's own). `tuned` is a tuned table
     shipped with the kernel: an exported JSON file, or a folder of them, relative to the
-    kernel's module; it serves calls the user's own database has no entry for.
+    kernel's module; it serves calls the user's own database has no entry for. `split` says
+    which axes of its arrays are batch-like, so that a call on arrays sharded along them under
+    `jax.jit` runs on each device's part (autotune.sharded). `version` names the kernel's
+    version (part of every key) instead of a hash of its code: for a library whose kernels
+    run code from outside their own package.
     """
 
     def decorate(fn: Callable) -> AutotunedKernel:
@@ -254,6 +276,8 @@ def autotuned(
             bind=bind,
             backend=backend,
             tuned=tuned,
+            version=version,
+            split=split,
         )
 
     return decorate

@@ -177,6 +177,8 @@ def parse_static(text: str) -> dict[str, Any]:
         value = json.loads(text)
     except json.JSONDecodeError as e:
         raise SignatureError(f"static arguments {text!r} are not a JSON object: {e}") from e
+    except RecursionError:
+        raise SignatureError(f"static arguments {text[:40]!r}... are nested too deeply") from None
     if not isinstance(value, dict):
         raise SignatureError(f"static arguments {text!r} are not a JSON object")
     return value

@@ -273,8 +273,8 @@ def parse_sections(where: str, doc: Any) -> dict[str, tuple[Param, ...]]:
     return spaces
 
 
-def load_space_file(path: Path) -> tuple[str, dict[str, tuple[Param, ...]]]:
-    """Read and parse a space file; returns its text (for versioning) and its parameters."""
+def load_space_file(path: Path) -> dict[str, tuple[Param, ...]]:
+    """Read and parse a space file: its parameters, per platform."""
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as e:
@@ -287,7 +287,7 @@ def load_space_file(path: Path) -> tuple[str, dict[str, tuple[Param, ...]]]:
         raise SpaceError(f"{path}: not valid TOML: {e}") from e
     except RecursionError:  # tomllib recurses into nested arrays and inline tables
         raise SpaceError(f"{path}: not valid TOML: nested too deeply") from None
-    return text, parse_sections(str(path), doc)
+    return parse_sections(str(path), doc)
 
 
 def resolve_space_path(name: str | Path, near: Path | None = None) -> Path:

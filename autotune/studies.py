@@ -69,6 +69,9 @@ class SharedStudy:
         if not study_name:
             raise SpaceError("a study in a storage needs a study_name")
         self.worker = f"{socket.gethostname()}:{os.getpid()}"
+        if threading.current_thread() is not threading.main_thread():
+            # one of this process's searches on several devices (autotune.tuner)
+            self.worker += f"/{threading.get_ident()}"
         # Optuna's INFO lines ("A new study created ...") only where ours are shown (-v)
         verbose = logging.getLogger("autotune").isEnabledFor(logging.INFO)
         optuna.logging.set_verbosity(optuna.logging.INFO if verbose else optuna.logging.WARNING)
@@ -125,19 +128,23 @@ class SharedStudy:
         host = socket.gethostname()
         for name, joined in self.study.user_attrs.items():
             owner = name.removeprefix("worker ")
-            worker_host, _, pid = owner.partition(":")
+            worker_host, pid = _host_pid(owner)
             if not joined or owner == name or owner == self.worker:
                 continue
             if worker_host != host or not pid.isdigit() or _alive(int(pid)):
                 return True
         return False
 
-    def n_measured(self) -> int:
-        """How many configurations the study's workers (this one's earlier runs included) have
-        measured so far."""
+    def records(self) -> list[TrialRecord | None]:
+        """What the study's workers (this one's earlier runs included) have measured so far:
+        each measurement's record, None where the study kept only its status."""
         states = (TrialState.COMPLETE, TrialState.PRUNED)
         trials = self.study.get_trials(deepcopy=False, states=states)
-        return sum("status" in t.user_attrs for t in trials)
+        return [
+            TrialRecord.from_dict(t.user_attrs["detail"]) if "detail" in t.user_attrs else None
+            for t in trials
+            if "status" in t.user_attrs
+        ]
 
     def refresh(self, enc: Any) -> tuple[dict[tuple, Evaluation], set[tuple]]:
         """The study's measured configs (the first measurement of each, its record read back)
@@ -206,7 +213,7 @@ class SharedStudy:
         host = socket.gethostname()
         grace = datetime.timedelta(seconds=3 * HEARTBEAT_S)
         for t in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-            worker_host, _, pid = str(t.user_attrs.get("worker", "")).partition(":")
+            worker_host, pid = _host_pid(str(t.user_attrs.get("worker", "")))
             if worker_host == host and pid.isdigit() and not _alive(int(pid)):
                 self._fail(t)
             elif "worker" not in t.user_attrs and _age(t) > grace:
@@ -281,6 +288,12 @@ def _set_aside_if_corrupt(file: Path) -> None:
 def _age(trial: Any) -> datetime.timedelta:
     """How long ago a running trial was started (Optuna stores local naive times)."""
     return datetime.datetime.now() - (trial.datetime_start or datetime.datetime.now())
+
+
+def _host_pid(worker: str) -> tuple[str, str]:
+    """A worker's host and process id ("host:pid", or "host:pid/thread")."""
+    host, _, pid = worker.partition(":")
+    return host, pid.partition("/")[0]
 
 
 def _alive(pid: int) -> bool:

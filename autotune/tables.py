@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import reprlib
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -63,15 +64,20 @@ class EntryTable:
         ]
 
 
-def read_entries(path: Path) -> EntryTable:
+def read_entries(path: Path, overlay: bool = False) -> EntryTable:
     """The entries of an exported JSON file, or of every *.json file in a folder (sorted by
-    name); an AutotuneError names the file that is missing, unreadable or not an export."""
+    name); an AutotuneError names the file that is missing, unreadable or not an export (a
+    shipped table's, or with `overlay` an overlay's)."""
     from autotune.dbexport import validate_export
 
     if path.is_dir():
         files = sorted(path.glob("*.json"))
     elif path.is_file():
         files = [path]
+    elif overlay:
+        raise AutotuneError(
+            f"overlay {path} does not exist: give an `autotune db export` file or a folder of them"
+        )
     else:
         raise AutotuneError(f"tuned table {path} does not exist: ship it as package data")
     entries: list[StoredEntry] = []
@@ -79,6 +85,11 @@ def read_entries(path: Path) -> EntryTable:
         try:
             doc = json.loads(file.read_text())
             entries += map(StoredEntry.from_row, validate_export(doc))
+        except RecursionError:  # json recurses into nested arrays and objects
+            raise AutotuneError(
+                f"tuned table {file} is not a readable `autotune db export` file (nested too "
+                "deeply): export it again"
+            ) from None
         except (OSError, UnicodeDecodeError, json.JSONDecodeError, AutotuneError) as e:
             raise AutotuneError(
                 f"tuned table {file} is not a readable `autotune db export` file ({e}): "
@@ -95,14 +106,20 @@ def entries_of(source: Any) -> EntryTable:
     if isinstance(source, EntryTable):
         return source
     if isinstance(source, (str, Path)):
-        return read_entries(Path(source))
+        return read_entries(Path(source), overlay=True)
     if isinstance(source, Mapping) and "entries" in source:
         from autotune.dbexport import validate_export
 
         return EntryTable(map(StoredEntry.from_row, validate_export(source)), "an export document")
     if isinstance(source, StoredEntry):
         return EntryTable([source], "an overlay")
-    if isinstance(source, Mapping) and all(k in source for k in (*KEY_FIELDS, "config")):
+    if isinstance(source, Mapping) and any(k in source for k in (*KEY_FIELDS, "config")):
+        missing = [k for k in (*KEY_FIELDS, "config") if k not in source]
+        if missing:  # not a dict of entries, but an entry short of fields
+            raise AutotuneError(
+                f"overlay entry {reprlib.repr(dict(source))} lacks {', '.join(missing)}: give "
+                "entries as `autotune db export` writes them, or what autotune.tune returned"
+            )
         return EntryTable([StoredEntry.from_row(source)], "an overlay")
     if hasattr(source, "key") and hasattr(source, "best_config"):  # a TuneResult
         entry = StoredEntry(

@@ -23,6 +23,7 @@ class TracedCall:
     kernel: Any  # the AutotunedKernel called
     args: tuple
     kwargs: dict[str, Any]
+    mesh_axes: dict[str, int]  # the mesh axes the call is mapped over (mapped_axes), sizes
 
 
 # Every call an entry traced in this process, by the name of the scope it was traced in.
@@ -37,8 +38,9 @@ def traced_call_scope(
     """The named scope a kernel's entry traces a call in (one name per distinct call)."""
     import jax
 
+    mesh_axes = mapped_axes()
     try:
-        key = (kernel.spec.name, kernel.spec.version, call_shape(args, kwargs))
+        key = (kernel.spec.name, kernel.spec.version, call_shape(args, kwargs), *mesh_axes.items())
         name = _SCOPES.get(key)
     except TypeError:  # an unhashable static argument: not listed by calls_in
         return contextlib.nullcontext()
@@ -49,5 +51,19 @@ def traced_call_scope(
             return jax.ShapeDtypeStruct(a.shape, a.dtype) if is_array(a) else a
 
         named = {k: abstract(v) for k, v in kwargs.items()}
-        TRACED_CALLS[name] = TracedCall(kernel, tuple(map(abstract, args)), named)
+        TRACED_CALLS[name] = TracedCall(kernel, tuple(map(abstract, args)), named, mesh_axes)
     return jax.named_scope(name)
+
+
+def mapped_axes() -> dict[str, int]:
+    """The mesh axes this trace is mapped over (a `jax.shard_map`'s, or a sharded call's, manual
+    axes), with their sizes: a call traced here runs on each device's part, at its local shape."""
+    import jax
+
+    mesh = jax.sharding.get_abstract_mesh()
+    manual = jax.sharding.AxisType.Manual
+    return {
+        name: size
+        for name, size, kind in zip(mesh.axis_names, mesh.axis_sizes, mesh.axis_types)
+        if kind == manual
+    }

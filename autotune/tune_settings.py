@@ -77,6 +77,11 @@ class TuneSettings:
     None sizes them to the host: up to 4 on an accelerator, none on the CPU, where they would
     disturb timing. A worker passed to tune() keeps its own."""
 
+    devices: int | str = 1
+    """How many local devices measure at once (a whole number, at least 1, or "all"): each a
+    device worker pinned to its own device, sharing the task's `n_trials` through one study;
+    more than one implies `isolate`. The finalists are re-measured side by side on the first."""
+
     storage: str | None = None
     """An Optuna RDB URL in which the search is a study: an interrupted run resumes without
     measuring again, and several workers share `n_trials`. None: the study is in memory."""
@@ -105,6 +110,8 @@ class TuneSettings:
         _at_least(self.finalists, "finalists", 0, "0 or more")
         if self.compile_workers is not None:
             _at_least(self.compile_workers, "compile_workers", 0, "0 or more")
+        if self.devices != "all":
+            _at_least(self.devices, "devices", 1, 'at least 1, or "all"')
 
     def replace(self, **changes: Any) -> TuneSettings:
         """These settings with `changes` (field names), checked; an unknown name is a

@@ -21,7 +21,7 @@ import math
 import jax
 import jax.numpy as jnp
 
-from autotune import autotuned
+from autotune import Split, autotuned
 from autotune.backends import mosaic_gpu as backend
 from autotune.kernels.flash_attention import attention_reference
 from autotune.kernels.matmul import Precision, check_precision
@@ -93,6 +93,7 @@ def scaled_query(q: jax.Array, scale: float) -> jax.Array:
     reference=attention_reference,
     backend="mosaic_gpu",
     tuned="tuned",
+    split=Split("bhsd,bhtd,bhtd->bhsd", along="bh"),
 )
 def attention_mgpu(
     q: jax.Array,

@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 from jax.experimental import pallas as pl
 
-from autotune import autotuned, out_struct
+from autotune import Split, autotuned, out_struct
 from autotune.backends import clamp_block, kernel_platform, mosaic_tpu, triton
 from autotune.kernels import matmul as mm
 from autotune.kernels.differentiable import differentiable
@@ -49,6 +49,7 @@ def _bwd(residuals: tuple, g: jax.Array, *, precision: str, interpret: bool, **_
     constraints=[fits_platform],
     reference=bmm_reference,
     tuned="tuned",
+    split=Split("bmk,bkn->bmn", along="bmn"),
 )
 @differentiable(_bwd)
 def bmm(

@@ -24,7 +24,7 @@ import jax
 import jax.numpy as jnp
 from jax.experimental import pallas as pl
 
-from autotune import autotuned, out_struct
+from autotune import Split, autotuned, out_struct
 from autotune.backends import clamp_block, kernel_platform, mosaic_tpu, whole_block
 from autotune.hardware import (
     GPU_TILE_REGISTERS,
@@ -286,6 +286,7 @@ def _bwd(residuals: tuple, do: jax.Array, *, causal, sm_scale, precision, interp
     constraints=[fits_platform],
     reference=attention_reference,
     tuned="tuned",
+    split=Split("bhsd,bhtd,bhtd->bhsd", along="bh"),
 )
 @differentiable(_bwd, _fwd)
 def flash_attention(

@@ -31,7 +31,7 @@ import jax
 import jax.numpy as jnp
 from jax.experimental import pallas as pl
 
-from autotune import autotuned, out_struct
+from autotune import Split, autotuned, out_struct
 from autotune.backends import kernel_platform, mosaic_tpu
 from autotune.hardware import gpu_smem_bytes
 from autotune.kernels.attention_masks import NT, TN, padded_keys, probs
@@ -353,6 +353,7 @@ def backward_on(
     constraints=[fits_platform_dq],
     reference=attention_dq_reference,
     tuned="tuned",
+    split=Split("bhsd,bhtd,bhtd,bhsd,bhs,bhs->bhsd", along="bh"),
 )
 def flash_attention_dq(
     q: jax.Array,
@@ -400,6 +401,7 @@ def flash_attention_dq(
     constraints=[fits_platform_dkv],
     reference=attention_dkv_reference,
     tuned="tuned",
+    split=Split("bhsd,bhtd,bhtd,bhsd,bhs,bhs->bhtd,bhtd", along="bh"),
 )
 def flash_attention_dkv(
     q: jax.Array,

@@ -24,7 +24,7 @@ import jax
 import jax.numpy as jnp
 from jax.experimental import pallas as pl
 
-from autotune import autotuned, out_struct
+from autotune import Split, autotuned, out_struct
 from autotune.backends import clamp_block, kernel_platform, mosaic_tpu, triton
 from autotune.hardware import gpu_registers_ok, gpu_smem_bytes, is_pow2, tpu_block_ok
 from autotune.kernels.differentiable import differentiable
@@ -183,6 +183,7 @@ def _bwd(residuals: tuple, g: jax.Array, *, precision: str, interpret: bool, **_
     constraints=[fits_platform],
     reference=matmul_reference,
     tuned="tuned",
+    split=Split("mk,kn->mn", along="mn"),
 )
 @differentiable(_bwd)
 def matmul(

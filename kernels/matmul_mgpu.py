@@ -27,7 +27,7 @@ import jax
 import jax.numpy as jnp
 from jax.experimental import pallas as pl
 
-from autotune import autotuned, out_struct
+from autotune import Split, autotuned, out_struct
 from autotune.backends import mosaic_gpu as backend
 from autotune.kernels.differentiable import differentiable
 
@@ -242,6 +242,7 @@ def _bwd(residuals: tuple, g: jax.Array, *, interpret: bool, **_) -> tuple:
     reference=matmul_mgpu_reference,
     backend="mosaic_gpu",
     tuned="tuned",
+    split=Split("mk,kn->mn", along="mn"),
 )
 @differentiable(_bwd)
 def matmul_mgpu(

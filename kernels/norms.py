@@ -11,7 +11,7 @@ import functools
 import jax
 import jax.numpy as jnp
 
-from autotune import autotuned
+from autotune import Split, autotuned
 from autotune.backends import kernel_platform
 from autotune.kernels.differentiable import differentiable
 from autotune.kernels.rowwise import (
@@ -119,6 +119,7 @@ def _layer_bwd(inputs: tuple, g: jax.Array, *, eps: float, interpret: bool, **_)
     constraints=[fits_platform],
     reference=rms_norm_reference,
     tuned="tuned",
+    split=Split("...c,c->...c", along="..."),
 )
 @differentiable(_rms_bwd)
 def rms_norm(
@@ -144,6 +145,7 @@ def rms_norm(
     constraints=[fits_platform],
     reference=layer_norm_reference,
     tuned="tuned",
+    split=Split("...c,c,c->...c", along="..."),
 )
 @differentiable(_layer_bwd)
 def layer_norm(

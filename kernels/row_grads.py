@@ -18,7 +18,7 @@ import jax
 import jax.numpy as jnp
 from jax.experimental import pallas as pl
 
-from autotune import autotuned, out_struct
+from autotune import Split, autotuned, out_struct
 from autotune.backends import kernel_platform
 from autotune.kernels.norms import layer_norm_reference, rms_norm_reference
 from autotune.kernels.rowwise import (
@@ -138,6 +138,7 @@ def _check_like(name: str, x: jax.Array, g: jax.Array, *vectors: jax.Array) -> N
     constraints=[fits_platform],
     reference=softmax_bwd_reference,
     tuned="tuned",
+    split=Split("...c,...c->...c", along="..."),
 )
 def softmax_bwd(
     x: jax.Array, g: jax.Array, *, block_rows: int = 64, num_warps: int = 4, interpret: bool = False

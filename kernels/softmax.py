@@ -10,7 +10,7 @@ import functools
 import jax
 import jax.numpy as jnp
 
-from autotune import autotuned
+from autotune import Split, autotuned
 from autotune.backends import kernel_platform
 from autotune.kernels.differentiable import differentiable
 from autotune.kernels.rowwise import (
@@ -74,6 +74,7 @@ def _bwd(inputs: tuple, g: jax.Array, *, interpret: bool, **_) -> tuple[jax.Arra
     constraints=[fits_platform],
     reference=softmax_reference,
     tuned="tuned",
+    split=Split("...c->...c", along="..."),
 )
 @differentiable(_bwd)
 def softmax(

@@ -12,7 +12,7 @@ import jax
 import jax.numpy as jnp
 from jax.experimental import pallas as pl
 
-from autotune import autotuned, out_struct
+from autotune import Split, autotuned, out_struct
 from autotune.backends import kernel_platform, mosaic_tpu, triton
 from autotune.hardware import TPU_LANES, is_pow2, tpu_block_ok
 from autotune.kernels.differentiable import differentiable
@@ -64,6 +64,7 @@ def _bwd(_: None, g: jax.Array, **__) -> tuple:
     constraints=[fits_platform],
     reference=vector_add_reference,
     tuned="tuned",
+    split=Split("n,n->n", along="n"),
 )
 @differentiable(_bwd, _fwd)
 def vector_add(

@@ -83,6 +83,10 @@ def test_the_import_graph_of_the_package_has_no_circle():
         # overlays drop lookups through the state, below the runtime
         ("autotune.overlays", {"autotune.runtime", "autotune.lookup"}),
         ("autotune.runtime_state", {"autotune.runtime", "autotune.lookup", "autotune.overlays"}),
+        # the database knows neither the runtime nor the tuner; the registry opens no database
+        ("autotune.db", {"autotune.runtime", "autotune.lookup", "autotune.overlays"}),
+        ("autotune.db", {"autotune.runtime_state", "autotune.tuner", "autotune.tuning"}),
+        ("autotune.registry", {"autotune.db", "autotune.runtime", "autotune.tuner"}),
         # the chip tables ask no platform: the backends read them
         ("autotune.hardware", set(MODULES) - {"autotune.hardware"}),
     ],

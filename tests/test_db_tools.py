@@ -1,5 +1,6 @@
 """`autotune db show|export|import|merge|stale|prune|stats` on real SQLite files."""
 
+import dataclasses
 import json
 
 import pytest
@@ -231,3 +232,22 @@ def test_every_command_that_resolves_kernels_sees_your_own_with_import(
     pruned = run(["db", "prune", *imp], subprocess_env).stdout
     assert pruned.startswith("deleted 1 stale entries")
     assert run(["db", "check", *imp], subprocess_env).stdout.endswith("no problems found\n")
+
+
+def test_check_says_which_kernels_it_could_not_check_and_passes_what_it_could(capsys, db_url):
+    # a database with a user's kernel, checked by a process that does not know that kernel
+    with TuningDB(db_url) as db:
+        put(db, key(device_kind="cpu", platform="cpu"), 16, 1e-3)
+        put(
+            db,
+            dataclasses.replace(key(device_kind="cpu", platform="cpu"), kernel="theirs"),
+            8,
+            1e-3,
+        )
+    rc, out, _ = cli(capsys, "db", "check", "--db", db_url)
+    head, unchecked = out.splitlines()
+    assert rc == 0 and head.endswith("no problems found")
+    assert unchecked.startswith(
+        "not checked against their kernel: theirs (1 entry): not registered"
+    )
+    assert "pass --import MODULE" in unchecked

@@ -107,6 +107,7 @@ def test_a_job_takes_every_strategy_and_defaults_to_the_default(tmp_path):
         ("[[task]]\nkernel = 'matmul'\nshapes = ['8']\nblock = 2", "unknown field(s) block"),
         ("[[tasks]]\nkernel = 'matmul'", "unknown table(s) tasks"),
         ("[[task]\n", "is not valid TOML"),
+        ("x = " + "[" * 200_000 + "]" * 200_000, "nested too deeply"),
         ("[[task]]\nkernel = 'matmul'\nshapes = ['8x8,8x8']\nstrategy = 'bayes'", "tpe, gp, cmaes"),
         ("import = ['no_such_module_x']\n[[task]]\nkernel = 'm'\nshapes = ['8']", "cannot import"),
     ],
@@ -182,11 +183,27 @@ CTRL_C_TAKEN = (
 )
 
 
+# SIGTERM that the child sends itself from inside a garbage-collector callback (where its
+# handler's exception is swallowed) once the test creates the marker file
+TERM_IN_A_GC_CALLBACK = """
+import gc, os, runpy, signal, sys
+marker = sys.argv.pop(1)
+def callback(phase, info):
+    if phase == "start" and os.path.exists(marker) and callback in gc.callbacks:
+        gc.callbacks.remove(callback)
+        os.kill(os.getpid(), signal.SIGTERM)
+        sum(range(10))  # the handler runs here, inside the callback
+gc.callbacks.append(callback)
+sys.argv[0] = "autotune"
+runpy.run_module("autotune.cli", run_name="__main__")
+"""
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "sig, returncode",
-    [(signal.SIGKILL, -signal.SIGKILL), (signal.SIGINT, 130)],
-    ids=["kill-9", "ctrl-c"],
+    [(signal.SIGKILL, -signal.SIGKILL), (signal.SIGINT, 130), ("gc", 143)],
+    ids=["kill-9", "ctrl-c", "sigterm-in-a-gc-callback"],
 )
 def test_interrupt_mid_task_then_rerun_resumes_without_remeasuring(
     tmp_path, subprocess_env, db_url, sig, returncode
@@ -202,13 +219,18 @@ def test_interrupt_mid_task_then_rerun_resumes_without_remeasuring(
         """,
     )
     env = dict(subprocess_env, PYTHONUNBUFFERED="1")
-    cmd = [sys.executable, "-c", CTRL_C_TAKEN, "tune", "--job", job]
+    marker = tmp_path / "terminate"
+    launcher = [TERM_IN_A_GC_CALLBACK, str(marker)] if sig == "gc" else [CTRL_C_TAKEN]
+    cmd = [sys.executable, "-c", *launcher, "tune", "--job", job]
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, text=True)
     seen = []
     for line in proc.stdout:
         seen.append(line)
         if "trial 3/6" in line:
-            os.kill(proc.pid, sig)  # kill -9: no cleanup of any kind runs
+            if sig == "gc":
+                marker.touch()
+            else:
+                os.kill(proc.pid, sig)  # kill -9: no cleanup of any kind runs
             break
     proc.wait(timeout=60)
     proc.stdout.close()

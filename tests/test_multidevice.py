@@ -14,9 +14,11 @@ HERE = Path(__file__).parent
 
 def test_the_multidevice_tests_pass_on_four_forced_host_devices(tmp_path, subprocess_env):
     env = {**subprocess_env, "XLA_FLAGS": FORCED_DEVICES}
+    # a hang shows every thread's stack after 5 minutes, before the timeout ends the child
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
+    cmd += ["-o", "faulthandler_timeout=300"]
     cmd += [f"--basetemp={tmp_path / 'child'}", str(HERE / "multidevice")]
-    result = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=1200)
+    result = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
     report = result.stdout[-8000:] + result.stderr[-4000:]
     assert result.returncode == 0, report
     assert " passed" in result.stdout and " skipped" not in result.stdout, report

@@ -65,6 +65,21 @@ def test_a_training_step_is_listed_tuned_and_then_served_from_the_database():
     assert {o.status for o in again} == {"skipped"}
 
 
+def test_a_listing_counts_no_miss_and_creates_no_database(db_url):
+    from toy_kernels import make_input, scale
+
+    from autotune import TuningDB
+
+    x = S((40, 128), jnp.float32)
+    assert [c.source for c in autotune.calls_in(lambda a: scale(a) + 1, (x,))] == ["default"]
+    assert not Path(db_url).exists()
+    TuningDB(db_url).close()
+    assert [c.source for c in autotune.calls_in(lambda a: scale(a) * 2, (x,))] == ["default"]
+    assert TuningDB(db_url).misses() == []
+    scale(make_input(rows=40))  # a call counts its miss, though listings traced it before
+    assert [m["count"] for m in TuningDB(db_url).misses()] == [1]
+
+
 def test_calls_in_refuses_what_cannot_be_traced_with_one_line():
     with pytest.raises(AutotuneError, match="calls_in: tracing 'broken' failed"):
 
@@ -81,6 +96,7 @@ def test_the_cli_lists_and_tunes_a_programs_calls_by_shard(capsys, monkeypatch, 
     rows = json.loads(out)
     assert [r["kernel"] for r in rows[:4]] == FORWARD
     assert {r["source"] for r in rows} == {"default"}
+    assert not Path(db_url).exists()  # a listing creates no database
     rc, out, _ = cli(capsys, "tune", "--program", "train_step:tiny", "--no-isolate",
                      "--trials", "1", "--shard", "1/4", "--db", db_url)  # fmt: skip
     assert rc == 0, out
@@ -91,6 +107,8 @@ def test_the_cli_lists_and_tunes_a_programs_calls_by_shard(capsys, monkeypatch, 
     assert [i for i, source in enumerate(served) if source == "db"] == list(range(1, len(rows), 4))
     rc, _, err = cli(capsys, "calls", "train_step:nothing")
     assert rc == 2 and "has no function 'nothing'" in err and len(err.splitlines()) == 1
+    rc, _, err = cli(capsys, "calls", "train_step:__doc__")
+    assert rc == 2 and "train_step.__doc__ is not a function" in err and err.count("\n") == 1
 
 
 def test_a_job_file_task_may_name_a_program(tmp_path, monkeypatch):
@@ -192,3 +210,20 @@ def test_a_call_on_the_general_path_is_listed_too():
     assert [(c.kernel, c.signature) for c in calls] == [
         ("biased_rows_listed", "f32[8,128],f32[8,128]")
     ]
+
+
+def test_a_program_that_calls_no_autotuned_kernel_is_said(tmp_path, capsys, monkeypatch, caplog):
+    import logging
+
+    (tmp_path / "plain_step.py").write_text(
+        "import jax.numpy as jnp\n\ndef factory():\n    return (lambda x: x + 1), (jnp.ones(4),)\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    db = str(tmp_path / "t.db")
+    rc, out, err = cli(capsys, "tune", "--program", "plain_step:factory", "--db", db)
+    assert rc == 2 and "makes no @autotuned call: nothing to tune" in err and err.count("\n") == 1
+    with caplog.at_level(logging.WARNING, logger="autotune.program"):
+        assert autotune.tune_program(lambda x: x + 1, (jnp.ones(4),), db=db) == []
+    assert "makes no @autotuned call" in caplog.text
+    with pytest.raises(AutotuneError, match=r"args is an array: give the arguments as a tuple"):
+        autotune.calls_in(lambda x: x + 1, jnp.ones((64, 8)))

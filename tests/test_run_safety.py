@@ -17,7 +17,7 @@ import toy_kernels
 from toy_kernels import make_input, scale
 
 import autotune
-from autotune import TuningDB, jobs
+from autotune import TuningDB, jobs, studies
 from autotune.cli import main
 from autotune.errors import DatabaseError
 
@@ -53,6 +53,40 @@ def test_a_database_moved_over_the_path_is_left_intact(tmp_path):
         tune_then(str(db), 4, 2, lambda: shutil.move(other, db))
     with TuningDB(db) as replaced:
         assert (replaced.query(), replaced.trials()) == before
+
+
+@pytest.mark.parametrize("replace", ["deleted", "moved over"])
+def test_a_rerun_after_the_database_was_replaced_tunes_afresh(tmp_path, subprocess_env, replace):
+    # the study beside the database outlives it: its trials, stored in the database that was
+    # deleted (or in another one, moved over the path), are not resumed into the new one
+    db, other = tmp_path / "t.db", tmp_path / "other.db"
+    if replace == "moved over":
+        autotune.tune(scale, [make_input(rows=48)], n_trials=2, db=str(other), finalists=0)
+    action = (lambda: os.remove(db)) if replace == "deleted" else lambda: shutil.move(other, db)
+    storage = studies.default_storage(str(db))
+    with pytest.raises(DatabaseError, match="deleted or replaced"):
+        autotune.tune(
+            scale,
+            [make_input(rows=96)],
+            n_trials=5,
+            db=str(db),
+            strategy="grid",
+            finalists=0,
+            storage=storage,
+            progress=lambda r, i, n: action() if i == 2 else None,
+        )
+    proc = subprocess.run(
+        tune_command(db, 96), env=subprocess_env, capture_output=True, text=True, cwd=TESTS
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "resuming" not in proc.stdout
+    with TuningDB(db) as handle:
+        entry = handle.best(next(e.key for e in handle.query() if e.key.signature == "f32[96,128]"))
+        trials = handle.trials(signature="f32[96,128]")
+    assert entry.n_trials == 5 and len(trials) == 5
+    best = next(t for t in trials if t.db_id == entry.trial_id)
+    assert best.config == entry.config
+    assert main(["db", "check", "--db", str(db)]) == 0
 
 
 def tune_command(db, rows, *extra):

@@ -36,7 +36,7 @@ def test_platform_section_overrides_and_extends_common(tmp_path):
         tmp_path,
         "[common]\nblock = [8, 16]\n[gpu]\nblock = [32]\nnum_warps = [4, 8]\n",
     )
-    _, spaces = load_space_file(path)
+    spaces = load_space_file(path)
     assert [(p.name, p.values) for p in spaces["cpu"]] == [("block", (8, 16))]
     assert [(p.name, p.values) for p in spaces["gpu"]] == [("block", (32,)), ("num_warps", (4, 8))]
 

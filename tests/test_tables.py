@@ -7,6 +7,7 @@ import dataclasses
 import importlib.util
 import json
 import logging
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -149,9 +150,58 @@ def test_db_list_shipped_and_db_check_read_the_shipped_tables(library, capsys, d
     assert "block_rows=5" in problem
 
 
-def test_an_overlay_of_something_else_is_refused_with_what_to_give():
-    with pytest.raises(autotune.AutotuneError, match="give a path, an export document"):
-        autotune.overlay(3).__enter__()
+@pytest.mark.parametrize(
+    "source, words",
+    [
+        (3, "cannot overlay int: give a path, an export document"),
+        ("no/such/h200.json", "overlay no/such/h200.json does not exist: give an `autotune db"),
+        (
+            [{"kernel": "matmul", "signature": "f32[8,8],f32[8,8]", "config": {"block_m": 8}}],
+            "lacks kernel_version, platform, device_kind, backend, static: give entries as",
+        ),
+    ],
+)
+def test_an_overlay_of_something_else_is_refused_with_what_to_give(source, words):
+    with pytest.raises(autotune.AutotuneError, match=re.escape(words)):
+        autotune.overlay(source).__enter__()
+
+
+def test_one_unreadable_table_is_said_and_the_others_are_listed(library, capsys, tmp_path):
+    import jax.numpy as jnp
+
+    (tmp_path / "broken").mkdir()
+    (tmp_path / "broken" / "cpu.json").write_text("{not json")
+    autotune.variants("broken_table", [jnp.dot], tuned=tmp_path / "broken")
+    imp = ["--import", "mylib.toy_shipped"]
+    rc, out, err = cli(capsys, "db", "list", "--shipped", "--format", "json", *imp)
+    assert rc == 1 and [r["kernel"] for r in json.loads(out)] == ["shipped_scale"]
+    assert err.count("\n") == 1 and f"tuned table {tmp_path / 'broken' / 'cpu.json'}" in err
+
+
+def test_a_table_nested_too_deeply_is_a_warning_and_the_fallback(library, tmp_path, capsys, caplog):
+    import jax
+
+    nested = '{"entries": ' + "[" * 200_000 + "]" * 200_000 + "}"
+    table = Path(library.spec.tuned) / "cpu.json"
+    table.write_text(nested)
+    overlaid = tmp_path / "overlay.json"
+    overlaid.write_text(nested)
+    with caplog.at_level(logging.WARNING, logger="autotune.runtime_state"):
+        np.testing.assert_allclose(jax.jit(lambda x: library(x))(X), X * 2.0)
+        with autotune.overlay(overlaid):
+            np.testing.assert_allclose(jax.jit(lambda x: library(x) + 1)(X), X * 2.0 + 1)
+            assert library.explain(X)["source"] == "default"
+    warnings = [r.getMessage() for r in caplog.records if "nested too deeply" in r.getMessage()]
+    assert len(warnings) == 2  # one for the table, one for the overlay
+    assert str(table) in warnings[0] and str(overlaid) in warnings[1]
+
+    imp = ["--import", "mylib.toy_shipped"]
+    rc, out, err = cli(capsys, "db", "list", "--shipped", *imp)  # the other tables' listed
+    assert rc == 1 and len(err.splitlines()) == 1 and "nested too deeply" in err
+    rc, out, _ = cli(capsys, "db", "check", *imp)
+    assert rc == 1 and f"tuned table {table} is not a readable" in out
+    rc, out, err = cli(capsys, "db", "import", str(overlaid))
+    assert rc == 2 and len(err.splitlines()) == 1 and "nested too deeply" in err
 
 
 def test_a_variant_groups_shipped_choice_is_served_and_resolved_beside_its_module(

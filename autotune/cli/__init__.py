@@ -7,7 +7,7 @@ the function that runs it. Bad input is one line on stderr and exit code 2, neve
 from __future__ import annotations
 
 import argparse
-import gc
+import contextlib
 import logging
 import os
 import signal
@@ -30,35 +30,71 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _terminated(signum: int, frame: object) -> None:
-    # SIGTERM ends the run as Ctrl-C does: what was measured and stored is counted first
-    raise SystemExit(128 + signum)
+class _Interrupted(KeyboardInterrupt):
+    """Ctrl-C, raised by this command's handler."""
+
+    signum = signal.SIGINT
 
 
-_deferred: list[int] = []  # a Ctrl-C that landed in a garbage-collector callback, not yet raised
+class _Terminated(SystemExit):
+    """SIGTERM, raised by this command's handler: it ends the run as Ctrl-C does (what was
+    measured and stored is counted first), with exit code 143."""
+
+    signum = signal.SIGTERM
+
+
+_swallowed: list[int] = []  # a signal whose exception a callback swallowed, not yet raised again
 
 
 def _interrupted(signum: int, frame: Any) -> None:
-    # Ctrl-C: a KeyboardInterrupt raised inside a garbage-collector callback (JAX registers
-    # one) is swallowed ("Exception ignored in ...") and the run goes on: raise it a moment
-    # later, outside the callback, or when the command returns, whichever comes first
-    if frame is not None and frame.f_code in {getattr(c, "__code__", None) for c in gc.callbacks}:
-        _deferred.append(signum)
-        threading.Timer(0.01, _redeliver, (signum,)).start()
-        return
-    _deferred.clear()
-    raise KeyboardInterrupt
+    _swallowed.clear()  # raised now; if a callback swallows it again, it is kept again
+    raise _Interrupted
 
 
-def _redeliver(signum: int) -> None:
-    if _deferred:
-        os.kill(os.getpid(), signum)
+def _terminated(signum: int, frame: Any) -> None:
+    _swallowed.clear()
+    raise _Terminated(128 + signum)
+
+
+def _keeping_signals(hook: Any) -> Any:
+    """An unraisable hook that keeps our signals: what a handler raises inside a garbage-
+    collector or weakref callback or a __del__ (JAX runs one at every collection) is printed
+    and dropped ("Exception ignored in ..."), and the run would go on. The signal is sent
+    again a moment later, outside the callback, or raised when the command returns, whichever
+    comes first; other unraisable exceptions go to `hook`."""
+
+    def unraisable(u: Any) -> None:
+        if not isinstance(u.exc_value, (_Interrupted, _Terminated)):
+            hook(u)
+            return
+        _swallowed.append(u.exc_value.signum)
+        threading.Timer(0.01, _redeliver).start()
+
+    return unraisable
+
+
+def _redeliver() -> None:
+    if _swallowed:
+        os.kill(os.getpid(), _swallowed[-1])
+
+
+def _raise_swallowed() -> None:
+    if _swallowed:
+        handler = _terminated if _swallowed[-1] == signal.SIGTERM else _interrupted
+        handler(_swallowed[-1], None)
 
 
 def _no_interrupt_traceback(record: logging.LogRecord) -> bool:
-    # SQLAlchemy's pool logs a Ctrl-C that lands while it resets a connection, with a
+    # SQLAlchemy's pool logs a Ctrl-C (or SIGTERM) that lands while it resets a connection, with a
     # traceback, before re-raising it; the re-raised interrupt ends the run with one line below
-    return not (record.exc_info and isinstance(record.exc_info[1], KeyboardInterrupt))
+    return not (record.exc_info and isinstance(record.exc_info[1], (_Interrupted, _Terminated)))
+
+
+def _reader_gone() -> int:
+    # what is left in stdout's buffer cannot be written at exit either: send it nowhere
+    with contextlib.suppress(OSError, ValueError):  # no file (a caller's capture): nothing left
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return 128 + signal.SIGPIPE
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -70,6 +106,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         signal.signal(signal.SIGTERM, _terminated)
     if ours:
         signal.signal(signal.SIGINT, _interrupted)
+    unraisable = sys.unraisablehook
+    if ours or ours_term:
+        sys.unraisablehook = _keeping_signals(unraisable)
     try:
         args = build_parser().parse_args(argv)
         logging.basicConfig(
@@ -79,8 +118,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             if _no_interrupt_traceback not in handler.filters:
                 handler.addFilter(_no_interrupt_traceback)
         code = args.run(args)
-        if _deferred:
-            raise KeyboardInterrupt
+        sys.stdout.flush()  # a reader gone is found here, not at exit (where it is a traceback)
+        _raise_swallowed()
         return code
     except AutotuneError as e:
         print(f"autotune: error: {e}", file=sys.stderr)
@@ -88,8 +127,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("autotune: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `autotune calls ... | head`: the reader has all it wanted
+        return _reader_gone()
     finally:
-        _deferred.clear()
+        _swallowed.clear()
+        sys.unraisablehook = unraisable
         if ours_term and argv is not None:  # a caller's process keeps its own SIGTERM
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
         if ours:  # the command line's own run (no argv) has ended: a Ctrl-C during the

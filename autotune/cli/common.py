@@ -56,7 +56,7 @@ def _static_value(text: str) -> Any:
     else the text itself: `causal=False` is False, never the (truthy) string "False"."""
     try:
         return json.loads(text)
-    except json.JSONDecodeError:
+    except (json.JSONDecodeError, RecursionError):
         pass
     try:
         value = ast.literal_eval(text)

@@ -39,6 +39,7 @@ _TABLE_COLUMNS = (
     "static",
     "status",
     "oracle",  # trials: which oracle judged it
+    "device",  # trials: the local device that measured it ("gpu:3")
     "config",
     "time_s",
     "default_time_s",

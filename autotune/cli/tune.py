@@ -17,12 +17,13 @@ from autotune.cli.common import (
     parse_static,
 )
 from autotune.dbconnect import check_url
-from autotune.errors import AutotuneError
+from autotune.errors import AutotuneError, SettingsError
 from autotune.policies import WorkerLimits
 from autotune.strategies import STRATEGIES
 from autotune.task import check_task, make_task
 from autotune.trial import config_text
 from autotune.tune_settings import DEFAULTS, TuneSettings, checked
+from autotune.worker import device_count
 
 # the flags that set the tuning settings, by field: a refusal names the flag
 FLAGS = {
@@ -34,6 +35,7 @@ FLAGS = {
     "seed": "--seed",
     "finalists": "--finalists",
     "compile_workers": "--compile-workers",
+    "devices": "--devices",
 }
 
 
@@ -96,6 +98,14 @@ def add_parser(sub: Any) -> None:
         "(default: up to 4 on an accelerator, 0 on the CPU)",
     )
     t.add_argument(
+        "--devices",
+        type=_devices,
+        default=DEFAULTS.devices,
+        metavar="N|all",
+        help="measure on N local devices at once (all: every one), a worker pinned to each, "
+        "sharing each task's --trials (default: 1)",
+    )
+    t.add_argument(
         "--finalists",
         type=int,
         default=DEFAULTS.finalists,
@@ -128,6 +138,18 @@ def add_job_arguments(t: argparse.ArgumentParser) -> None:
     add_import_argument(g)
 
 
+def _devices(text: str) -> int | str:
+    """--devices: "all", else a number (checked with the other settings)."""
+    if text == "all":
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is neither a number of devices nor all: e.g. --devices 4"
+        ) from None
+
+
 def cmd_tune(args: argparse.Namespace) -> int:
     # every check comes before the database is opened or a worker started: nothing is written
     settings = checked(
@@ -141,7 +163,10 @@ def cmd_tune(args: argparse.Namespace) -> int:
         isolate=args.isolate,
         limits=WorkerLimits(compile_s=args.compile_timeout, run_s=args.run_timeout),
         compile_workers=args.compile_workers,
+        devices=args.devices,
     )
+    if settings.devices != 1:  # a worker pinned to each device
+        settings = settings.replace(isolate=True)
     for flag, url in (("--db", args.db), ("--storage", args.storage)):
         if url is not None:
             check_url(url, flag)
@@ -150,6 +175,11 @@ def cmd_tune(args: argparse.Namespace) -> int:
         # inputs and the interpret-mode oracle on the CPU; the worker sees the platforms asked for.
         settings = settings.replace(worker_platforms=os.environ.get("JAX_PLATFORMS", ""))
         os.environ["JAX_PLATFORMS"] = "cpu"
+    if settings.devices != 1:  # as many as a worker sees, asked once, before anything is written
+        try:
+            settings = settings.replace(devices=device_count(settings))
+        except SettingsError as e:
+            raise e.naming(FLAGS) from None
     import_user_modules(args)  # after JAX_PLATFORMS is set: the module may import JAX
     if args.job or args.pending or args.program:
         return cmd_tune_job(args, settings)
@@ -187,8 +217,10 @@ def cmd_tune(args: argparse.Namespace) -> int:
                 f"resuming: {p.trial - 1} of {p.n_trials} trials already measured by an earlier run"
             )
         time = f"{trial.time_s * 1e3:9.4f} ms" if trial.time_s is not None else " " * 12
+        device = f"  {trial.device}" if settings.devices != 1 else ""  # which worker measured it
         print(
-            f"trial {p.trial:3d}/{p.n_trials}  {trial.status:13s} {time}  {config_text(trial.config)}",
+            f"trial {p.trial:3d}/{p.n_trials}  {trial.status:13s} {time}{device}  "
+            f"{config_text(trial.config)}",
             flush=True,
         )
 
@@ -251,10 +283,7 @@ def cmd_tune_job(args: argparse.Namespace, settings: TuneSettings) -> int:
         if args.pending:
             tasks, unknown = pending_tasks(db, device, kernel=args.only_kernel, settings=settings)
             for name, count in unknown.items():
-                print(
-                    f"skipped {count} pending miss(es) of kernel {name!r}: not registered here "
-                    "(name the module that registers it with --import MODULE)"
-                )
+                _unknown(name, count)
         if shard:
             tasks = jobs.shard(tasks, *shard)
         storage = args.storage or default_storage(db.url)
@@ -273,3 +302,11 @@ def cmd_tune_job(args: argparse.Namespace, settings: TuneSettings) -> int:
     counts = {s: sum(o.status == s for o in outcomes) for s in ("tuned", "skipped", "failed")}
     print(", ".join(f"{n} {s}" for s, n in counts.items()))
     return 1 if counts["failed"] else 0
+
+
+def _unknown(name: str, count: int) -> None:
+    print(
+        f"skipped {count} pending miss(es) of kernel {name!r}: not registered here "
+        "(name the module that registers it with --import MODULE)",
+        flush=True,
+    )

@@ -43,6 +43,7 @@ class InProcessWorker:
         self.oracle: Any = None
         self.policy = policy
         self.device = current_device()
+        self.device_id = f"{self.device.platform}:0"  # this process's default device
         self.arg_sets = rotation_sets(self.args, cache_bytes(self.device))
         self.compiled: dict[ConfigId, Any] = {}  # verified executables by config_id, for finalists
         self.restarts = 0

@@ -130,17 +130,23 @@ def test_a_transformer_step_under_shard_map_gives_plain_jax_loss_and_gradients()
     def loss(ops, params, x):
         return jnp.mean(_block(ops, x, params, heads) ** 2)
 
-    def local(params, x):  # each device holds one batch row; the loss is the mean over all
-        def global_loss(params, x):
-            return jax.lax.pmean(loss(KERNEL_OPS, params, x), "d")
+    def local(params, x):
+        # Each device holds one batch row and returns its own loss and gradients, reduced below
+        # outside the program: TPU interpret mode holds every device at a barrier in each kernel,
+        # and XLA's CPU runtime may start a collective of the same program (a pmean, or the psum
+        # that a replicated parameter's gradient gets) first on some device, which then waits for
+        # devices that wait at the barrier (a deadlock seen on 2-core hosts).
+        params = jax.lax.pcast(params, ("d",), to="varying")
+        value, grads = jax.value_and_grad(loss, argnums=(1, 2))(KERNEL_OPS, params, x)
+        return value[None], jax.tree.map(lambda g: g[None], grads[0]), grads[1]
 
-        return jax.value_and_grad(global_loss, argnums=(0, 1))(params, x)
-
-    sharded = jax.shard_map(local, mesh=MESH, in_specs=(SAME, ROWS), out_specs=(SAME, (SAME, ROWS)))
+    sharded = jax.shard_map(local, mesh=MESH, in_specs=(SAME, ROWS), out_specs=ROWS)
     with pltpu.force_tpu_interpret_mode():
-        value, (dparams, dx) = jax.jit(sharded)(
-            params, jax.device_put(x, NamedSharding(MESH, ROWS))
-        )
+        values, dparams, dx = jax.jit(sharded)(params, jax.device_put(x, NamedSharding(MESH, ROWS)))
+    devices = MESH.size  # the loss is the mean of the devices' losses
+    value = np.mean(values)
+    dparams = {name: np.sum(g, axis=0) / devices for name, g in dparams.items()}
+    dx = np.asarray(dx) / devices
     ref_value, (ref_dparams, ref_dx) = jax.value_and_grad(loss, argnums=(1, 2))(
         REFERENCE_OPS, params, x
     )
