@@ -164,9 +164,9 @@ def _nearest(
                 )
     table = _shipped_table(spec)
     if table is not None:
-        shipped = (
+        shipped = [
             (e.key.signature, e.key.kernel_version, e.config) for e in table.query(**filters)
-        )
+        ]
         indexes.append((1, nearest.ShapeIndex.of(shipped, version)))
     ranked = heapq.merge(*(_ranked(index, rank, sig) for rank, index in indexes), key=_order)
     for _, rank, signature, config in ranked:

@@ -16,7 +16,7 @@ deleted) is read at the next search. A shipped table's entries are indexed the s
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -48,32 +48,42 @@ class ShapeIndex:
     state: Any = None  # the database's entries_state it was read at (None: a table's)
 
     @classmethod
-    def of(cls, entries: Iterable[tuple[str, str, Any]], version: str, state: Any = None):
+    def of(cls, entries: Sequence[Sequence[Any]], version: str, state: Any = None) -> ShapeIndex:
         """The index of (signature, kernel version, config) `entries` for kernel `version`;
-        the entries of other versions are kept as `stale`, a malformed signature left out."""
+        the entries of other versions are kept as `stale`, a malformed signature left out.
+        Built in a few passes over whole columns, not a Python step per entry where it can
+        (100k entries: ~0.1 s)."""
         import numpy as np  # not at import: `import autotune` loads no numpy
 
-        by_text: dict[str, _Group] = {}
+        signatures = [e[0] for e in entries]
+        versions = [e[1] for e in entries]
+        configs = [e[2] for e in entries]
+        forms = _DIM.sub("#", "\n".join(signatures)).split("\n")
+        if len(forms) != len(signatures):  # a signature holding a line break: one at a time
+            forms = [_DIM.sub("#", signature) for signature in signatures]
         stale: dict[str, str] = {}
-        for signature, kernel_version, config in entries:
-            if kernel_version != version:
-                stale.setdefault(signature, kernel_version)
-                continue
-            group = by_text.setdefault(_DIM.sub("#", signature), _Group())
-            group.signatures.append(signature)
-            group.configs.append(config)
+        by_form: dict[str, list[int]] = {}
+        if set(versions) <= {version} and len(set(forms)) <= 1:  # the usual case: one group
+            by_form = {forms[0]: list(range(len(forms)))} if forms else {}
+        else:
+            for i, (form, kernel_version) in enumerate(zip(forms, versions)):
+                if kernel_version != version:
+                    stale.setdefault(signatures[i], kernel_version)
+                else:
+                    by_form.setdefault(form, []).append(i)
         groups: dict[Form, _Group] = {}
-        for group in by_text.values():
+        for members in by_form.values():
             try:  # one parse stands for the group: its members differ only in their digits
-                form = _form(parse_args(group.signatures[0]))
+                form = _form(parse_args(signatures[members[0]]))
             except AutotuneError:
                 continue
-            dims = np.array(_DIM.findall("\n".join(group.signatures)), dtype=np.float64)
+            group_signatures = [signatures[i] for i in members]
+            dims = np.array(_DIM.findall("\n".join(group_signatures)), dtype=np.float64)
             n_dims = sum(rank for _, rank in form)
-            logs = np.log2(np.maximum(dims, 1)).reshape(len(group.signatures), n_dims)
+            logs = np.log2(np.maximum(dims, 1)).reshape(len(members), n_dims)
             into = groups.setdefault(form, _Group())
-            into.signatures += group.signatures
-            into.configs += group.configs
+            into.signatures += group_signatures
+            into.configs += [configs[i] for i in members]
             into.logs = logs if into.logs is None else np.concatenate([into.logs, logs])
         return cls(groups, stale, state)
 
