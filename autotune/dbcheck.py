@@ -296,10 +296,11 @@ def shipped_entries(kernel: str | None = None) -> tuple[list[dict[str, Any]], li
             continue
         try:
             table = shipped_table(k.spec.tuned)
+            entries = table.entries
         except AutotuneError as e:
             unreadable.append(str(e))
             continue
-        for e in map(StoredEntry.as_row, table.entries):
+        for e in map(StoredEntry.as_row, entries):
             row = {**{t: e.get(t) for t in TIMES}, **e, "config": encode_config(e["config"])}
             problems = served_problems(row)
             if e["kernel"] != name:

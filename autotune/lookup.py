@@ -103,13 +103,13 @@ def _entries(spec: KernelSpec, key: TuningKey, db: Any) -> Iterator[tuple[str, A
         yield "shipped", entry
 
 
-def _shipped_table(spec: KernelSpec) -> EntryTable | None:
-    """The kernel's shipped table (`tuned=`), or None: it has none, or it cannot be read
-    (warned once)."""
+def _shipped_table(spec: KernelSpec, key: TuningKey) -> EntryTable | None:
+    """The entries of the kernel's shipped table (`tuned=`) on this device kind, or None: it
+    has none, or they cannot be read (warned once)."""
     if spec.tuned is None:
         return None
     try:
-        return shipped_table(spec.tuned)
+        return shipped_table(spec.tuned).for_device(key.kernel, key.device_kind)
     except AutotuneError as e:
         if runtime_state.current().settings.strict:
             raise
@@ -120,7 +120,7 @@ def _shipped_table(spec: KernelSpec) -> EntryTable | None:
 def _shipped_entry(spec: KernelSpec, key: TuningKey) -> Any:
     """The entry of `key` in the kernel's shipped table, if it has one; a table that has
     the key only for another kernel version warns once."""
-    table = _shipped_table(spec)
+    table = _shipped_table(spec, key)
     if table is None:
         return None
     entry = table.best(key)
@@ -162,7 +162,7 @@ def _nearest(
                     f"pallas-autotune: {key.kernel} {key.signature} was tuned for an older "
                     f"kernel version ({index.stale[key.signature]}); not served: re-tune it",
                 )
-    table = _shipped_table(spec)
+    table = _shipped_table(spec, key)
     if table is not None:
         shipped = [
             (e.key.signature, e.key.kernel_version, e.config) for e in table.query(**filters)

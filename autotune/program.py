@@ -14,6 +14,7 @@ tuned, studies resumed.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import re
 import reprlib
@@ -207,7 +208,7 @@ def tune_program(
     *,
     db: Any = None,
     force: bool = False,
-    show: Callable[[Any, Any], None] | None = None,
+    show: Callable[[Any, Any], None] | bool = True,
     **settings: Any,
 ) -> list[Any]:
     """Tune every call of `calls_in(fn, args, kwargs)` that has no entry for this device and
@@ -216,9 +217,12 @@ def tune_program(
     (already tuned) or "failed" (why). One call failing does not stop the rest.
 
     `db` defaults to the database model code is served from, so that afterwards every call of
-    `fn` is served from it. `show(progress, outcome)` is called as a job's (autotune.jobs)."""
+    `fn` is served from it. Progress is shown on stderr as `autotune tune --program` shows it
+    (call i of N, trial j of M, the best so far, the time left); `show=False` keeps it to the
+    log (INFO), and a function `show(progress, outcome)` is called as a job's (autotune.jobs)."""
     from autotune import runtime_state
     from autotune.jobs import run_tasks
+    from autotune.progress import Display
     from autotune.tune_settings import TuneSettings
     from autotune.worker.parent import tuning_device
 
@@ -231,14 +235,19 @@ def tune_program(
         )
         return []
     tasks = program_tasks(calls, run)
-    return run_tasks(
-        tasks,
-        tuning_device(run),
-        db=runtime_state.database_url() if db is None else db,
-        settings=run,
-        force=force,
-        show=show or _log_progress,
-    )
+    with contextlib.ExitStack() as stack:
+        if show is True:
+            from rich.console import Console
+
+            show = stack.enter_context(Display(Console(stderr=True, highlight=False), "call"))
+        return run_tasks(
+            tasks,
+            tuning_device(run),
+            db=runtime_state.database_url() if db is None else db,
+            settings=run,
+            force=force,
+            show=show or _log_progress,
+        )
 
 
 def _log_progress(progress: Any, outcome: Any) -> None:

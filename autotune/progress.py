@@ -47,13 +47,14 @@ class JobProgress:
 
 class Display:
     """The job's progress on a rich console: live bars on a terminal, one line per event in a
-    log (CI, a Kubernetes pod): task i of N, trial j of M, best so far, elapsed, remaining.
-    Tuning on several devices, each device's worker too: its trials, and its last one."""
+    log (CI, a Kubernetes pod): task i of N (`unit`: a program's calls), trial j of M, best so
+    far, elapsed, remaining. Tuning on several devices, each device's worker too: its trials,
+    and its last one."""
 
-    def __init__(self, console: Any) -> None:
+    def __init__(self, console: Any, unit: str = "task") -> None:
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
-        self.console = console
+        self.console, self.unit = console, unit
         self.live = None
         if console.is_terminal:
             self.live = Progress(
@@ -63,7 +64,7 @@ class Display:
                 TextColumn("{task.fields[info]}"),
                 console=console,
             )
-            self.tasks_bar = self.live.add_task("tasks", total=None, info="")
+            self.tasks_bar = self.live.add_task(f"{unit}s", total=None, info="")
             self.trials_bar = self.live.add_task("trials", total=None, info="")
         self.workers: dict[str, Any] = {}  # a device's bar, by the device its trials name
         self.measured: dict[str, int] = {}  # trials each device measured in this job
@@ -78,7 +79,7 @@ class Display:
             self.live.stop()
 
     def __call__(self, p: JobProgress, outcome: Outcome | None) -> None:
-        head = f"task {p.task_index}/{p.n_tasks}"
+        head = f"{self.unit} {p.task_index}/{p.n_tasks}"
         if outcome is not None:
             line = f"{head} {outcome.status:7s} {outcome.task.label}: {outcome.detail}"
             if self.live:

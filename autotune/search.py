@@ -182,11 +182,13 @@ def run_search(
             pos = vset.position(config)
             admitted = pos is not None and vset.is_valid(pos)
             fresh = admitted and cid not in measured and cid not in claimed
-            if shared and fresh and shared.taken(trial, cid, enc):
+            if shared and fresh and (shared.taken(trial, cid, enc) or _over(shared, enc, budget)):
                 # another worker claimed it at the same moment, or measured it since our refresh;
-                # neither measures twice (see taken). Queue it again after a random pause, so two
-                # workers that both gave it up fall out of step (the one that finds the other
-                # measuring it, or done, moves on).
+                # neither measures twice (see taken). Or others claimed what was left of the
+                # budget meanwhile: counted once our claim is in, as `taken` looks, so of two
+                # claims on the last trial at least the later gives it up. Queue it again after a
+                # random pause, so two workers that both gave it up fall out of step (the one
+                # that finds the other measuring it, or done, moves on).
                 study.tell(trial, state=TrialState.FAIL)
                 time.sleep(random.uniform(0.0, 0.5))
                 study.enqueue_trial(enc.encode(config))
@@ -232,6 +234,13 @@ def run_search(
             with contextlib.suppress(Exception):  # the cause is what is reported, not this
                 shared.leave()
         raise
+
+
+def _over(shared: SharedStudy, enc: _Encoding, budget: int) -> bool:
+    """Whether the study's measurements and claims, this worker's new claim among them, are
+    more than `budget`."""
+    measured, claimed = shared.refresh(enc)
+    return len(measured) + len(claimed) > budget
 
 
 def _valid_set(

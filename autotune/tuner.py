@@ -128,9 +128,10 @@ def _tune(
                 ) from e
         return record
 
+    warm = warm_starts(handle or db, key, sig, space) if settings.warm_start else []
     study = (settings.study_name or study_name_of(key)) if storage else None
     # trials an interrupted run (or another worker) measured: they count against the budget
-    resumed = _resumed(storage, study, handle, key) if storage else 0
+    resumed, joined = _resumed(storage, study, handle, key) if storage else (0, None)
     budget = n_trials if valid is None else min(n_trials, len(valid))
     started = measured = resumed  # trials begun, and measured, these included
     counting = threading.Lock()  # the devices' searches count and report in turn
@@ -158,8 +159,6 @@ def _tune(
             return evaluation
 
         return evaluate
-
-    warm = warm_starts(handle or db, key, sig, space) if settings.warm_start else []
 
     def search(on: Worker, storage: str | None) -> list[Evaluation]:
         return run_search(
@@ -200,6 +199,8 @@ def _tune(
             result.db_url = handle.url
             registry.entry_stored()
     finally:
+        if joined is not None:
+            joined.leave()
         if handle is not None and handle is not db:
             handle.close()
     return result
@@ -239,27 +240,32 @@ def _search_on_devices(
         return next(r for r in results if r is not None)
 
 
-def _resumed(storage: str, study: str, handle: Any, key: TuningKey) -> int:
-    """How many trials of `study` earlier runs (or other workers) measured. A study whose
-    trials the tuning database does not hold (it was deleted, or another file moved over it,
-    since they were stored) is not resumed: it is deleted, and the run tunes afresh, rather
-    than count trials and name a best trial that are not there."""
+def _resumed(
+    storage: str, study: str, handle: Any, key: TuningKey
+) -> tuple[int, SharedStudy | None]:
+    """How many trials of `study` earlier runs (or other workers) measured, and the study,
+    joined (this run leaves it when it ends) unless it was deleted. A study whose trials the
+    tuning database does not hold (it was deleted, or another file moved over it, since they
+    were stored) is not resumed: it is deleted, and the run tunes afresh, rather than count
+    trials and name a best trial that are not there."""
     shared = SharedStudy(storage, study, None)
+    shared.join()  # counted once joined: a study that is joined is deleted by no other worker
     records = shared.records()
     if handle is None or not records:  # a run that stores nothing has nothing to agree with
-        return len(records)
+        return len(records), shared
     held = {t.db_id: config_id(t.config) for t in handle.trials(**key.as_dict())}
     if all(r is not None and held.get(r.db_id) == config_id(r.config) for r in records):
-        return len(records)
+        return len(records), shared
     lacking = f"the tuning database {handle.url} lacks trials of the study {study!r}"
+    shared.leave()
     if shared.in_use():
         raise DatabaseError(
             f"{lacking}, which another worker is searching: give this run the database that "
             "worker stores in, or another --storage"
         )
     log.warning("%s (replaced since they were stored): tuning afresh", lacking)
-    delete_study(storage, study)
-    return 0
+    delete_study(storage, study, unless_in_use=True)
+    return 0, None
 
 
 def _valid_configs(spec: registry.KernelSpec, sig: Any, space: Any) -> list[Config] | None:

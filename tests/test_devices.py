@@ -8,9 +8,13 @@ import json
 import subprocess
 import sys
 
+import jax
+import pytest
 from conftest import FORCED_DEVICES
 
+import autotune
 from autotune import TuningDB, backends
+from autotune.errors import SettingsError
 
 
 def cli(args, env, rc=0):
@@ -40,6 +44,23 @@ def test_two_devices_measure_exactly_the_budget_between_them(subprocess_env, db_
     with TuningDB(db_url) as db:
         (entry,) = db.query(kernel="matmul")
     assert entry.config in [t["config"] for t in trials]
+
+
+def test_a_jobs_tasks_are_spread_over_the_devices_one_device_each(tmp_path, subprocess_env):
+    job = tmp_path / "job.toml"
+    job.write_text(
+        '[defaults]\ntrials = 2\n[[task]]\nkernel = "softmax"\nshapes = ["8x128", "16x128"]\n'
+    )
+    env = {**subprocess_env, "XLA_FLAGS": FORCED_DEVICES}
+    out = cli(["tune", "--job", str(job), "--devices", "2"], env).stdout
+    assert out.strip().endswith("2 tuned, 0 skipped, 0 failed"), out
+    trials = json.loads(cli(["db", "trials", "--format", "json"], env).stdout)
+    devices = {}
+    for t in trials:
+        devices.setdefault(t["signature"], set()).add(t["device"])
+    assert sorted(devices) == ["f32[16,128]", "f32[8,128]"]
+    assert all(len(d) == 1 for d in devices.values()), devices  # a task on one device
+    assert set.union(*devices.values()) == {"cpu:0", "cpu:1"}  # side by side, on both
 
 
 def config_text(trial):
@@ -80,3 +101,9 @@ def test_a_pinned_worker_sees_one_gpu_or_tpu_chip_counted_within_the_hosts_own_l
     assert env["TPU_VISIBLE_CHIPS"] == "1" and env["TPU_PROCESS_BOUNDS"] == "1,1,1"
     ports = {backends.pinned_env(i, {})["TPU_PROCESS_PORT"] for i in range(4)}
     assert len(ports) == 4  # workers beside each other never share libtpu's port
+
+
+def test_tune_from_python_refuses_more_devices_than_a_worker_sees():
+    x = jax.ShapeDtypeStruct((64, 64), "float32")
+    with pytest.raises(SettingsError, match="devices asks for 2 devices and this host has 1"):
+        autotune.tune("matmul", [x, x], devices=2, n_trials=2)

@@ -30,7 +30,7 @@ FORWARD = ["layer_norm", "matmul", "flash_attention", "matmul"]
 BACKWARD = {"layer_norm_bwd", "flash_attention_dq", "flash_attention_dkv", "matmul"}
 
 
-def test_a_training_step_is_listed_tuned_and_then_served_from_the_database():
+def test_a_training_step_is_listed_tuned_and_then_served_from_the_database(capsys):
     step, abstract = train_step.tiny()
     calls = autotune.calls_in(step, abstract)  # ShapeDtypeStructs only: nothing runs
     assert [c.kernel for c in calls[:4]] == FORWARD
@@ -44,9 +44,13 @@ def test_a_training_step_is_listed_tuned_and_then_served_from_the_database():
     )
     assert json.loads(dq.static)["causal"] is True
 
+    capsys.readouterr()
     outcomes = autotune.tune_program(step, abstract, n_trials=2)
     assert [o.status for o in outcomes] == ["tuned"] * len(calls), [o.detail for o in outcomes]
     assert all("speedup" in o.detail for o in outcomes)
+    shown = capsys.readouterr().err  # as `autotune tune --program` shows it, one line a trial
+    n = len(calls)
+    assert f"call 1/{n} trial 1/2" in shown and f"call {n}/{n} tuned " in shown and "eta " in shown
 
     # run the step: every call served from the database, the loss and gradients plain JAX's
     params = train_step.init_params(16, jnp.float32, mlp=False)
@@ -61,8 +65,10 @@ def test_a_training_step_is_listed_tuned_and_then_served_from_the_database():
     after = autotune.calls_in(jitted, abstract)
     assert [(c.kernel, c.signature) for c in after] == [(c.kernel, c.signature) for c in calls]
     assert {c.source for c in after} == {"db"}
-    again = autotune.tune_program(jitted, abstract, n_trials=2)
+    capsys.readouterr()
+    again = autotune.tune_program(jitted, abstract, n_trials=2, show=False)
     assert {o.status for o in again} == {"skipped"}
+    assert capsys.readouterr() == ("", "")  # silenced
 
 
 def test_a_listing_counts_no_miss_and_creates_no_database(db_url):

@@ -46,8 +46,9 @@ def library(tmp_path, monkeypatch):
     package.mkdir(parents=True)
     shutil.copy(Path(__file__).parent / "toy_shipped.py", package / "toy_shipped.py")
     monkeypatch.syspath_prepend(str(tmp_path / "site"))
-    # registered for this test only: its table (tampered by some tests) leaves with it
-    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
+    # registered for this test only: its table (tampered by some tests) leaves with it; the
+    # shipped kernels are imported first, or they would leave with it too
+    monkeypatch.setattr(registry, "_REGISTRY", registry.registered())
     spec = importlib.util.spec_from_file_location("mylib.toy_shipped", package / "toy_shipped.py")
     module = importlib.util.module_from_spec(spec)
     monkeypatch.setitem(sys.modules, "mylib.toy_shipped", module)
@@ -202,6 +203,24 @@ def test_a_table_nested_too_deeply_is_a_warning_and_the_fallback(library, tmp_pa
     assert rc == 1 and f"tuned table {table} is not a readable" in out
     rc, out, err = cli(capsys, "db", "import", str(overlaid))
     assert rc == 2 and len(err.splitlines()) == 1 and "nested too deeply" in err
+
+
+def test_a_lookup_reads_only_its_device_kinds_entries_and_checks_only_its_kernels(
+    library, capsys, caplog
+):
+    table = Path(library.spec.tuned) / "cpu.json"
+    doc = json.loads(table.read_text())
+    (mine,) = doc["entries"]
+    other = {**mine, "kernel": "other_kernel", "time_s": -1.0}  # malformed: never looked up here
+    table.write_text(json.dumps({**doc, "entries": [other, mine]}))
+    elsewhere = {**mine, "device_kind": "NVIDIA H200", "platform": "gpu", "time_s": -1.0}
+    (table.parent / "h200.json").write_text(json.dumps({**doc, "entries": [elsewhere]}))
+    with caplog.at_level(logging.WARNING, logger="autotune.runtime_state"):
+        got = library.explain(X)
+    assert (got["source"], got["config"]) == ("shipped", {"block_rows": 16})
+    assert caplog.records == []
+    rc, out, _ = cli(capsys, "db", "check", "--import", "mylib.toy_shipped")
+    assert rc == 1 and "time_s must be positive" in out  # the tools read the table whole
 
 
 def test_a_variant_groups_shipped_choice_is_served_and_resolved_beside_its_module(

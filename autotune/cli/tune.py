@@ -4,6 +4,7 @@ recorded misses (--job, --pending)."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 from typing import Any
@@ -23,6 +24,7 @@ from autotune.strategies import STRATEGIES
 from autotune.task import check_task, make_task
 from autotune.trial import config_text
 from autotune.tune_settings import DEFAULTS, TuneSettings, checked
+from autotune.watch import MAX_WAIT_S
 from autotune.worker import device_count
 
 # the flags that set the tuning settings, by field: a refusal names the flag
@@ -128,6 +130,19 @@ def add_job_arguments(t: argparse.ArgumentParser) -> None:
         help="tune every @autotuned call of a program (see `autotune calls`)",
     )
     g.add_argument("--kernel", dest="only_kernel", help="with --pending: only this kernel")
+    g.add_argument(
+        "--watch",
+        action="store_true",
+        help="with --pending: keep running, tuning misses as model code records them "
+        "(Ctrl-C or SIGTERM ends it)",
+    )
+    g.add_argument(
+        "--poll",
+        type=float,
+        default=MAX_WAIT_S,
+        metavar="S",
+        help=f"with --watch: the longest wait between looks for misses when idle (default {MAX_WAIT_S:g})",
+    )
     g.add_argument("--shard", metavar="I/N", help="run share I of N (0 <= I < N) of the tasks")
     g.add_argument("--force", action="store_true", help="re-tune tasks already tuned")
     g.add_argument(
@@ -152,6 +167,10 @@ def _devices(text: str) -> int | str:
 
 def cmd_tune(args: argparse.Namespace) -> int:
     # every check comes before the database is opened or a worker started: nothing is written
+    if args.watch and not args.pending:
+        raise UsageError("--watch watches for misses: give it with --pending")
+    if not args.poll > 0:
+        raise UsageError(f"--poll must be a positive number of seconds, got {args.poll}")
     settings = checked(
         FLAGS,
         n_trials=args.trials,
@@ -282,6 +301,8 @@ def cmd_tune_job(args: argparse.Namespace, settings: TuneSettings) -> int:
         tasks = program_tasks_of(args.program, settings)
     with TuningDB(args.db) as db:
         device = tuning_device(settings)  # the worker's: this process keeps to the CPU
+        if args.watch:
+            return watch_misses(args, db, device, settings)
         if args.pending:
             tasks, unknown = pending_tasks(db, device, kernel=args.only_kernel, settings=settings)
             for name, count in unknown.items():
@@ -312,3 +333,42 @@ def _unknown(name: str, count: int) -> None:
         "(name the module that registers it with --import MODULE)",
         flush=True,
     )
+
+
+def watch_misses(args: argparse.Namespace, db: Any, device: Any, settings: TuneSettings) -> int:
+    """--pending --watch: tune misses as they are recorded, until Ctrl-C or SIGTERM."""
+    from rich.console import Console
+
+    from autotune.progress import Display
+    from autotune.studies import default_storage
+    from autotune.watch import watch
+
+    storage = args.storage or default_storage(db.url)
+    console = Console(highlight=False)
+    console.print(
+        f"watching {db.url} for misses on {device.device_kind} ({device.backend}); studies "
+        f"{storage or 'in memory'}; Ctrl-C or SIGTERM ends it",
+        markup=False,
+        soft_wrap=True,
+    )
+    counts = {"tuned": 0, "skipped": 0, "failed": 0}
+    with Display(console) as display:
+
+        def show(progress: Any, outcome: Any) -> None:
+            if outcome is not None:
+                counts[outcome.status] += 1
+            display(progress, outcome)
+
+        # SIGTERM (SystemExit here) is how a service is told to stop, as Ctrl-C is
+        with contextlib.suppress(KeyboardInterrupt, SystemExit):
+            watch(
+                db,
+                device,
+                settings=settings.replace(storage=storage),
+                kernel=args.only_kernel,
+                max_wait_s=args.poll,
+                show=show,
+                unknown=_unknown,
+            )
+    print("stopped watching: " + ", ".join(f"{n} {s}" for s, n in counts.items()), flush=True)
+    return 0
