@@ -135,9 +135,13 @@ class _Job:
                             return
                         i, task = waiting.pop(0)
                     if worker is None:
-                        worker = self._worker(task, index)
-                        if worker is not None:
-                            stack.enter_context(worker)
+                        try:
+                            worker = stack.enter_context(self._worker(task, index))
+                        except (AutotuneError, TypeError) as e:  # this task fails, as alone
+                            progress.task_index, progress.task = i, task
+                            outcomes[i] = Outcome(task, "failed", str(e))
+                            self._show(progress, outcomes[i])
+                            continue
                     outcomes[i] = self.run(i, task, progress, worker)
 
         with ThreadPoolExecutor(n) as pool:
@@ -151,17 +155,13 @@ class _Job:
         return [outcomes[i] for i in sorted(outcomes)]
 
     def _worker(self, task: Task, index: int) -> Any:
-        """A device worker pinned to local device `index`, set up for `task` (None where it
-        cannot start: the task then starts its own, and fails as it does)."""
+        """A device worker pinned to local device `index`, set up for `task`."""
         from autotune.inputs import random_inputs
         from autotune.worker import device_worker
 
-        try:
-            bound = bind(task, self.device)
-            args = random_inputs(bound.args, 0)
-            return device_worker(bound.task, args, self.settings.replace(devices=1), index)
-        except (AutotuneError, TypeError):
-            return None
+        bound = bind(task, self.device)
+        args = random_inputs(bound.args, 0)
+        return device_worker(bound.task, args, self.settings.replace(devices=1), index)
 
     def _show(self, progress: JobProgress, outcome: Outcome | None) -> None:
         if self.show:
@@ -220,9 +220,18 @@ def _summary(result: Any) -> str:
     resumed = f" ({resumed_text(result)})" if result.resumed else ""
     first = ", first-pass figures" if result.first_pass else ""
     first += ", within the noise" if result.within_noise else ""
-    return f"{config} {result.best_time_s * 1e3:.4f} ms, speedup {speedup}, {len(result.trials)} trials{resumed}{first}"
+    trials = f"{result.n_measured} trials{duplicates(result)}"
+    return (
+        f"{config} {result.best_time_s * 1e3:.4f} ms, speedup {speedup}, {trials}{resumed}{first}"
+    )
+
+
+def duplicates(result: Any) -> str:
+    """' (+3 duplicates)': the trials stored but not measured, their program measured already."""
+    n = result.n_duplicates
+    return f" (+{n} duplicate{'s' * (n != 1)})" if n else ""
 
 
 def resumed_text(result: Any) -> str:
     """'4 of 10 trials already measured': what a resumed study did not measure again."""
-    return f"{result.resumed} of {len(result.trials)} trials already measured"
+    return f"{result.resumed} of {result.n_measured} trials already measured"

@@ -76,12 +76,13 @@ class ProgramCall:
     signature: str  # shapes and dtypes, e.g. "f32[64,128],f32[128,64]"
     static: str  # static arguments as JSON, e.g. '{"causal":true}'
     source: str  # "db", "nearest", "default" or "caller" (the call passes its block sizes)
-    config: dict[str, Any]  # what the call runs with now
+    config: dict[str, Any]  # what the call runs with now (the trace's, where it is older)
     args: tuple  # jax.ShapeDtypeStruct per array argument
     kwargs: dict[str, Any]  # static arguments, tunable ones and `interpret` left out
     # the mesh axes the call is mapped over, with their sizes (inside `jax.shard_map`, or a
     # kernel's call on sharded arrays): its shapes are each device's, {} where it is not mapped
     mesh_axes: dict[str, int] = field(default_factory=dict)
+    detail: str = ""  # where the trace found runs another config than a new trace would
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -91,6 +92,7 @@ class ProgramCall:
             "source": self.source,
             "config": self.config,
             "mesh_axes": self.mesh_axes,
+            "detail": self.detail,
         }
 
 
@@ -136,7 +138,7 @@ def calls_in(
     for stack in _name_stacks(closed.jaxpr):
         for scope in pattern.findall(stack):
             traced = TRACED_CALLS[scope]
-            call = _program_call(traced.kernel, traced.args, traced.kwargs, traced.mesh_axes)
+            call = _program_call(traced)
             found.setdefault((call.kernel, call.signature, call.static), call)
     return list(found.values())
 
@@ -162,20 +164,29 @@ def _name_stacks(jaxpr: Any) -> Iterator[str]:
                     yield from _name_stacks(inner)
 
 
-def _program_call(
-    kernel: Any, args: tuple, kwargs: Mapping[str, Any], mesh_axes: dict[str, int]
-) -> ProgramCall:
-    explained = kernel.explain(*args, **dict(kwargs))
-    static = {k: v for k, v in kwargs.items() if k not in kernel.spec.tunables and k != "interpret"}
+def _program_call(traced: Any) -> ProgramCall:
+    """A traced call as listed: the configuration its trace runs, and where a call traced now
+    would run another (the trace is older: an overlay ended, an entry was stored), says so."""
+    kernel = traced.kernel
+    explained = kernel.explain(*traced.args, **dict(traced.kwargs))
+    source, config, detail = explained["source"], explained["config"], ""
+    if config != traced.config:
+        detail = (
+            f"an older trace: a call traced now would run {config} ({source}); jit this "
+            "function again to run that"
+        )
+        source, config = traced.source, traced.config
+    tunables = kernel.spec.tunables | {"interpret"}
     return ProgramCall(
         kernel=kernel.spec.name,
         signature=explained["key"]["signature"],
         static=explained["key"]["static"],
-        source=explained["source"],
-        config=explained["config"],
-        args=args,
-        kwargs=static,
-        mesh_axes=mesh_axes,
+        source=source,
+        config=config,
+        args=traced.args,
+        kwargs={k: v for k, v in traced.kwargs.items() if k not in tunables},
+        mesh_axes=traced.mesh_axes,
+        detail=detail,
     )
 
 

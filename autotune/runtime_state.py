@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from autotune.errors import AutotuneError, DatabaseError
-from autotune.settings import Settings
+from autotune.settings import Settings, default_db_path
 from autotune.signature import TuningKey
 
 log = logging.getLogger(__name__)
@@ -161,10 +161,13 @@ def database() -> Any:
         from autotune.db import TuningDB
         from autotune.dbconnect import normalize_url, sqlite_file
 
+        listing = _LISTING.get() is not None
         try:
+            if listing and state.settings.db_url is None and not default_db_path().exists():
+                return None  # a listing creates nothing, not even the default file's folder
             file = sqlite_file(normalize_url(state.settings.db_url))
             missing = file is not None and not file.exists()
-            if missing and _LISTING.get() is not None:  # a listing creates nothing
+            if missing and listing:
                 return None
             state.db = TuningDB(state.settings.db_url, busy_timeout_s=RUNTIME_BUSY_TIMEOUT_S)
         except Exception as e:  # whatever the database does, model code goes on

@@ -120,7 +120,7 @@ class BestEntry:
 
     config: Config
     time_s: float
-    n_trials: int
+    n_trials: int  # trials measured: duplicates of a program measured already not counted
     run_id: str
     strategy: str  # the search strategy, or "variants" for a variant group's choice
     n_rejected: int = 0

@@ -30,6 +30,8 @@ class TuneResult:
     oracle: str = ""  # which oracle judged the candidates: "interpret" or "reference"
     worker_start_s: float = 0.0  # starting the first device worker (0 in process)
     resumed: int = 0  # trials measured by earlier runs of the study before this one began
+    # why fewer programs were measured than the budget allowed: "" where none is missing
+    programs_note: str = ""
 
     @property
     def speedup(self) -> float | None:
@@ -76,6 +78,16 @@ class TuneResult:
     @property
     def n_rejected(self) -> int:
         return sum(t.status == "rejected" for t in self.trials)
+
+    @property
+    def n_measured(self) -> int:
+        """Trials measured: every one but the duplicates (what the budget counts)."""
+        return len(self.trials) - self.n_duplicates
+
+    @property
+    def n_duplicates(self) -> int:
+        """Trials that compiled to a program measured already (stored, not measured)."""
+        return sum(t.status == "duplicate" for t in self.trials)
 
     @property
     def n_crashed(self) -> int:

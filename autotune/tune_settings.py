@@ -31,8 +31,10 @@ class TuneSettings:
     """
 
     n_trials: int = 32
-    """The most distinct configurations measured (a whole number, at least 1). With a
-    `storage`, the budget of the whole study, shared by every worker that joins it."""
+    """The most distinct programs measured (a whole number, at least 1): a configuration that
+    compiles to a program measured already is stored as its `duplicate`, not measured, and
+    costs none (as many in a row end the search). With a `storage`, the budget of the whole
+    study, shared by every worker that joins it."""
 
     strategy: str = DEFAULT_STRATEGY
     """How the search proposes configurations: one of autotune.strategies.STRATEGIES ("gp",

@@ -3,12 +3,14 @@ it misses; a watcher tunes each as it arrives and the next trace is served its e
 
 Each key is tuned only while its watcher holds the key's claim (autotune.claims), so watchers
 beside each other, on one SQLite file or across hosts on one PostgreSQL database, never tune
-one key twice. Idle, a watcher asks the database for misses (one query) at growing intervals,
-up to `max_wait_s`; a miss found resets them.
+one key twice. On several devices (settings.devices) a watcher claims as many keys at once
+and tunes them side by side (autotune.jobs). Idle, a watcher asks the database for misses (one
+query) at growing intervals, up to `max_wait_s`; a miss found resets them.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -22,6 +24,7 @@ from autotune.pending import pending_tasks
 from autotune.progress import JobProgress, Outcome
 from autotune.task import Task, bind
 from autotune.tune_settings import DEFAULTS, TuneSettings
+from autotune.worker import device_count
 
 log = logging.getLogger(__name__)
 
@@ -79,29 +82,34 @@ def _tune_pending(
     done: set[Task],
     told: set[str],
 ) -> bool:
-    """One look at the misses: each not tried yet and claimed by no other watcher, tuned;
-    whether any was."""
+    """One look at the misses: those not tried yet and claimed by no other watcher, as many as
+    the devices at most, tuned side by side (one device each) or, fewer, in turn on every
+    device; whether any was."""
     tasks, strangers = pending_tasks(db, device, kernel=kernel, settings=settings)
     for name, n in strangers.items():
         if name not in told and unknown is not None:
             unknown(name, n)
         told.add(name)
+    batch = device_count(settings)  # misses tuned at once: one per device (autotune.jobs)
     worked = False
-    for task in tasks:
-        if task in done:
-            continue
-        try:
-            key = bind(task, device).key
-        except AutotuneError as e:
-            log.warning("skipped the miss of %s: %s", task.label, e)
-            done.add(task)
-            continue
-        with claim(db, key) as mine:
-            if not mine:
-                continue  # another watcher is tuning it
-            (outcome,) = run_tasks([task], device, db=db, settings=settings, show=show)
-        if outcome.status == "tuned":
-            worked = True
-        else:
-            done.add(task)
+    with contextlib.ExitStack() as claims:
+        claimed: list[Task] = []
+        for task in tasks:
+            if task in done:
+                continue
+            try:
+                key = bind(task, device).key
+            except AutotuneError as e:
+                log.warning("skipped the miss of %s: %s", task.label, e)
+                done.add(task)
+                continue
+            if claims.enter_context(claim(db, key)):  # else another watcher is tuning it
+                claimed.append(task)
+            if len(claimed) == batch:
+                break
+        for outcome in run_tasks(claimed, device, db=db, settings=settings, show=show):
+            if outcome.status == "tuned":
+                worked = True
+            else:
+                done.add(outcome.task)
     return worked

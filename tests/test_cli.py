@@ -53,6 +53,25 @@ def test_tune_then_list_and_trials(subprocess_env, db_url):
     assert run(["db", "list", "--kernel", "nothing"], subprocess_env).stdout.strip() == "(no rows)"
 
 
+def test_tune_measures_each_distinct_program_once(subprocess_env):
+    # block_rows 16 to 128 are clamped to the 16 rows: one program; 8 is another
+    out = run(
+        ["tune", "softmax", "--shape", "16x128", "--trials", "5", "--strategy", "grid"],
+        subprocess_env,
+    ).stdout
+    assert "trials 2 (+3 duplicates)" in out, out
+    assert "the 5 valid configurations compile to 2 distinct programs, every one measured" in out
+    trials = json.loads(run(["db", "trials", "--format", "json"], subprocess_env).stdout)
+    measured = {t["id"]: t for t in trials if t["status"] == "ok"}
+    duplicates = [t for t in trials if t["status"] == "duplicate"]
+    assert len(measured) == 2 and len(duplicates) == 3
+    assert {t["config"]["block_rows"] for t in duplicates} == {16, 32, 128}
+    for t in duplicates:  # named after the trial that measured the default's program
+        of = measured[t["duplicate_of"]]
+        assert of["config"] == {"block_rows": 64} and t["fingerprint"] == of["fingerprint"]
+        assert t["time_s"] is None
+
+
 def test_kernels_lists_shipped_kernels_with_parameters(subprocess_env):
     out = run(["kernels"], subprocess_env).stdout
     assert "matmul" in out and "block_m in [16, 32, 64, 128]" in out and "vector_add" in out
@@ -132,19 +151,26 @@ def test_plain_tune_killed_mid_run_resumes_and_a_finished_one_starts_afresh(subp
             break
     proc.wait(timeout=60)
     proc.stdout.close()
-    stored = len(TuningDB(db_url).trials())
-    assert stored >= 3 and TuningDB(db_url).query() == []
+
+    # measured trials (large blocks clamp alike at 32x64: those are duplicates, not measured)
+    def measured():
+        return [t for t in TuningDB(db_url).trials() if t.status != "duplicate"]
+
+    def lines(out):
+        return [ln for ln in out.splitlines() if "trial " in ln and "duplicate" not in ln]
+
+    assert len(measured()) >= 3 and TuningDB(db_url).query() == []
 
     out = run(cmd, subprocess_env).stdout
     done = int(out.split("resumed: ")[1].split(" of 6 trials already measured")[0])
     assert done >= 2  # trial 3 was stored; the kill may land before its study heard of it
-    assert out.count("trial ") == 6 - done
-    assert len(TuningDB(db_url).trials()) <= 7  # at most the one in flight measured twice
+    assert len(lines(out)) == 6 - done
+    assert len(measured()) <= 7  # at most the one in flight measured twice
     (entry,) = TuningDB(db_url).query()
     assert entry.n_trials == 6
 
     again = run(cmd, subprocess_env).stdout  # finished: its study is gone, this one is new
-    assert "resumed" not in again and again.count("trial ") == 6
+    assert "resumed" not in again and len(lines(again)) == 6
 
 
 JUNK = bytes(range(128, 256)) * 4

@@ -200,6 +200,7 @@ def test_inputs_smaller_than_the_cache_rotate_among_distinct_copies():
 def test_a_candidate_that_fails_while_it_is_timed_is_a_runtime_error_not_an_exception():
     from toy_kernels import make_input, scale
 
+    from autotune.compiling import Program
     from autotune.measure import measure_candidate
 
     x = make_input(rows=32)
@@ -213,7 +214,7 @@ def test_a_candidate_that_fails_while_it_is_timed_is_a_runtime_error_not_an_exce
 
     class CompiledAhead:
         def take(self, config):
-            return flaky, 0.01
+            return Program("fingerprint", flaky, 0.01)
 
     record = measure_candidate(
         scale.spec, {"block_rows": 8}, [x], {}, x * 2.0, TimingPolicy(), pool=CompiledAhead()

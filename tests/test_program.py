@@ -86,6 +86,17 @@ def test_a_listing_counts_no_miss_and_creates_no_database(db_url):
     assert [m["count"] for m in TuningDB(db_url).misses()] == [1]
 
 
+def test_a_listing_with_the_default_database_creates_not_even_its_folder(tmp_path, monkeypatch):
+    from toy_kernels import scale
+
+    monkeypatch.delenv("PALLAS_AUTOTUNE_DB")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # a fresh home's
+    autotune.configure()
+    calls = autotune.calls_in(scale, (S((40, 128), jnp.float32),))
+    assert [c.source for c in calls] == ["default"]
+    assert not (tmp_path / "cache").exists()
+
+
 def test_calls_in_refuses_what_cannot_be_traced_with_one_line():
     with pytest.raises(AutotuneError, match="calls_in: tracing 'broken' failed"):
 

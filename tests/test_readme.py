@@ -30,7 +30,7 @@ MARK = re.compile(r"<!-- (continues|not run: (.+?)) -->\s*\Z")
 
 # (text in a block, what the test runs instead): the README's sizes, cut for a CPU
 SMALLER = {
-    "BATCH, SEQ, WIDTH = 8, 1024, 512": "BATCH, SEQ, WIDTH = 4, 16, 32",
+    "BATCH, SEQ, WIDTH = 4, 64, 128": "BATCH, SEQ, WIDTH = 4, 16, 32",
     "n_trials=20": "n_trials=1, finalists=0",
     "n_trials=4)  # on a CPU": "n_trials=2, finalists=0)  # on a CPU",
     "n_trials=8)": "n_trials=2, finalists=0)",

@@ -95,6 +95,19 @@ def test_explain_is_a_question_and_records_no_miss(db_url):
     assert [m["count"] for m in TuningDB(db_url).misses()] == [1]
 
 
+def test_explain_says_what_calls_run_when_another_process_stored_an_entry(db_url):
+    x = make_input(rows=64)
+    np.testing.assert_allclose(scale(x), x * 2)  # the default, remembered
+    with TuningDB(db_url) as db:  # another process tunes it meanwhile
+        key = scale.spec.key(scale.spec.signature([x], {}, current_device()), current_device())
+        db.put_best(key, BestEntry({"block_rows": 16}, 1e-3, 1, run_id="r", strategy="grid"))
+    info = scale.explain(x)
+    assert (info["source"], info["config"]) == ("default", {"block_rows": 8})
+    assert "a lookup now gives {'block_rows': 16} (db)" in info["detail"]
+    autotune.configure()
+    assert scale.explain(x)["source"] == "db"
+
+
 def test_stored_config_is_used_outside_and_inside_jit(db_url):
     x = make_input(rows=64)
     store(db_url, x, 16)

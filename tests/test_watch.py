@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import FORCED_DEVICES
 
 from autotune import TuningDB
 from autotune.claims import claim
@@ -66,18 +67,23 @@ def entries(url: str) -> list:
         return db.query(kernel="softmax")
 
 
-def test_a_watcher_tunes_a_miss_as_it_arrives_and_a_fresh_model_is_served_it(
+def test_a_watcher_tunes_misses_as_they_arrive_and_a_fresh_model_is_served_them(
     tmp_path, subprocess_env, db_url
 ):
     out = tmp_path / "watcher.log"
-    watcher = start_watcher(subprocess_env, out)  # measuring in a device worker, as deployed
+    env = {**subprocess_env, "XLA_FLAGS": FORCED_DEVICES}
+    # in device workers, as deployed: one on each of two (forced host) devices
+    watcher = start_watcher(env, out, "--devices", "2")
     try:
-        assert model(subprocess_env, 8) == ["default"]  # a miss, recorded
-        wait_for(lambda: len(entries(db_url)) == 1, 240)
-        assert model(subprocess_env, 8) == ["db"]  # the next process is served the entry
+        assert model(subprocess_env, 8, 16) == ["default", "default"]  # misses, recorded
+        wait_for(lambda: len(entries(db_url)) == 2, 240)
+        assert model(subprocess_env, 8, 16) == ["db", "db"]  # the next process is served
     finally:
         text = stop(watcher, out)  # SIGTERM, as a Deployment stops a pod
-    assert "stopped watching: 1 tuned, 0 skipped, 0 failed" in text
+    assert "stopped watching: 2 tuned, 0 skipped, 0 failed" in text
+    with TuningDB(db_url) as db:
+        devices = {t.device for t in db.trials(kernel="softmax")}
+    assert devices == {"cpu:0", "cpu:1"}  # every device of the watcher tuned
 
 
 def test_two_watchers_never_tune_one_key_twice_on_postgresql(tmp_path, subprocess_env, pg_url):

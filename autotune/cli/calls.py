@@ -34,6 +34,8 @@ def cmd_calls(args: argparse.Namespace) -> int:
             {**r, "config": config_text(r["config"]), "mesh_axes": _axes_text(r["mesh_axes"])}
             for r in rows
         ]
+        if not any(r["detail"] for r in rows):  # a column only where a trace is older
+            rows = [{k: v for k, v in r.items() if k != "detail"} for r in rows]
         print(table(rows) if rows else "(no @autotuned calls)")
     else:
         print(render(rows, args.format))

@@ -38,6 +38,7 @@ _TABLE_COLUMNS = (
     "signature",
     "static",
     "status",
+    "duplicate_of",  # trials: the trial that measured its program
     "oracle",  # trials: which oracle judged it
     "device",  # trials: the local device that measured it ("gpu:3")
     "config",
@@ -57,10 +58,14 @@ _TABLE_COLUMNS = (
 )
 
 
+# columns a table shows only where some row has a value
+_SPARSE = {"duplicate_of"}
+
+
 def _table_row(r: dict[str, Any]) -> dict[str, Any]:
     out = {}
     for k in _TABLE_COLUMNS:
-        if k not in r or (k == "static" and r[k] == "{}"):
+        if k not in r or (k == "static" and r[k] == "{}") or (k in _SPARSE and r[k] is None):
             continue
         v = r[k]
         if k == "config":

@@ -52,7 +52,10 @@ def add_parser(sub: Any) -> None:
         "--static", action="append", default=[], metavar="NAME=VALUE", help="a static argument"
     )
     t.add_argument(
-        "--trials", type=int, default=DEFAULTS.n_trials, help="distinct configurations to measure"
+        "--trials",
+        type=int,
+        default=DEFAULTS.n_trials,
+        help="distinct programs to measure (configurations compiling alike: measured once)",
     )
     t.add_argument("--strategy", choices=STRATEGIES, default=DEFAULTS.strategy)
     t.add_argument("--seed", type=int, default=DEFAULTS.seed)
@@ -235,7 +238,10 @@ def cmd_tune(args: argparse.Namespace) -> int:
             print(
                 f"resuming: {p.trial - 1} of {p.n_trials} trials already measured by an earlier run"
             )
-        time = f"{trial.time_s * 1e3:9.4f} ms" if trial.time_s is not None else " " * 12
+        if trial.status == "duplicate":  # not measured: the program of a trial stored before
+            time = f"= #{trial.duplicate_of}".ljust(12) if trial.duplicate_of else " " * 12
+        else:
+            time = f"{trial.time_s * 1e3:9.4f} ms" if trial.time_s is not None else " " * 12
         device = f"  {trial.device}" if settings.devices != 1 else ""  # which worker measured it
         print(
             f"trial {p.trial:3d}/{p.n_trials}  {trial.status:13s} {time}{device}  "
@@ -261,10 +267,13 @@ def cmd_tune(args: argparse.Namespace) -> int:
         f"\n{result.kernel} {result.key.signature} on {result.key.device_kind} ({result.key.backend})\n"
         f"  best     {config_text(result.best_config)}  {result.best_time_s * 1e3:.4f} ms\n"
         f"  default  {config_text(result.default_config)}  {default}\n"
-        f"  speedup  {speedup}   trials {len(result.trials)}   rejected {result.n_rejected}"
+        f"  speedup  {speedup}   trials {result.n_measured}{jobs.duplicates(result)}"
+        f"   rejected {result.n_rejected}"
         f"   crashed/timeout {result.n_crashed}   worker restarts {result.restarts}\n"
         f"  stored in {result.db_url}"
     )
+    if result.programs_note:
+        print(f"  programs: {result.programs_note}")
     if result.first_pass:
         print("  figures: first pass only (the finalists' side-by-side re-measurement failed)")
     if result.why_default_kept:

@@ -40,7 +40,8 @@ def serve(inp: BinaryIO, out: BinaryIO, device: Any = None) -> None:
         elif kind is Kind.PREFETCH:
             worker.prefetch(fields[0])
         elif kind is Kind.MEASURE:
-            record = worker.measure(fields[0], lambda s: write(out, Kind.COMPILED, s))
+            config, known = fields
+            record = worker.measure(config, known, lambda s: write(out, Kind.COMPILED, s))
             write(out, Kind.RESULT, record)
         elif kind is Kind.INTERLEAVED:
             try:

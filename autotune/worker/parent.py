@@ -23,7 +23,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -128,15 +128,16 @@ class DeviceWorker:
             return
         self._prefetched.update(config_id(c) for c in ahead)
 
-    def measure(self, config: Config) -> TrialRecord:
-        """One candidate's trial record; `crashed` / `timeout` if the worker did not survive it
-        (the next request starts a fresh worker)."""
+    def measure(self, config: Config, known: Collection[str] = ()) -> TrialRecord:
+        """One candidate's trial record (a `duplicate` if its program's fingerprint is
+        `known`); `crashed` / `timeout` if the worker did not survive it (the next request
+        starts a fresh worker)."""
         config = dict(config)
         stage, sent = "compile", False
         try:
             fresh = self._ensure_started()
             logged = self._stderr_size()  # what the child logs from here on is this trial's
-            self._send(Kind.MEASURE, config)
+            self._send(Kind.MEASURE, config, list(known))
             sent = True
             # the limit counts from the request: a compile still running ahead gets no more
             deadline = time.monotonic() + self.limits.compile_s
@@ -161,10 +162,10 @@ class DeviceWorker:
             if d.status == "crashed" and self._prefetched:
                 # a compile ahead may have killed it, not this config: see the class docstring
                 self._suspects |= self._prefetched
-                return self.measure(config)  # in a fresh worker, which has nothing ahead
+                return self.measure(config, known)  # in a fresh worker, with nothing ahead
             if not sent and not fresh:
                 # it died between trials (killed for memory, say): this config never reached it
-                return self.measure(config)  # in a fresh worker
+                return self.measure(config, known)  # in a fresh worker
             return TrialRecord(config, d.status, error=str(d))
 
     def interleaved(
