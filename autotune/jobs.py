@@ -219,6 +219,7 @@ def _summary(result: Any) -> str:
     speedup = f"{result.speedup:.2f}x" if result.speedup else "n/a"
     resumed = f" ({resumed_text(result)})" if result.resumed else ""
     first = ", first-pass figures" if result.first_pass else ""
+    first += ", within the noise" if result.within_noise else ""
     trials = f"{result.n_measured} trials{duplicates(result)}"
     return (
         f"{config} {result.best_time_s * 1e3:.4f} ms, speedup {speedup}, {trials}{resumed}{first}"

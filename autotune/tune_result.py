@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from autotune.finalists import Finalist
+from autotune.finalists import Finalist, undecided
 from autotune.signature import TuningKey
 from autotune.trial import TrialRecord, config_text
 
@@ -53,6 +53,20 @@ class TuneResult:
             f"{default.first_s * 1e3:.4f} ms), but side by side with the default "
             f"({f.time_s * 1e3:.4f} ms against {default.time_s * 1e3:.4f} ms) not beyond the "
             "noise, so the default was kept"
+        )
+
+    @property
+    def within_noise(self) -> str | None:
+        """What the winner could not be told apart from side by side, when the re-measurement
+        reached its cap with finalists the fastest had not beaten (None: decided)."""
+        if len(self.finalists) < 2 or not (beyond := undecided(self.finalists)):
+            return None
+        rounds = len(self.finalists[0].rounds)
+        tied = [min(self.finalists, key=lambda f: f.time_s), *beyond]
+        others = ", ".join(config_text(f.config) for f in tied if f.config != self.best_config)
+        return (
+            f"after {rounds} interleaved rounds the winner and {others} were not told apart "
+            "(sign test, autotune.finalists): the choice is within the noise"
         )
 
     @property

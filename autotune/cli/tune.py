@@ -288,6 +288,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
         print("  figures: first pass only (the finalists' side-by-side re-measurement failed)")
     if result.why_default_kept:
         print(f"  why 1.00x: {result.why_default_kept}")
+    if result.within_noise:
+        print(f"  noise: {result.within_noise}")
     for line in getattr(result, "member_lines", ()):  # a variant group's members
         print(f"  {line}")
     return 0
