@@ -15,7 +15,7 @@ import functools
 import hashlib
 import time
 from collections.abc import Callable, Container, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -26,11 +26,39 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class Program:
     """A candidate's program: its fingerprint, its executable (None where it was not compiled:
-    its fingerprint was among those to skip), and the seconds lowering and compiling took."""
+    its fingerprint was among those to skip), the seconds lowering and compiling took, and the
+    compiler's memory figures (`memory_figures`; {} where it was not compiled)."""
 
     fingerprint: str
     executable: Callable | None
     compile_s: float
+    memory: dict[str, int | None] = field(default_factory=dict)
+
+
+# The compiler's memory analysis, as a trial's columns: bytes of its arguments, outputs,
+# temporaries, and its peak (XLA's CompiledMemoryStats; CPU and GPU report every one)
+MEMORY_FIELDS = {
+    "memory_argument_bytes": "argument_size_in_bytes",
+    "memory_output_bytes": "output_size_in_bytes",
+    "memory_temp_bytes": "temp_size_in_bytes",
+    "memory_peak_bytes": "peak_memory_in_bytes",
+}
+
+
+def memory_figures(executable: Any) -> dict[str, int | None]:
+    """An executable's memory figures by trial column, None where the backend reports none (a
+    figure of 0 for the peak is no report: every program holds its arguments)."""
+    try:
+        stats = executable.memory_analysis()
+    except Exception:  # a backend without the analysis (it raises "unimplemented")
+        stats = None
+    figures = {}
+    for column, attr in MEMORY_FIELDS.items():
+        value = getattr(stats, attr, None)
+        figures[column] = int(value) if isinstance(value, int) and value >= 0 else None
+    if not figures["memory_peak_bytes"]:
+        figures["memory_peak_bytes"] = None
+    return figures
 
 
 def fingerprint(lowered: Any) -> str:
@@ -46,8 +74,10 @@ def compile_ahead(fn: Callable, args: Sequence[Any], skip: Container[str] = ()) 
     start = time.perf_counter()
     lowered = jax.jit(fn).lower(*args)
     fp = fingerprint(lowered)
-    executable = None if fp in skip else lowered.compile()
-    return Program(fp, executable, time.perf_counter() - start)
+    if fp in skip:
+        return Program(fp, None, time.perf_counter() - start)
+    executable = lowered.compile()
+    return Program(fp, executable, time.perf_counter() - start, memory_figures(executable))
 
 
 def compile_config(

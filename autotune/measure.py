@@ -90,6 +90,7 @@ def measure_candidate(
     cache: dict[ConfigId, Any] | None = None,
     pool: CompilePool | None = None,
     known: Container[str] = (),
+    max_memory: int | None = None,
 ) -> TrialRecord:
     """Compile, run once and verify, then time one candidate (rotating among `args` and
     `arg_sets`): its trial record. The compile is `pool`'s where it compiled the config ahead.
@@ -97,7 +98,9 @@ def measure_candidate(
 
     A candidate whose program's fingerprint is `known` (measured already) is neither compiled
     (unless the pool did so ahead) nor run: its record is a `duplicate` with that fingerprint.
-    Failures become the record's status, never an exception.
+    One whose compiled program's peak memory (where the compiler reports it) is above
+    `max_memory` bytes is not run: `over_memory`. Every compiled candidate's record holds the
+    compiler's memory figures. Failures become the record's status, never an exception.
     """
     config = dict(config)
     try:
@@ -113,8 +116,19 @@ def measure_candidate(
         return TrialRecord(
             config, "duplicate", compile_s=program.compile_s, fingerprint=program.fingerprint
         )
-    record = _run(spec, config, program, args, kwargs, oracle, policy, arg_sets, cache)
+    peak = program.memory.get("memory_peak_bytes")
+    if max_memory is not None and peak is not None and peak > max_memory:
+        record = TrialRecord(
+            config,
+            "over_memory",
+            compile_s=program.compile_s,
+            error=f"peak memory {peak:,} bytes is above the bound of {max_memory:,} bytes",
+        )
+    else:
+        record = _run(spec, config, program, args, kwargs, oracle, policy, arg_sets, cache)
     record.fingerprint = program.fingerprint  # a failure too: its duplicates would fail alike
+    for column, figure in program.memory.items():
+        setattr(record, column, figure)
     return record
 
 

@@ -39,7 +39,8 @@ class TrialRecord:
     """One measured candidate, as stored in the database's trials table."""
 
     config: Config
-    status: str  # ok | rejected | compile_error | runtime_error | crashed | timeout | duplicate
+    # ok | rejected | compile_error | runtime_error | crashed | timeout | duplicate | over_memory
+    status: str
     time_s: float | None = None
     time_min_s: float | None = None
     time_p10_s: float | None = None

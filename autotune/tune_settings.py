@@ -88,6 +88,11 @@ class TuneSettings:
     """An Optuna RDB URL in which the search is a study: an interrupted run resumes without
     measuring again, and several workers share `n_trials`. None: the study is in memory."""
 
+    max_memory: int | None = None
+    """The most bytes of peak memory a candidate's program may need, by the compiler's memory
+    analysis (where the backend reports it: CPU and GPU do): one above it is an `over_memory`
+    trial, compiled but never run. None: no bound."""
+
     study_name: str | None = None
     """The study's name in `storage`; None: derived from the tuning key, so that workers tuning
     the same key meet in one study (autotune.studies.study_name_of)."""
@@ -112,6 +117,8 @@ class TuneSettings:
         _at_least(self.finalists, "finalists", 0, "0 or more")
         if self.compile_workers is not None:
             _at_least(self.compile_workers, "compile_workers", 0, "0 or more")
+        if self.max_memory is not None:
+            _at_least(self.max_memory, "max_memory", 1, "a positive number of bytes")
         if self.devices != "all":
             _at_least(self.devices, "devices", 1, 'at least 1, or "all"')
 

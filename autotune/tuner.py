@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from autotune import registry
+from autotune.compiling import MEMORY_FIELDS
 from autotune.errors import DatabaseError, KernelError, SpaceError
 from autotune.finalists import Finalist, remeasure
 from autotune.inputs import random_inputs
@@ -134,11 +135,14 @@ def _tune(
                 for fp, first in view.programs().items():
                     programs.setdefault(fp, first)
             known = dict(programs)
-        record = on.measure(config, known.keys())
+        record = on.measure(config, known.keys(), settings.max_memory)
         record.device = on.device_id
         record.is_default = is_default or config == default
-        if record.status == "duplicate":
-            record.duplicate_of = known[record.fingerprint].db_id
+        if record.status == "duplicate":  # the program's trial, and its memory figures
+            of = known[record.fingerprint]
+            record.duplicate_of = of.db_id
+            for column in MEMORY_FIELDS:
+                setattr(record, column, getattr(of, column))
         else:
             record.oracle = oracle.name
         if handle is not None:  # stored at once: an interrupted run loses no measurement

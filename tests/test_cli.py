@@ -46,6 +46,9 @@ def test_tune_then_list_and_trials(subprocess_env, db_url):
         run(["db", "trials", "--kernel", "matmul", "--format", "json"], subprocess_env).stdout
     )
     assert len(trials) == 3 and {t["status"] for t in trials} == {"ok"}
+    # the compiler's memory analysis of each measured program (CPU reports it)
+    assert all(t["memory_peak_bytes"] >= t["memory_argument_bytes"] > 0 for t in trials)
+    assert "peak_memory" in run(["db", "trials"], subprocess_env).stdout
     csv_out = run(["db", "trials", "--format", "csv"], subprocess_env).stdout.splitlines()
     assert len(csv_out) == 4 and csv_out[0].startswith("id,")
     table = run(["db", "list", "--kernel", "matmul"], subprocess_env).stdout
@@ -184,6 +187,10 @@ BAD_INPUT = {
     "run timeout nan": (
         ["tune", "matmul", "--shape", "32x32,32x32", "--run-timeout", "nan"],
         "--run-timeout must be a positive",
+    ),
+    "memory bound zero": (
+        ["tune", "matmul", "--shape", "32x32,32x32", "--max-memory", "0"],
+        "--max-memory must be a positive number of bytes",
     ),
     "time limit nan": (
         ["tune", "matmul", "--shape", "32x32,32x32", "--time-limit", "nan"],

@@ -20,6 +20,7 @@ from autotune.jobfile import load_job
 from autotune.jobs import parse_shard, shard
 from autotune.signature import TuningKey
 from autotune.strategies import DEFAULT_STRATEGY, STRATEGIES
+from autotune.tune_settings import TuneSettings
 
 JOB = """
 [defaults]
@@ -97,6 +98,15 @@ def test_a_job_takes_every_strategy_and_defaults_to_the_default(tmp_path):
     assert [strategy(f"strategy = '{s}'") for s in STRATEGIES] == list(STRATEGIES)
 
 
+def test_a_jobs_memory_bound_reaches_its_tasks_settings(tmp_path):
+    text = "[defaults]\nmax_memory = 4096\n[[task]]\nkernel = 'vector_add'\nshapes = ['8,8']\n"
+    (task,) = load_job(write(tmp_path, text))
+    assert task.max_memory == 4096
+    assert task.settings(TuneSettings(max_memory=10**9)).max_memory == 4096  # the task's own
+    (task,) = load_job(write(tmp_path, "[[task]]\nkernel = 'vector_add'\nshapes = ['8,8']\n"))
+    assert task.settings(TuneSettings(max_memory=10**9)).max_memory == 10**9  # the run's
+
+
 @pytest.mark.parametrize(
     "text, message",
     [
@@ -104,6 +114,10 @@ def test_a_job_takes_every_strategy_and_defaults_to_the_default(tmp_path):
         ("[[task]]\nkernel = 'matmul'", "needs shapes"),
         ("[[task]]\nkernel = 'matmul'\nshapes = ['8x8,8x8']\ntrials = 0", "trials must be"),
         ("[[task]]\nkernel = 'matmul'\nshapes = ['8y8']", "malformed --shape"),
+        (
+            "[defaults]\nmax_memory = -1\n[[task]]\nkernel = 'matmul'\nshapes = ['8x8,8x8']",
+            "max_memory must be a positive",
+        ),
         ("[[task]]\nkernel = 'matmul'\nshapes = ['8']\nblock = 2", "unknown field(s) block"),
         ("[[tasks]]\nkernel = 'matmul'", "unknown table(s) tasks"),
         ("[[task]\n", "is not valid TOML"),

@@ -38,6 +38,7 @@ FLAGS = {
     "finalists": "--finalists",
     "compile_workers": "--compile-workers",
     "devices": "--devices",
+    "max_memory": "--max-memory",
 }
 
 
@@ -93,6 +94,14 @@ def add_parser(sub: Any) -> None:
         default=DEFAULTS.limits.run_s,
         metavar="S",
         help="seconds one candidate may take to verify and time before it is a `timeout` trial",
+    )
+    t.add_argument(
+        "--max-memory",
+        type=int,
+        default=DEFAULTS.max_memory,
+        metavar="BYTES",
+        help="refuse candidates whose compiled program's peak memory (the compiler's memory "
+        "analysis) is above BYTES: compiled, never run (status over_memory)",
     )
     t.add_argument(
         "--compile-workers",
@@ -185,6 +194,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
         isolate=args.isolate,
         limits=WorkerLimits(compile_s=args.compile_timeout, run_s=args.run_timeout),
         compile_workers=args.compile_workers,
+        max_memory=args.max_memory,
         devices=args.devices,
     )
     if settings.devices != 1:  # a worker pinned to each device

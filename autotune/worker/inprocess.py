@@ -68,10 +68,12 @@ class InProcessWorker:
         self,
         config: Config,
         known: Collection[str] = (),
+        max_memory: int | None = None,
         on_compiled: Callable[[float], None] | None = None,
     ) -> TrialRecord:
-        """One candidate's trial record (a `duplicate` if its program's fingerprint is `known`);
-        `on_compiled` hears its compile time before it runs."""
+        """One candidate's trial record (a `duplicate` if its program's fingerprint is `known`,
+        `over_memory` if its peak memory is above `max_memory` bytes); `on_compiled` hears its
+        compile time before it runs."""
         self.known = frozenset(known)
         return measure_candidate(
             self.spec,
@@ -85,6 +87,7 @@ class InProcessWorker:
             cache=self.compiled,
             pool=self.pool,
             known=self.known,
+            max_memory=max_memory,
         )
 
     def interleaved(
