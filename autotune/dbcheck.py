@@ -26,15 +26,16 @@ RESULT_COLUMNS = ("id", *KEY_COLUMNS, "config", "trial_id", *TIMES, "tuned_at")
 TRIAL_COLUMNS = ("id", *KEY_COLUMNS, "config", "status", "time_s", "created_at")
 
 
-def check_database(url: Any) -> tuple[list[str], dict[str, int]]:
-    """Problems found (one sentence each) and row counts; never writes to the database."""
+def check_database(url: Any) -> tuple[list[str], dict[str, int], dict[str, int]]:
+    """Problems found (one sentence each), row counts, and the entries per kernel not registered
+    here, whose configs could not be checked; never writes to the database."""
     from sqlalchemy import create_engine, func, inspect, select, table, text
 
     url = normalize_url(url)
     file = sqlite_file(url)
     if file is not None:
         if not file.is_file():
-            return [f"{file} does not exist or is not a file"], {}
+            return [f"{file} does not exist or is not a file"], {}, {}
         engine = sqlite_reader(file)  # a check must not create, migrate or repair anything
     else:
         engine = create_engine(url)
@@ -48,27 +49,39 @@ def check_database(url: Any) -> tuple[list[str], dict[str, int]]:
                     problems.append(f"SQLite integrity check failed: {'; '.join(verdict[:5])}")
             tables = set(inspect(conn).get_table_names())
             if "schema_info" not in tables:
-                return problems + ["not a tuning database: no table schema_info"], {}
+                return problems + ["not a tuning database: no table schema_info"], {}, {}
             version = conn.execute(text("SELECT version FROM schema_info WHERE id = 1")).scalar()
             if version is not None and not isinstance(version, int):
-                return problems + [
-                    f"schema_info's version {_text(version)!r} is not a number: the tools and "
-                    "the runtime refuse the database; restore it from a copy"
-                ], {}
+                return (
+                    problems
+                    + [
+                        f"schema_info's version {_text(version)!r} is not a number: the tools and "
+                        "the runtime refuse the database; restore it from a copy"
+                    ],
+                    {},
+                    {},
+                )
             if version is not None and version > SCHEMA_VERSION:
-                return problems + [
-                    f"schema v{version} is newer than this pallas-autotune (v{SCHEMA_VERSION}): "
-                    "the runtime will not use it; upgrade pallas-autotune"
-                ], {}
+                return (
+                    problems
+                    + [
+                        f"schema v{version} is newer than this pallas-autotune (v{SCHEMA_VERSION}): "
+                        "the runtime will not use it; upgrade pallas-autotune"
+                    ],
+                    {},
+                    {},
+                )
             if version is None:
                 problems.append("schema_info has no version row")
             # an older schema is read as it is: upgrading it is a write, left to the runtime
             names = table_names(version or SCHEMA_VERSION)
             missing = set(names.values()) - tables
             if missing:
-                return problems + [
-                    f"not a tuning database: no table(s) {', '.join(sorted(missing))}"
-                ], {}
+                return (
+                    problems + [f"not a tuning database: no table(s) {', '.join(sorted(missing))}"],
+                    {},
+                    {},
+                )
             results = _rows(conn, names["results"], RESULT_COLUMNS)
             trials = {r["id"]: r for r in _rows(conn, names["trials"], TRIAL_COLUMNS)}
             misses = select(func.count()).select_from(table(names["misses"]))
@@ -79,18 +92,24 @@ def check_database(url: Any) -> tuple[list[str], dict[str, int]]:
             }
     except Exception as e:  # a corrupt file fails anywhere above
         reason = str(getattr(e, "orig", None) or e).splitlines()[0]
-        return problems + [f"cannot read the database: {reason}"], counts
+        return problems + [f"cannot read the database: {reason}"], counts, {}
     finally:
         engine.dispose()
     # entries without trials came from another database (db import, db merge): valid, and
     # counted so that the report says where they came from
     counts["entries imported without trials"] = sum(r["trial_id"] is None for r in results)
+    from autotune import registry
+
+    known = registry.registered()
+    unknown: dict[str, int] = {}
     for r in results:
+        if r["kernel"] not in known:  # its config checked against nothing: said apart
+            unknown[_text(r["kernel"])] = unknown.get(_text(r["kernel"]), 0) + 1
         where = f"best entry {r['id']} ({_text(r['kernel'])} {_text(r['signature'])} on {_text(r['device_kind'])})"
         problems += [f"{where}: {p}" for p in _entry_problems(r, trials)]
     for t in trials.values():
         problems += [f"trial {t['id']}: {p}" for p in _trial_problems(t)]
-    return problems, counts
+    return problems, counts, unknown
 
 
 def _trial_problems(t: dict[str, Any]) -> list[str]:
@@ -169,13 +188,16 @@ def _text(value: Any, limit: int = 60) -> str:
 
 
 def _entry_problems(r: dict[str, Any], trials: dict[int, dict[str, Any]]) -> list[str]:
-    """Why the runtime would not serve this best entry (or would not trust where it came from)."""
-    return served_problems(r) + _entry_trial_problems(r, trials)
+    """Why the runtime would not serve this best entry (or would not trust where it came from);
+    an entry of a kernel not registered here is checked but for its config (check_database
+    says which kernels)."""
+    return served_problems(r, unknown_kernel=False) + _entry_trial_problems(r, trials)
 
 
-def served_problems(r: dict[str, Any]) -> list[str]:
+def served_problems(r: dict[str, Any], unknown_kernel: bool = True) -> list[str]:
     """Why the runtime would not serve this entry (a database row or a shipped entry): its
-    times, its key, its kernel's version, its config in the kernel's space and constraints."""
+    times, its key, its kernel's version, its config in the kernel's space and constraints;
+    a kernel not registered here is a problem unless not `unknown_kernel`."""
     from autotune import registry
     from autotune.signature import Signature, parse_args, parse_static
 
@@ -201,7 +223,8 @@ def served_problems(r: dict[str, Any]) -> list[str]:
         args = None
     kernel = registry.registered().get(r["kernel"])
     if kernel is None:
-        problems.append("kernel is not registered here: its config was not validated")
+        if unknown_kernel:
+            problems.append("kernel is not registered here: its config was not validated")
     elif r["kernel_version"] != kernel.spec.version:
         problems.append(
             f"stale: tuned for kernel version {_text(r['kernel_version'])}, the kernel is now "
@@ -243,6 +266,22 @@ def format_report(url: str, problems: list[str], counts: dict[str, int]) -> str:
     return "\n".join(lines)
 
 
+def format_unchecked(unknown: dict[str, int], imports: list[str]) -> str:
+    """The line saying which kernels' entries were not checked against their kernel, and why."""
+    kernels = ", ".join(
+        f"{name} ({n} entr{'y' if n == 1 else 'ies'})" for name, n in sorted(unknown.items())
+    )
+    why = (
+        f"not registered by --import {' '.join(imports)}"
+        if imports
+        else "not registered here (not shipped; no --import)"
+    )
+    return (
+        f"not checked against their kernel: {kernels}: {why}; pass --import MODULE, the "
+        "module that defines them, to check their configs"
+    )
+
+
 def shipped_entries(kernel: str | None = None) -> tuple[list[dict[str, Any]], list[str]]:
     """The entries of the tables shipped with the registered kernels (`tuned=`), or with
     `kernel` only, each with `table` (its path) and `problems` (why the runtime would not serve
@@ -257,10 +296,11 @@ def shipped_entries(kernel: str | None = None) -> tuple[list[dict[str, Any]], li
             continue
         try:
             table = shipped_table(k.spec.tuned)
+            entries = table.entries
         except AutotuneError as e:
             unreadable.append(str(e))
             continue
-        for e in map(StoredEntry.as_row, table.entries):
+        for e in map(StoredEntry.as_row, entries):
             row = {**{t: e.get(t) for t in TIMES}, **e, "config": encode_config(e["config"])}
             problems = served_problems(row)
             if e["kernel"] != name:

@@ -23,30 +23,42 @@ _EXPORT_TYPES = {
     "n_trials": int,
     "n_rejected": int,
 }
+_COLUMNS = frozenset(Result.__table__.columns.keys())
 
 
 def validate_export(doc: Any) -> list[dict[str, Any]]:
     """The entries of an exported document, or a DatabaseError naming what is wrong."""
+    entries = export_entries(doc)
+    for n, e in enumerate(entries, 1):
+        validate_entry(e, n)
+    return entries
+
+
+def export_entries(doc: Any) -> list[Any]:
+    """The list of entries of an exported document, each unchecked (validate_entry)."""
     if not isinstance(doc, dict) or doc.get("format") != EXPORT_FORMAT:
         raise DatabaseError(f'not a pallas-autotune export (no "format": "{EXPORT_FORMAT}")')
     entries = doc.get("entries")
     if not isinstance(entries, list):
         raise DatabaseError('export has no list of "entries"')
-    for n, e in enumerate(entries, 1):
-        if not isinstance(e, dict):
-            raise DatabaseError(f"export entry {n} is not an object")
-        for name, kind in _EXPORT_TYPES.items():
-            if not isinstance(e.get(name), kind) or isinstance(e.get(name), bool):
-                raise DatabaseError(f"export entry {n}: field {name!r} is missing or malformed")
-        if not e["time_s"] > 0:
-            raise DatabaseError(f"export entry {n}: time_s must be positive, got {e['time_s']}")
-        if e["platform"] not in PLATFORMS:
-            raise DatabaseError(f"export entry {n}: unknown platform {e['platform']!r}")
-        try:
-            parse_args(e["signature"])
-        except SignatureError as err:
-            raise DatabaseError(f"export entry {n}: {err}") from None
-        bad = sorted(k for k in e if k not in Result.__table__.columns)
-        if bad:
-            raise DatabaseError(f"export entry {n}: unknown field(s) {', '.join(bad)}")
     return entries
+
+
+def validate_entry(e: Any, n: int) -> None:
+    """A DatabaseError naming what is wrong with entry `n` (from 1) of an export, if anything."""
+    if not isinstance(e, dict):
+        raise DatabaseError(f"export entry {n} is not an object")
+    for name, kind in _EXPORT_TYPES.items():
+        if not isinstance(e.get(name), kind) or isinstance(e.get(name), bool):
+            raise DatabaseError(f"export entry {n}: field {name!r} is missing or malformed")
+    if not e["time_s"] > 0:
+        raise DatabaseError(f"export entry {n}: time_s must be positive, got {e['time_s']}")
+    if e["platform"] not in PLATFORMS:
+        raise DatabaseError(f"export entry {n}: unknown platform {e['platform']!r}")
+    try:
+        parse_args(e["signature"])
+    except SignatureError as err:
+        raise DatabaseError(f"export entry {n}: {err}") from None
+    bad = sorted(k for k in e if k not in _COLUMNS)
+    if bad:
+        raise DatabaseError(f"export entry {n}: unknown field(s) {', '.join(bad)}")

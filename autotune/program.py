@@ -14,10 +14,12 @@ tuned, studies resumed.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import re
+import reprlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from autotune.errors import AutotuneError
@@ -39,14 +41,16 @@ def load_program(target: str) -> tuple[Callable, tuple, dict[str, Any]]:
     module_name, sep, attr = target.partition(":")
     if not sep or not module_name or not attr:
         raise ProgramError(f"program {target!r}: write package.module:factory")
-    try:
-        factory: Any = import_user_module(module_name)
-    except ImportError as e:
-        raise ProgramError(f"program {target!r}: cannot import {module_name!r}: {e}") from e
+    factory: Any = import_user_module(module_name, f"for program {target!r}", ProgramError)
     for part in attr.split("."):
         factory = getattr(factory, part, None)
-    if not callable(factory):
+    if factory is None:
         raise ProgramError(f"program {target!r}: {module_name} has no function {attr!r}")
+    if not callable(factory):
+        raise ProgramError(
+            f"program {target!r}: {module_name}.{attr} is not a function (it is "
+            f"{reprlib.repr(factory)}): name a function that returns (fn, args)"
+        )
     try:
         made = factory()
     except Exception as e:  # the user's code: one line that names it, not a traceback
@@ -72,9 +76,13 @@ class ProgramCall:
     signature: str  # shapes and dtypes, e.g. "f32[64,128],f32[128,64]"
     static: str  # static arguments as JSON, e.g. '{"causal":true}'
     source: str  # "db", "nearest", "default" or "caller" (the call passes its block sizes)
-    config: dict[str, Any]  # what the call runs with now
+    config: dict[str, Any]  # what the call runs with now (the trace's, where it is older)
     args: tuple  # jax.ShapeDtypeStruct per array argument
     kwargs: dict[str, Any]  # static arguments, tunable ones and `interpret` left out
+    # the mesh axes the call is mapped over, with their sizes (inside `jax.shard_map`, or a
+    # kernel's call on sharded arrays): its shapes are each device's, {} where it is not mapped
+    mesh_axes: dict[str, int] = field(default_factory=dict)
+    detail: str = ""  # where the trace found runs another config than a new trace would
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -83,6 +91,8 @@ class ProgramCall:
             "static": self.static,
             "source": self.source,
             "config": self.config,
+            "mesh_axes": self.mesh_axes,
+            "detail": self.detail,
         }
 
 
@@ -93,8 +103,15 @@ def calls_in(
     program makes them; arguments may be arrays or jax.ShapeDtypeStructs (nothing runs)."""
     import jax
 
+    from autotune.runtime_state import listing
     from autotune.traced_calls import TRACED_CALLS, TRACED_SCOPE_PREFIX
 
+    if not isinstance(args, (tuple, list)):
+        what = "an array" if is_array(args) else f"a {type(args).__name__}"
+        raise AutotuneError(
+            f"calls_in: args is {what}: give the arguments as a tuple, e.g. calls_in(fn, (x,)) "
+            "for fn(x)"
+        )
     kwargs = dict(kwargs or {})
     positions = [i for i, a in enumerate(args) if is_array(a)]
     names = [k for k, v in kwargs.items() if is_array(v)]
@@ -106,9 +123,10 @@ def calls_in(
         return fn(*call_args, **{**kwargs, **named})
 
     try:
-        closed = jax.make_jaxpr(program)(
-            [_abstract(args[i]) for i in positions], {k: _abstract(kwargs[k]) for k in names}
-        )
+        with listing():  # reads only: no miss counted, no database created
+            closed = jax.make_jaxpr(program)(
+                [_abstract(args[i]) for i in positions], {k: _abstract(kwargs[k]) for k in names}
+            )
     except AutotuneError:
         raise
     except Exception as e:
@@ -120,15 +138,19 @@ def calls_in(
     for stack in _name_stacks(closed.jaxpr):
         for scope in pattern.findall(stack):
             traced = TRACED_CALLS[scope]
-            call = _program_call(traced.kernel, traced.args, traced.kwargs)
+            call = _program_call(traced)
             found.setdefault((call.kernel, call.signature, call.static), call)
     return list(found.values())
 
 
 def _abstract(a: Any) -> Any:
+    """An array's shape and dtype, and its sharding where it is a mesh's (a sharded program
+    traces its calls at each device's shape)."""
     import jax
 
-    return jax.ShapeDtypeStruct(a.shape, a.dtype)
+    sharding = getattr(a, "sharding", None)
+    named = sharding if isinstance(sharding, jax.sharding.NamedSharding) else None
+    return jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=named)
 
 
 def _name_stacks(jaxpr: Any) -> Iterator[str]:
@@ -142,24 +164,42 @@ def _name_stacks(jaxpr: Any) -> Iterator[str]:
                     yield from _name_stacks(inner)
 
 
-def _program_call(kernel: Any, args: tuple, kwargs: Mapping[str, Any]) -> ProgramCall:
-    explained = kernel.explain(*args, **dict(kwargs))
-    static = {k: v for k, v in kwargs.items() if k not in kernel.spec.tunables and k != "interpret"}
+def _program_call(traced: Any) -> ProgramCall:
+    """A traced call as listed: the configuration its trace runs, and where a call traced now
+    would run another (the trace is older: an overlay ended, an entry was stored), says so."""
+    kernel = traced.kernel
+    explained = kernel.explain(*traced.args, **dict(traced.kwargs))
+    source, config, detail = explained["source"], explained["config"], ""
+    if config != traced.config:
+        detail = (
+            f"an older trace: a call traced now would run {config} ({source}); jit this "
+            "function again to run that"
+        )
+        source, config = traced.source, traced.config
+    tunables = kernel.spec.tunables | {"interpret"}
     return ProgramCall(
         kernel=kernel.spec.name,
         signature=explained["key"]["signature"],
         static=explained["key"]["static"],
-        source=explained["source"],
-        config=explained["config"],
-        args=args,
-        kwargs=static,
+        source=source,
+        config=config,
+        args=traced.args,
+        kwargs={k: v for k, v in traced.kwargs.items() if k not in tunables},
+        mesh_axes=traced.mesh_axes,
+        detail=detail,
     )
 
 
 def program_tasks_of(target: str, settings: Any) -> list[Any]:
     """The tasks of the program 'package.module:factory' (load_program, calls_in, then
     program_tasks)."""
-    return program_tasks(calls_in(*load_program(target)), settings)
+    calls = calls_in(*load_program(target))
+    if not calls:
+        raise ProgramError(
+            f"program {target!r} makes no @autotuned call: nothing to tune (its function calls "
+            "no autotuned kernel with the arguments its factory gives)"
+        )
+    return program_tasks(calls, settings)
 
 
 def program_tasks(calls: Sequence[ProgramCall], settings: Any) -> list[Any]:
@@ -179,7 +219,7 @@ def tune_program(
     *,
     db: Any = None,
     force: bool = False,
-    show: Callable[[Any, Any], None] | None = None,
+    show: Callable[[Any, Any], None] | bool = True,
     **settings: Any,
 ) -> list[Any]:
     """Tune every call of `calls_in(fn, args, kwargs)` that has no entry for this device and
@@ -188,22 +228,37 @@ def tune_program(
     (already tuned) or "failed" (why). One call failing does not stop the rest.
 
     `db` defaults to the database model code is served from, so that afterwards every call of
-    `fn` is served from it. `show(progress, outcome)` is called as a job's (autotune.jobs)."""
+    `fn` is served from it. Progress is shown on stderr as `autotune tune --program` shows it
+    (call i of N, trial j of M, the best so far, the time left); `show=False` keeps it to the
+    log (INFO), and a function `show(progress, outcome)` is called as a job's (autotune.jobs)."""
     from autotune import runtime_state
     from autotune.jobs import run_tasks
+    from autotune.progress import Display
     from autotune.tune_settings import TuneSettings
     from autotune.worker.parent import tuning_device
 
     run = TuneSettings().replace(**settings)
-    tasks = program_tasks(calls_in(fn, args, kwargs), run)
-    return run_tasks(
-        tasks,
-        tuning_device(run),
-        db=runtime_state.database_url() if db is None else db,
-        settings=run,
-        force=force,
-        show=show or _log_progress,
-    )
+    calls = calls_in(fn, args, kwargs)
+    if not calls:
+        log.warning(
+            "tune_program: %s makes no @autotuned call: nothing to tune",
+            getattr(fn, "__name__", fn),
+        )
+        return []
+    tasks = program_tasks(calls, run)
+    with contextlib.ExitStack() as stack:
+        if show is True:
+            from rich.console import Console
+
+            show = stack.enter_context(Display(Console(stderr=True, highlight=False), "call"))
+        return run_tasks(
+            tasks,
+            tuning_device(run),
+            db=runtime_state.database_url() if db is None else db,
+            settings=run,
+            force=force,
+            show=show or _log_progress,
+        )
 
 
 def _log_progress(progress: Any, outcome: Any) -> None:

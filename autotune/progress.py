@@ -47,12 +47,14 @@ class JobProgress:
 
 class Display:
     """The job's progress on a rich console: live bars on a terminal, one line per event in a
-    log (CI, a Kubernetes pod): task i of N, trial j of M, best so far, elapsed, remaining."""
+    log (CI, a Kubernetes pod): task i of N (`unit`: a program's calls), trial j of M, best so
+    far, elapsed, remaining. Tuning on several devices, each device's worker too: its trials,
+    and its last one."""
 
-    def __init__(self, console: Any) -> None:
+    def __init__(self, console: Any, unit: str = "task") -> None:
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
-        self.console = console
+        self.console, self.unit = console, unit
         self.live = None
         if console.is_terminal:
             self.live = Progress(
@@ -62,8 +64,10 @@ class Display:
                 TextColumn("{task.fields[info]}"),
                 console=console,
             )
-            self.tasks_bar = self.live.add_task("tasks", total=None, info="")
+            self.tasks_bar = self.live.add_task(f"{unit}s", total=None, info="")
             self.trials_bar = self.live.add_task("trials", total=None, info="")
+        self.workers: dict[str, Any] = {}  # a device's bar, by the device its trials name
+        self.measured: dict[str, int] = {}  # trials each device measured in this job
 
     def __enter__(self) -> Display:
         if self.live:
@@ -75,7 +79,7 @@ class Display:
             self.live.stop()
 
     def __call__(self, p: JobProgress, outcome: Outcome | None) -> None:
-        head = f"task {p.task_index}/{p.n_tasks}"
+        head = f"{self.unit} {p.task_index}/{p.n_tasks}"
         if outcome is not None:
             line = f"{head} {outcome.status:7s} {outcome.task.label}: {outcome.detail}"
             if self.live:
@@ -84,6 +88,10 @@ class Display:
             else:
                 self.console.print(line, markup=False, highlight=False, soft_wrap=True)
             return
+        device = getattr(p.record, "device", None)
+        if device is not None:
+            self.measured[device] = self.measured.get(device, 0) + 1
+        several = len(self.measured) > 1
         best = f"{p.best_s * 1e3:.4f} ms" if p.best_s else "-"
         eta = _clock(p.eta_s) if p.eta_s is not None else "-"
         info = f"best {best}  elapsed {_clock(p.elapsed_s)}  eta {eta}"
@@ -92,13 +100,27 @@ class Display:
                 self.tasks_bar, completed=p.task_index - 1, total=p.n_tasks, info=p.task.label
             )
             self.live.update(self.trials_bar, completed=p.trial, total=p.n_trials, info=info)
+            if several:
+                self._show_worker(device, p.record)
         else:
+            on = f" on {device}" if several else ""
             self.console.print(
-                f"{head} trial {p.trial}/{p.n_trials}  {info}  {p.task.label}",
+                f"{head} trial {p.trial}/{p.n_trials}{on}  {info}  {p.task.label}",
                 markup=False,
                 highlight=False,
                 soft_wrap=True,
             )
+
+    def _show_worker(self, device: str, record: Any) -> None:
+        """A bar per device's worker: the trials it measured, its last one's status and time."""
+        for name in self.measured.keys() - self.workers.keys():
+            self.workers[name] = self.live.add_task(f"  {name}", total=None, info="")
+        time = f" {record.time_s * 1e3:.4f} ms" if record.time_s is not None else ""
+        self.live.update(
+            self.workers[device],
+            completed=self.measured[device],
+            info=f"last: {record.status}{time}",
+        )
 
 
 def _clock(seconds: float) -> str:

@@ -12,6 +12,7 @@ import logging
 import math
 import os
 import sys
+import types
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,7 +21,7 @@ from typing import Any
 from autotune import backends
 from autotune.code_version import kernel_version
 from autotune.device import DeviceInfo, current_device
-from autotune.errors import KernelError, SpaceError
+from autotune.errors import AutotuneError, KernelError, SpaceError
 from autotune.signature import ArgSpec, Signature, TuningKey, dtype_name, is_array, static_value
 from autotune.space import (
     Constraint,
@@ -427,39 +428,42 @@ class _NamedModules(importlib.abc.MetaPathFinder):
 _NAMED = _NamedModules()
 
 
-def import_user_module(module_name: str) -> Any:
-    """Import a module the user named, looked for in the working directory too (it alone)."""
-    _NAMED.directories.setdefault(module_name.partition(".")[0], os.getcwd())
-    if _NAMED not in sys.meta_path:
-        sys.meta_path.append(_NAMED)
-    try:
-        return importlib.import_module(module_name)
-    except ModuleNotFoundError as e:
-        missing = (e.name or "").partition(".")[0]
-        if missing and missing not in _NAMED.directories and _in_working_directory(missing):
-            raise ModuleNotFoundError(
-                f"{e}: of the working directory only the modules named are imported; put "
-                "it on PYTHONPATH to import the others",
-                name=e.name,
-            ) from e
-        raise
-
-
 def _in_working_directory(module_name: str) -> bool:
     return any(
         os.path.exists(os.path.join(os.getcwd(), module_name + suffix)) for suffix in ("", ".py")
     )
 
 
+def import_user_module(
+    module_name: str, why: str, error: type[AutotuneError] = KernelError
+) -> types.ModuleType:
+    """Import a module the user named, looked for in the working directory too (it alone).
+    Whatever fails (not found, a SyntaxError, the module's own code raising) is one `error`
+    naming the module, `why` it was imported, and the cause."""
+    _NAMED.directories.setdefault(module_name.partition(".")[0], os.getcwd())
+    if _NAMED not in sys.meta_path:
+        sys.meta_path.append(_NAMED)
+    try:
+        return importlib.import_module(module_name)
+    except ModuleNotFoundError as e:
+        cause = str(e)
+        missing = (e.name or "").partition(".")[0]
+        if missing and missing not in _NAMED.directories and _in_working_directory(missing):
+            cause += (
+                ": of the working directory only the modules named are imported; put it on "
+                "PYTHONPATH to import the others"
+            )
+        raise error(f"cannot import {module_name!r} {why}: {cause}") from e
+    except Exception as e:  # the user's code: one line that names it, not a traceback
+        cause = str(e) if isinstance(e, ImportError) else f"{type(e).__name__}: {e}"
+        raise error(f"cannot import {module_name!r} {why}: {cause.strip().splitlines()[0]}") from e
+
+
 def resolve(target: str) -> Any:
     """A registered name, or an import path 'package.module:function', to its autotuned kernel."""
     if ":" in target:
         module_name, _, attr = target.partition(":")
-        try:
-            module = import_user_module(module_name)
-        except ImportError as e:
-            raise KernelError(f"cannot import {module_name!r} for kernel {target!r}: {e}") from e
-        obj = module
+        obj = import_user_module(module_name, f"for kernel {target!r}")
         for part in attr.split("."):
             obj = getattr(obj, part, None)
             if obj is None:

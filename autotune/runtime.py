@@ -13,6 +13,7 @@ an overlay) drops every kernel's jitted entry too. Each traced call is noted und
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import inspect
 import operator
@@ -136,21 +137,28 @@ class AutotunedKernel:
             return sharded.run(
                 self.spec.name, split, lambda *part: self._run(part, dict(kwargs), kernel_for), args
             )
-        with traced_call_scope(self, args, kwargs):
-            overrides = {k: kwargs.pop(k) for k in self.spec.tunables & kwargs.keys()}
-            resolution = self._resolution(args, kwargs)
-            if resolution.refused and not overrides:  # block sizes passed: the caller's choice
-                raise AutotuneError(resolution.detail)
-            config = {**resolution.config, **overrides}
+        given = dict(kwargs)
+        overrides = {k: kwargs.pop(k) for k in self.spec.tunables & kwargs.keys()}
+        resolution = self._resolution(args, kwargs)
+        if resolution.refused and not overrides:  # block sizes passed: the caller's choice
+            raise AutotuneError(resolution.detail)
+        config = {**resolution.config, **overrides}
+        source = "caller" if overrides else resolution.source
+        with traced_call_scope(self, args, given, config, source):
             out = kernel_for(config, args, kwargs)(*args, **kwargs)
         if resolution.miss:
             runtime_state.record_miss(resolution.key)
         return out
 
+    def _memo_key(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> tuple:
+        # an active overlay changes the answer: calls inside and outside one differ
+        return (self, call_shape(args, kwargs), active_overlays())
+
     def _resolution(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Resolution:
         """resolve(), memoised per call shape: the database is read once per key per process."""
-        # an active overlay changes the answer: calls inside and outside one differ
-        memo_key = (self, call_shape(args, kwargs), active_overlays())
+        if runtime_state.listed(self):  # kept by no memo: a call's own trace counts its miss
+            return self.resolve(args, kwargs)
+        memo_key = self._memo_key(args, kwargs)
         state = runtime_state.current()
         try:
             hit = state.memo.get(memo_key)
@@ -167,9 +175,26 @@ class AutotunedKernel:
 
     def explain(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
         """What a call with these arguments would use: config, source (one of LOOKUP_ORDER,
-        or "caller" for a configuration passed in the call), key (a dict) and signature."""
+        or "caller" for a configuration passed in the call), key (a dict) and signature; for
+        arrays sharded over a mesh, each device's call (at its local shape). Where this process
+        remembers another configuration for the call than a lookup gives now (another process
+        stored an entry since), the remembered one, which calls run, with `detail` saying so."""
         overrides = {k: kwargs.pop(k) for k in self.spec.tunables & kwargs.keys()}
-        r = self.resolve(args, kwargs, record_miss=False)  # a question, not a call to count
+        split = sharded.plan(self.spec.split, args, self._array_names)
+        if split is not None:
+            args = sharded.local_parts(split, args)
+        with runtime_state.listing():  # a question, not a call to count
+            r = self.resolve(args, kwargs, record_miss=False)
+        try:
+            remembered = runtime_state.current().memo.get(self._memo_key(args, kwargs))
+        except TypeError:  # an unhashable static argument: never remembered
+            remembered = None
+        if remembered is not None and remembered.config != r.config:  # what calls still run
+            note = (
+                f"remembered from an earlier lookup, and run by calls since; a lookup now gives "
+                f"{r.config} ({r.source}): a new process, or autotune.configure(), uses that"
+            )
+            r = dataclasses.replace(remembered, detail="; ".join(filter(None, (r.detail, note))))
         config = {**r.config, **overrides}
         return {
             "config": config,

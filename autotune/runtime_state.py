@@ -11,16 +11,18 @@ kernels register here (`add_kernel`), and an overlay that begins or ends drops t
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import logging
 import threading
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from autotune.errors import AutotuneError, DatabaseError
-from autotune.settings import Settings
+from autotune.settings import Settings, default_db_path
 from autotune.signature import TuningKey
 
 log = logging.getLogger(__name__)
@@ -49,6 +51,9 @@ class RuntimeState:
     # their kernels' jitted entries) once a retry opens it
     unopened: set[tuple] = field(default_factory=set)
     recorded: set[TuningKey] = field(default_factory=set)  # misses counted by this process
+    # the database's entries of a kernel on this device, searched for the nearest tuned shape
+    # (autotune.nearest: checked against the database before each search)
+    shapes: dict[tuple, Any] = field(default_factory=dict)
 
 
 _STATE = RuntimeState()
@@ -56,6 +61,38 @@ _STATE = RuntimeState()
 # Every kernel, so that dropping the lookups drops the jitted entries traced with them. A
 # kernel has `_drop_entry()` (autotune.runtime.AutotunedKernel).
 _KERNELS: weakref.WeakSet[Any] = weakref.WeakSet()
+
+
+# The kernels traced by the listing in progress here (calls_in), None outside one.
+_LISTING: contextvars.ContextVar[set[Any] | None] = contextvars.ContextVar(
+    "autotune_listing", default=None
+)
+
+
+@contextlib.contextmanager
+def listing() -> Iterator[None]:
+    """Lookups that only read (calls_in, explain): no miss is counted, no database is created,
+    no memo entry kept; the kernels' entries traced meanwhile are dropped after, so that a
+    call of them traces again and counts its miss then."""
+    if _LISTING.get() is not None:  # within one: the outermost drops the entries
+        yield
+        return
+    traced: set[Any] = set()
+    token = _LISTING.set(traced)
+    try:
+        yield
+    finally:
+        _LISTING.reset(token)
+        for kernel in traced:
+            kernel._drop_entry()
+
+
+def listed(kernel: Any) -> bool:
+    """Whether a listing is in progress here: `kernel`, traced by it, is then noted."""
+    traced = _LISTING.get()
+    if traced is not None:
+        traced.add(kernel)
+    return traced is not None
 
 
 def current() -> RuntimeState:
@@ -124,9 +161,14 @@ def database() -> Any:
         from autotune.db import TuningDB
         from autotune.dbconnect import normalize_url, sqlite_file
 
+        listing = _LISTING.get() is not None
         try:
+            if listing and state.settings.db_url is None and not default_db_path().exists():
+                return None  # a listing creates nothing, not even the default file's folder
             file = sqlite_file(normalize_url(state.settings.db_url))
             missing = file is not None and not file.exists()
+            if missing and listing:
+                return None
             state.db = TuningDB(state.settings.db_url, busy_timeout_s=RUNTIME_BUSY_TIMEOUT_S)
         except Exception as e:  # whatever the database does, model code goes on
             if state.settings.strict:
@@ -198,7 +240,7 @@ def record_miss(key: TuningKey) -> None:
     """Count a miss for `autotune tune --pending`, once per key per process, and only for a
     call that ran: one that the kernel refused (a TypeError, a shape no candidate fits) could
     never be tuned and would stay pending forever."""
-    if key in _STATE.recorded:
+    if key in _STATE.recorded or _LISTING.get() is not None:
         return
     _STATE.recorded.add(key)
     db = database()

@@ -17,6 +17,7 @@ move inside it), and traces the kernel at the global shape first.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -141,8 +142,9 @@ def run(kernel_name: str, p: Plan, call: Callable[..., Any], args: Sequence[Any]
     for what in p.gathered:
         warn_once(
             f"sharded {kernel_name} {what}",
-            f"{kernel_name}: {what} is gathered whole to every device: the kernel cannot "
-            "split along it. Shard its batch-like axes instead to keep the call sharded.",
+            f"{kernel_name}: {what} is gathered first: the kernel cannot split along it so "
+            "(a contracted axis, or one another argument splits otherwise). Shard the call's "
+            "batch-like axes to keep it sharded.",
         )
 
     def laid_out(a: Any, spec: Any) -> Any:
@@ -158,6 +160,22 @@ def run(kernel_name: str, p: Plan, call: Callable[..., Any], args: Sequence[Any]
         call, mesh=p.mesh, in_specs=p.in_specs, out_specs=p.out_specs, check_vma=False
     )
     return mapped(*map(laid_out, args, p.in_specs))
+
+
+def local_parts(p: Plan, args: Sequence[Any]) -> tuple:
+    """Each device's part of `args`, as `run` lays them out, as jax.ShapeDtypeStructs."""
+    import jax
+
+    def part(a: Any, spec: Any) -> Any:
+        if not hasattr(a, "dtype"):
+            return a
+        dims = _dims_of(spec, a.ndim)
+        shape = [
+            n // math.prod(p.mesh.shape[name] for name in axes) for n, axes in zip(a.shape, dims)
+        ]
+        return jax.ShapeDtypeStruct(tuple(shape), a.dtype)
+
+    return tuple(map(part, args, p.in_specs))
 
 
 def _dims(x: Any) -> list[tuple[str, ...]]:

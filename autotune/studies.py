@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import fcntl
 import hashlib
 import logging
 import os
@@ -18,6 +19,7 @@ import sqlite3
 import threading
 import time
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -69,12 +71,17 @@ class SharedStudy:
         if not study_name:
             raise SpaceError("a study in a storage needs a study_name")
         self.worker = f"{socket.gethostname()}:{os.getpid()}"
+        if threading.current_thread() is not threading.main_thread():
+            # one of this process's searches on several devices (autotune.tuner)
+            self.worker += f"/{threading.get_ident()}"
         # Optuna's INFO lines ("A new study created ...") only where ours are shown (-v)
         verbose = logging.getLogger("autotune").isEnabledFor(logging.INFO)
         optuna.logging.set_verbosity(optuna.logging.INFO if verbose else optuna.logging.WARNING)
-        file = sqlite_file(optuna_url(storage))
+        self.name, self.sampler = study_name, sampler
+        self.file = sqlite_file(optuna_url(storage))
         try:
-            self._open(storage, study_name, sampler, file)
+            with _one_at_a_time(self.file):
+                self._open(storage, self.file)
         except (OSError, sqlalchemy.exc.SQLAlchemyError) as e:
             reason = str(getattr(e, "orig", None) or e).splitlines()[0]
             raise DatabaseError(
@@ -82,9 +89,7 @@ class SharedStudy:
                 "database that can be written (or free space beside the tuning database)"
             ) from e
 
-    def _open(self, storage: str, study_name: str, sampler: Any, file: Path | None) -> None:
-        if file is not None and file.parent.is_dir():
-            create_private_file(file)  # as private as the tuning database beside it
+    def _open(self, storage: str, file: Path | None) -> None:
         for attempt in range(5):
             try:
                 if file is not None and attempt == 0:
@@ -103,34 +108,38 @@ class SharedStudy:
                 time.sleep(0.2 * (attempt + 1))
         if file is not None:
             sqlalchemy.event.listen(self.storage.engine, "begin", _begin_immediate)
+        self._create()
+
+    def _create(self) -> None:
         self.study = optuna.create_study(
             storage=self.storage,
-            study_name=study_name,
+            study_name=self.name,
             direction="minimize",
-            sampler=sampler,
+            sampler=self.sampler,
             load_if_exists=True,
         )
 
     def join(self) -> None:
-        """Say that this worker searches the study now (see `in_use`)."""
-        self.study.set_user_attr(f"worker {self.worker}", True)
+        """Say that this worker searches the study now (see `in_use`): from then on no other
+        worker deletes it (delete_study). Dead workers' claims are released first, so that
+        what they were measuring (the default, say) is queued again, not measured last."""
+        with _one_at_a_time(self.file):
+            try:
+                self.study.set_user_attr(f"worker {self.worker}", True)
+            except KeyError:  # deleted since it was opened, by the last worker to leave it
+                self._create()
+                self.study.set_user_attr(f"worker {self.worker}", True)
+        self._release_dead()
 
     def leave(self) -> None:
-        self.study.set_user_attr(f"worker {self.worker}", False)
+        with contextlib.suppress(KeyError):  # a study deleted already has no one in it
+            self.study.set_user_attr(f"worker {self.worker}", False)
 
     def in_use(self) -> bool:
         """Whether another worker has joined the study and not left it (a dead process on this
         host has left it). Set-then-check: a worker leaves before it asks, so of two that
         finish together, at least the later one finds the study unused."""
-        host = socket.gethostname()
-        for name, joined in self.study.user_attrs.items():
-            owner = name.removeprefix("worker ")
-            worker_host, _, pid = owner.partition(":")
-            if not joined or owner == name or owner == self.worker:
-                continue
-            if worker_host != host or not pid.isdigit() or _alive(int(pid)):
-                return True
-        return False
+        return _in_use(self.study, self.worker)
 
     def records(self) -> list[TrialRecord | None]:
         """What the study's workers (this one's earlier runs included) have measured so far:
@@ -142,6 +151,14 @@ class SharedStudy:
             for t in trials
             if "status" in t.user_attrs
         ]
+
+    def programs(self) -> dict[str, TrialRecord]:
+        """The programs the study's workers measured: fingerprint -> the first trial of it."""
+        out: dict[str, TrialRecord] = {}
+        for record in self.records():
+            if record is not None and record.fingerprint and record.status != "duplicate":
+                out.setdefault(record.fingerprint, record)
+        return out
 
     def refresh(self, enc: Any) -> tuple[dict[tuple, Evaluation], set[tuple]]:
         """The study's measured configs (the first measurement of each, its record read back)
@@ -210,18 +227,23 @@ class SharedStudy:
         host = socket.gethostname()
         grace = datetime.timedelta(seconds=3 * HEARTBEAT_S)
         for t in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-            worker_host, _, pid = str(t.user_attrs.get("worker", "")).partition(":")
-            if worker_host == host and pid.isdigit() and not _alive(int(pid)):
-                self._fail(t)
-            elif "worker" not in t.user_attrs and _age(t) > grace:
+            worker_host, pid = _host_pid(str(t.user_attrs.get("worker", "")))
+            if (worker_host == host and pid.isdigit() and not _alive(int(pid))) or (
                 # asked for, then its worker was killed before it claimed the trial: no claim
                 # and no heartbeat will ever release it
-                self._fail(t)
+                "worker" not in t.user_attrs and _age(t) > grace
+            ):
+                params = t.system_attrs.get("fixed_params", t.params)
+                if self._fail(t) and params:  # what it was measuring is queued again
+                    self.study.enqueue_trial(params)
 
-    def _fail(self, trial: Any) -> None:
-        # another worker may have finished it first
-        with contextlib.suppress(optuna.exceptions.UpdateFinishedTrialError):
+    def _fail(self, trial: Any) -> bool:
+        """Fail `trial`; False where another worker finished it first."""
+        try:
             self.storage.set_trial_state_values(trial._trial_id, TrialState.FAIL)
+        except optuna.exceptions.UpdateFinishedTrialError:
+            return False
+        return True
 
 
 class _Heartbeat:
@@ -282,9 +304,47 @@ def _set_aside_if_corrupt(file: Path) -> None:
     )
 
 
+def _in_use(study: optuna.Study, worker: str | None) -> bool:
+    """Whether a worker other than `worker` has joined `study` and not left it (a dead
+    process on this host has left it)."""
+    host = socket.gethostname()
+    for name, joined in study.user_attrs.items():
+        owner = name.removeprefix("worker ")
+        worker_host, pid = _host_pid(owner)
+        if not joined or owner in (name, worker):
+            continue
+        if worker_host != host or not pid.isdigit() or _alive(int(pid)):
+            return True
+    return False
+
+
+@contextlib.contextmanager
+def _one_at_a_time(file: Path | None) -> Iterator[None]:
+    """Opening or joining a study, and deleting it, one process at a time per SQLite studies
+    file (a lock file beside it, `.lock`). Each of Optuna's calls is a transaction of its own:
+    unlocked, a worker finding a study unused could delete it between another's creating it
+    and reading it back, or opening it and joining it. A server's studies (PostgreSQL) are
+    deleted only when a job is forced to tune afresh."""
+    if file is None or not file.parent.is_dir():
+        yield
+        return
+    create_private_file(file)  # as private as the tuning database beside it
+    lock = file.with_name(f"{file.name}.lock")
+    create_private_file(lock)
+    with open(lock, "rb") as f:  # flock: not SQLite's own (POSIX) locks, which it never touches
+        fcntl.flock(f, fcntl.LOCK_EX)
+        yield  # released as the file is closed
+
+
 def _age(trial: Any) -> datetime.timedelta:
     """How long ago a running trial was started (Optuna stores local naive times)."""
     return datetime.datetime.now() - (trial.datetime_start or datetime.datetime.now())
+
+
+def _host_pid(worker: str) -> tuple[str, str]:
+    """A worker's host and process id ("host:pid", or "host:pid/thread")."""
+    host, _, pid = worker.partition(":")
+    return host, pid.partition("/")[0]
 
 
 def _alive(pid: int) -> bool:
@@ -304,8 +364,6 @@ def optuna_url(url: str) -> str:
     if url.startswith(("postgresql://", "postgres://")):
         return "postgresql+psycopg://" + url.split("://", 1)[1]
     if "://" not in url:
-        from pathlib import Path
-
         return sqlite_url(Path(url).expanduser().resolve())
     return url
 
@@ -319,10 +377,12 @@ def default_storage(db_url: str) -> str | None:
 def delete_study(storage: str, name: str, unless_in_use: bool = False) -> None:
     """Delete a study (a fresh start for its key); nothing happens if there is none, nor,
     `unless_in_use`, while another worker searches it (the last one out deletes it)."""
-    if unless_in_use and SharedStudy(storage, name, None).in_use():
-        return
-    with contextlib.suppress(KeyError):  # no such study yet, or another worker deleted it
-        optuna.delete_study(study_name=name, storage=optuna_url(storage))
+    url = optuna_url(storage)
+    # KeyError: no such study, or another worker deleted it first
+    with _one_at_a_time(sqlite_file(url)), contextlib.suppress(KeyError):
+        if unless_in_use and _in_use(optuna.load_study(study_name=name, storage=url), None):
+            return
+        optuna.delete_study(study_name=name, storage=url)
 
 
 def study_name_of(key: TuningKey) -> str:

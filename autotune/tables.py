@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import reprlib
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -63,33 +64,20 @@ class EntryTable:
         ]
 
 
-def read_entries(path: Path) -> EntryTable:
+def read_overlay(path: Path) -> EntryTable:
     """The entries of an exported JSON file, or of every *.json file in a folder (sorted by
-    name); an AutotuneError names the file that is missing, unreadable or not an export."""
-    from autotune.dbexport import validate_export
-
+    name), all read and checked now; an AutotuneError names the file that is missing,
+    unreadable or not an export."""
     if path.is_dir():
         files = sorted(path.glob("*.json"))
     elif path.is_file():
         files = [path]
     else:
-        raise AutotuneError(f"tuned table {path} does not exist: ship it as package data")
-    entries: list[StoredEntry] = []
-    for file in files:
-        try:
-            doc = json.loads(file.read_text())
-            entries += map(StoredEntry.from_row, validate_export(doc))
-        except RecursionError:  # json recurses into nested arrays and objects
-            raise AutotuneError(
-                f"tuned table {file} is not a readable `autotune db export` file (nested too "
-                "deeply): export it again"
-            ) from None
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError, AutotuneError) as e:
-            raise AutotuneError(
-                f"tuned table {file} is not a readable `autotune db export` file ({e}): "
-                "export it again"
-            ) from None
-    return EntryTable(entries, str(path))
+        raise AutotuneError(
+            f"overlay {path} does not exist: give an `autotune db export` file or a folder of them"
+        )
+    rows = [(file, n, e) for file in files for n, e in _read_file(file, None)]
+    return EntryTable(_checked(rows), str(path))
 
 
 def entries_of(source: Any) -> EntryTable:
@@ -100,14 +88,20 @@ def entries_of(source: Any) -> EntryTable:
     if isinstance(source, EntryTable):
         return source
     if isinstance(source, (str, Path)):
-        return read_entries(Path(source))
+        return read_overlay(Path(source))
     if isinstance(source, Mapping) and "entries" in source:
         from autotune.dbexport import validate_export
 
         return EntryTable(map(StoredEntry.from_row, validate_export(source)), "an export document")
     if isinstance(source, StoredEntry):
         return EntryTable([source], "an overlay")
-    if isinstance(source, Mapping) and all(k in source for k in (*KEY_FIELDS, "config")):
+    if isinstance(source, Mapping) and any(k in source for k in (*KEY_FIELDS, "config")):
+        missing = [k for k in (*KEY_FIELDS, "config") if k not in source]
+        if missing:  # not a dict of entries, but an entry short of fields
+            raise AutotuneError(
+                f"overlay entry {reprlib.repr(dict(source))} lacks {', '.join(missing)}: give "
+                "entries as `autotune db export` writes them, or what autotune.tune returned"
+            )
         return EntryTable([StoredEntry.from_row(source)], "an overlay")
     if hasattr(source, "key") and hasattr(source, "best_config"):  # a TuneResult
         entry = StoredEntry(
@@ -132,17 +126,127 @@ def entries_of(source: Any) -> EntryTable:
     return EntryTable([e for item in items for e in entries_of(item).entries], "an overlay")
 
 
-# a `tuned=` path -> its EntryTable (or the AutotuneError reading it failed with), read once
-_SHIPPED: dict[Path, EntryTable | AutotuneError] = {}
+class ShippedTable:
+    """A table shipped with kernels (`tuned=`: a file, or a folder every shipped kernel may
+    share), read as lookups need it: a device kind's entries on its first lookup (a file that
+    never names the kind is not parsed; the other kinds' entries are dropped as they are
+    parsed), and a kernel's among them checked and keyed on that kernel's first lookup. A
+    table of 150,000 entries costs a lookup what its kind's share does (benchmarks/
+    shipped_table_cost.py); the tools read it whole (`entries`)."""
+
+    def __init__(self, path: Path) -> None:
+        self.where = str(path)
+        if path.is_dir():
+            self.files = sorted(path.glob("*.json"))
+        elif path.is_file():
+            self.files = [path]
+        else:
+            raise AutotuneError(f"tuned table {path} does not exist: ship it as package data")
+        # device kind (None: every kind) -> kernel -> its entries as (file, position, raw entry)
+        self._rows: dict[str | None, dict[str | None, list[tuple[Path, int, Any]]]] = {}
+        self._tables: dict[tuple[str | None, str | None], EntryTable | AutotuneError] = {}
+
+    def for_device(self, kernel: str, device_kind: str) -> EntryTable:
+        """The entries of `kernel` on `device_kind`; raises the AutotuneError of a file that
+        cannot be read or an entry of theirs that is malformed, every time it is asked for."""
+        return self._table(kernel, device_kind)
+
+    @property
+    def entries(self) -> list[StoredEntry]:
+        """Every entry, of every kernel and device kind (raises as for_device does)."""
+        rows = self._read(None)
+        return [e for kernel in rows for e in self._table(kernel, None).entries]
+
+    def _table(self, kernel: str | None, device_kind: str | None) -> EntryTable:
+        found = self._tables.get((kernel, device_kind))
+        if found is None:
+            try:
+                found = EntryTable(_checked(self._read(device_kind).get(kernel, ())), self.where)
+            except AutotuneError as e:
+                found = e
+            self._tables[kernel, device_kind] = found
+        if isinstance(found, AutotuneError):
+            raise found
+        return found
+
+    def _read(self, device_kind: str | None) -> dict[str | None, list[tuple[Path, int, Any]]]:
+        rows = self._rows.get(device_kind)
+        if rows is None:
+            if None in self._rows:  # read whole already: that kind's share of it
+                rows = {
+                    kernel: [r for r in kept if _kind_of(r[2]) in (device_kind, None)]
+                    for kernel, kept in self._rows[None].items()
+                }
+            else:
+                rows = {}
+                for file in self.files:
+                    for n, e in _read_file(file, device_kind):
+                        rows.setdefault(_kernel_of(e), []).append((file, n, e))
+            self._rows[device_kind] = rows
+        return rows
 
 
-def shipped_table(tuned: Path) -> EntryTable:
-    """The table at `tuned` (a kernel's `tuned=`), read on first use and kept; raises the
-    AutotuneError of a table that cannot be read, every time it is asked for."""
+def _read_file(file: Path, device_kind: str | None) -> list[tuple[int, Any]]:
+    """The entries of an exported file (those of `device_kind` only, unless None), each with its
+    position in the file, unchecked."""
+    from autotune.dbexport import EXPORT_FORMAT, export_entries
+
+    def other_kind(o: dict[str, Any]) -> bool:
+        return "config" in o and "device_kind" in o and o["device_kind"] != device_kind
+
+    try:
+        text = file.read_text()
+        named = device_kind is None or json.dumps(device_kind) in text
+        if not named and json.dumps(EXPORT_FORMAT) in text:
+            return []  # an export, without a word about this device kind: nothing to parse
+        hook = None if device_kind is None else (lambda o: None if other_kind(o) else o)
+        entries = export_entries(json.loads(text, object_hook=hook))
+    except RecursionError:  # json recurses into nested arrays and objects
+        raise AutotuneError(_unreadable(file, "nested too deeply")) from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, AutotuneError) as e:
+        raise AutotuneError(_unreadable(file, e)) from None
+    return [(n, e) for n, e in enumerate(entries, 1) if e is not None]
+
+
+def _checked(rows: Iterable[tuple[Path, int, Any]]) -> list[StoredEntry]:
+    from autotune.dbexport import validate_entry
+
+    entries = []
+    for file, n, e in rows:
+        try:
+            validate_entry(e, n)
+        except AutotuneError as err:
+            raise AutotuneError(_unreadable(file, err)) from None
+        entries.append(StoredEntry.from_row(e))
+    return entries
+
+
+def _unreadable(file: Path, why: Any) -> str:
+    return (
+        f"tuned table {file} is not a readable `autotune db export` file ({why}): export it again"
+    )
+
+
+def _kernel_of(e: Any) -> str | None:
+    kernel = e.get("kernel") if isinstance(e, dict) else None
+    return kernel if isinstance(kernel, str) else None
+
+
+def _kind_of(e: Any) -> Any:
+    return e.get("device_kind") if isinstance(e, dict) else None
+
+
+# a `tuned=` path -> its ShippedTable (or the AutotuneError opening it failed with)
+_SHIPPED: dict[Path, ShippedTable | AutotuneError] = {}
+
+
+def shipped_table(tuned: Path) -> ShippedTable:
+    """The table at `tuned` (a kernel's `tuned=`), kept once asked for; raises the
+    AutotuneError of a table that does not exist, every time it is asked for."""
     found = _SHIPPED.get(tuned)
     if found is None:
         try:
-            found = read_entries(tuned)
+            found = ShippedTable(tuned)
         except AutotuneError as e:
             found = e
         _SHIPPED[tuned] = found

@@ -7,7 +7,8 @@ candidates are its members, each pinned to its best configuration ({"variant": N
 by the same kind of worker as any tuning task (in this process, or a device worker under
 isolation): each is checked against one oracle (the first member's plain-JAX reference, or the
 first plain member), timed, and the finalists are re-measured interleaved
-(autotune.finalists); ties within the noise go to the first member. The group's entry, under
+(autotune.finalists); ties within the noise go to the first member, unless another is clearly
+ahead in both measurements. The group's entry, under
 its own key, holds the winning member's name as its config, with one trial per member.
 """
 
@@ -24,7 +25,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from autotune import registry
-from autotune.device import current_device
 from autotune.errors import AutotuneError, KernelError
 from autotune.finalists import remeasure
 from autotune.inputs import random_inputs
@@ -36,6 +36,7 @@ from autotune.tune_settings import TuneSettings
 from autotune.tuner import tune_kernel
 from autotune.variants import PARAM, Member, VariantGroup
 from autotune.worker import DeviceWorker, device_worker, task_worker
+from autotune.worker.parent import tuning_device
 
 log = logging.getLogger(__name__)
 
@@ -71,7 +72,9 @@ def tune_group(
 ) -> GroupTuneResult:
     """Tune `bound`'s group (see the module docstring; autotune.tuning comes here for a
     group); `settings` apply to each member's tuning and to the side-by-side measurement.
-    Under isolation one device worker (`worker` if given) measures both."""
+    Under isolation one device worker (`worker` if given) measures both; on several devices
+    (settings.devices) each member is searched on all, and the members measured side by side
+    on the first."""
     start = time.perf_counter()
     group: VariantGroup = bound.kernel
     task, kwargs = bound.task, bound.task.static_dict
@@ -79,11 +82,11 @@ def tune_group(
     handle = open_db(db) if store else None
     try:
         owned: Any = None
-        if worker is None and settings.isolate:
+        if worker is None and settings.isolate and settings.devices == 1:
             worker = owned = device_worker(task, args, settings)
         with owned or contextlib.nullcontext():  # a worker given stays open
             # which members can run is judged for the device they will run on
-            device = worker.device if worker is not None else current_device()
+            device = worker.device if worker is not None else tuning_device(settings)
             members, skipped = group.runnable(args, kwargs, device)
             tuned, configs = _tune_members(
                 members, args, kwargs, device, settings, handle, progress, worker, skipped
@@ -161,6 +164,7 @@ def _side_by_side(
     trials = []
     for config in configs.values():
         record = worker.measure(config)
+        record.device = worker.device_id
         if record.status == "ok":
             trials.append(record)
         else:

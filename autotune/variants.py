@@ -139,15 +139,29 @@ class VariantGroup(AutotunedKernel):
         """Why `member` cannot run this call on `device` (default: this process's), or None
         where it can: its own `why_not`, then whether it traces for these arguments (shapes
         only, in this process)."""
-        import jax
+        return self._refusal(member, device or current_device()) or self._trace_failure(
+            member, args, kwargs
+        )
 
-        device = device or current_device()
+    @staticmethod
+    def _refusal(member: Member, device: DeviceInfo) -> str | None:
+        """Why `member` does not run on `device` by its own declaration, or None."""
         reason = member.why_not(device) if member.why_not else None
         if reason:
             return reason
         kernel = member.kernel
         if kernel is not None and device.platform not in kernel.spec.spaces:
             return f"{member.name} has no search space for {device.platform}"
+        return None
+
+    @staticmethod
+    def _trace_failure(
+        member: Member, args: Sequence[Any], kwargs: Mapping[str, Any]
+    ) -> str | None:
+        """What `member` raised when traced for these arguments (shapes only), or None."""
+        import jax
+
+        kernel = member.kernel
         at = [i for i, a in enumerate(args) if is_array(a)]
 
         def call(*arrays: Any) -> Any:
@@ -203,7 +217,7 @@ class VariantGroup(AutotunedKernel):
         reason = self.why_not(self.members[name], args, kwargs)
         if reason is None:
             return found
-        config = self._default_config(found.signature, args, kwargs)
+        config = self._default_config(found.signature, args, kwargs, quiet=True)
         warn_once(
             f"variant:{found.key}:{name}",
             f"pallas-autotune: {self.spec.name} {found.key.signature}: the {found.source} "
@@ -212,12 +226,29 @@ class VariantGroup(AutotunedKernel):
         return Resolution(config, "default", found.key, found.signature)
 
     def _default_config(
-        self, sig: Signature, args: Sequence[Any], kwargs: Mapping[str, Any]
+        self, sig: Signature, args: Sequence[Any], kwargs: Mapping[str, Any], quiet: bool = False
     ) -> dict[str, Any]:
+        """The first member that can run the call; members ahead of it that raised when traced
+        are said in one warning, unless `quiet` (the caller says why it came here)."""
         kwargs = {k: v for k, v in kwargs.items() if k != PARAM}
+        device = current_device()
+        raised: dict[str, str] = {}
         for member in self.members.values():
-            if self.why_not(member, args, kwargs) is None:
+            if self._refusal(member, device):  # declared: nothing to say
+                continue
+            failure = self._trace_failure(member, args, kwargs)
+            if failure is None:
+                if raised and not quiet:  # perhaps a bug in a member: say so, not hide it
+                    warn_once(
+                        f"variant-raised:{self.spec.name}:{sig.text}:{sig.static}",
+                        f"pallas-autotune: {self.spec.name} {sig.text}: "
+                        + "; ".join(
+                            f"member {n} raised when traced ({r})" for n, r in raised.items()
+                        )
+                        + f"; calling {member.name}",
+                    )
                 return {PARAM: member.name}
+            raised[member.name] = failure
         _, skipped = self.runnable(args, kwargs)
         raise KernelError(
             f"no member of variant group {self.spec.name!r} can run {sig.text} here: "

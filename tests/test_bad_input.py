@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import subprocess
 import sys
+from pathlib import Path
 
 import optuna
 import pytest
@@ -207,6 +208,76 @@ def test_a_full_disk_under_the_studies_file_is_one_line(tmp_path, subprocess_env
         subprocess.run(["umount", "-l", str(full)], check=True)
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
     assert "studies storage" in proc.stderr and "disk is full" in proc.stderr
+
+
+BROKEN_MODULES = {
+    "a SyntaxError": ("def f(:\n", "SyntaxError: invalid syntax"),
+    "a RuntimeError": ("raise RuntimeError('no device here')\n", "RuntimeError: no device here"),
+}
+# every way a command line names a user's module: by --import, as module:function, as a program
+NAMING_A_MODULE = [
+    ["calls", "{m}:f"],
+    ["tune", "--program", "{m}:f"],
+    ["tune", "--job", "{tmp}/imports.toml"],
+    ["tune", "--job", "{tmp}/program.toml"],
+    ["tune", "{m}:f", "--shape", "8x8"],
+    ["check", "{m}:f", "--shape", "8x8"],
+    ["kernels", "--import", "{m}"],
+    ["db", "stale", "--import", "{m}"],
+    ["db", "check", "--import", "{m}"],
+]
+
+
+@pytest.mark.parametrize("broken", BROKEN_MODULES)
+def test_a_user_module_that_fails_at_import_is_one_line_naming_it(
+    tmp_path, capsys, monkeypatch, db_url, broken
+):
+    source, words = BROKEN_MODULES[broken]
+    monkeypatch.chdir(tmp_path)
+    for n, argv in enumerate(NAMING_A_MODULE):
+        # one module each: where a name was first named is where it is looked for after
+        module = f"broken_{broken.split()[1].lower()}_{n}"
+        (tmp_path / f"{module}.py").write_text(source)
+        (tmp_path / "imports.toml").write_text(
+            f'import = ["{module}"]\n[[task]]\nkernel = "matmul"\nshapes = ["8x8,8x8"]\n'
+        )
+        (tmp_path / "program.toml").write_text(f'[[task]]\nprogram = "{module}:f"\n')
+        argv = [a.format(m=module, tmp=tmp_path) for a in argv]
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err
+        assert f"cannot import '{module}'" in err and words in err, argv
+        assert len(err.strip().splitlines()) == 1, err
+    assert not Path(db_url).exists()
+
+
+def test_a_reader_that_stops_reading_ends_the_listing_without_a_traceback(subprocess_env):
+    # `autotune kernels | head -1`: the pipe's reader has gone before anything is written
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "autotune.cli", "kernels"],
+        env=subprocess_env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    proc.stdout.close()
+    assert proc.wait(timeout=120) == 141  # 128 + SIGPIPE, as a shell's own tools end
+    assert proc.stderr.read() == b""
+
+
+@pytest.mark.parametrize(
+    "argv, words",
+    [
+        (["db", "list", "--platform", "nosuchplat"], "unknown --platform 'nosuchplat'"),
+        (["db", "export", "--kernel", "nosuch", "--out", "{tmp}/e.json"], "no entries match"),
+    ],
+)
+def test_a_filter_that_can_match_nothing_is_said(tmp_path, capsys, argv, words):
+    path = tmp_path / "t.db"
+    TuningDB(path).close()
+    argv = [a.format(tmp=tmp_path) for a in argv]
+    assert main([*argv, "--db", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert words in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "e.json").exists()  # no empty file that passes for an export
 
 
 def test_a_split_that_cannot_be_read_says_what_to_write():

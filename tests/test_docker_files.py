@@ -34,13 +34,18 @@ def compose_commands():
             yield f"compose:{name}", ["autotune", *service["command"]]
 
 
+def k8s_manifests():
+    for path in sorted((DOCKER / "k8s").glob("*.yaml")):
+        yield from yaml.safe_load_all(path.read_text())
+
+
 def k8s_commands():
-    doc = yaml.safe_load((DOCKER / "k8s" / "indexed-job.yaml").read_text())
-    for c in doc["spec"]["template"]["spec"]["containers"]:
-        script = " ".join(c["command"][2:] + c["args"])
-        for var, value in SAMPLE_ENV.items():
-            script = script.replace(f"${var}", value)
-        yield f"k8s:{c['name']}", shlex.split(script)
+    for doc in k8s_manifests():
+        for c in doc["spec"]["template"]["spec"]["containers"]:
+            script = " ".join(c["command"][2:] + c["args"])
+            for var, value in SAMPLE_ENV.items():
+                script = script.replace(f"${var}", value)
+            yield f"k8s:{doc['metadata']['name']}:{c['name']}", shlex.split(script)
 
 
 COMMANDS = [*dockerfile_commands(), *compose_commands(), *k8s_commands()]
@@ -70,3 +75,19 @@ def test_the_example_job_file_loads_and_the_images_ship_it():
     urls = [a for a in compose["services"]["worker"]["command"] if a.startswith("postgresql")]
     assert len(set(urls)) == 2  # the studies need a database of their own
     assert "CREATE DATABASE studies" in (DOCKER / "initdb" / "studies.sql").read_text()
+
+
+def test_a_deployment_of_watchers_per_accelerator_kind_beside_the_indexed_job():
+    kinds = {doc["kind"] for doc in k8s_manifests()}
+    assert kinds == {"Job", "Deployment"}
+    watchers = [doc for doc in k8s_manifests() if doc["kind"] == "Deployment"]
+    images = set()
+    for doc in watchers:
+        (c,) = doc["spec"]["template"]["spec"]["containers"]
+        args = build_parser().parse_args(shlex.split(" ".join(c["args"]))[1:])
+        assert args.pending and args.watch and args.devices == "all"
+        assert (
+            doc["spec"]["selector"]["matchLabels"] == doc["spec"]["template"]["metadata"]["labels"]
+        )
+        images.add(c["image"])
+    assert images == {"pallas-autotune:gpu", "pallas-autotune:tpu"}

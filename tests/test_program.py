@@ -30,7 +30,7 @@ FORWARD = ["layer_norm", "matmul", "flash_attention", "matmul"]
 BACKWARD = {"layer_norm_bwd", "flash_attention_dq", "flash_attention_dkv", "matmul"}
 
 
-def test_a_training_step_is_listed_tuned_and_then_served_from_the_database():
+def test_a_training_step_is_listed_tuned_and_then_served_from_the_database(capsys):
     step, abstract = train_step.tiny()
     calls = autotune.calls_in(step, abstract)  # ShapeDtypeStructs only: nothing runs
     assert [c.kernel for c in calls[:4]] == FORWARD
@@ -44,9 +44,13 @@ def test_a_training_step_is_listed_tuned_and_then_served_from_the_database():
     )
     assert json.loads(dq.static)["causal"] is True
 
+    capsys.readouterr()
     outcomes = autotune.tune_program(step, abstract, n_trials=2)
     assert [o.status for o in outcomes] == ["tuned"] * len(calls), [o.detail for o in outcomes]
     assert all("speedup" in o.detail for o in outcomes)
+    shown = capsys.readouterr().err  # as `autotune tune --program` shows it, one line a trial
+    n = len(calls)
+    assert f"call 1/{n} trial 1/2" in shown and f"call {n}/{n} tuned " in shown and "eta " in shown
 
     # run the step: every call served from the database, the loss and gradients plain JAX's
     params = train_step.init_params(16, jnp.float32, mlp=False)
@@ -61,8 +65,36 @@ def test_a_training_step_is_listed_tuned_and_then_served_from_the_database():
     after = autotune.calls_in(jitted, abstract)
     assert [(c.kernel, c.signature) for c in after] == [(c.kernel, c.signature) for c in calls]
     assert {c.source for c in after} == {"db"}
-    again = autotune.tune_program(jitted, abstract, n_trials=2)
+    capsys.readouterr()
+    again = autotune.tune_program(jitted, abstract, n_trials=2, show=False)
     assert {o.status for o in again} == {"skipped"}
+    assert capsys.readouterr() == ("", "")  # silenced
+
+
+def test_a_listing_counts_no_miss_and_creates_no_database(db_url):
+    from toy_kernels import make_input, scale
+
+    from autotune import TuningDB
+
+    x = S((40, 128), jnp.float32)
+    assert [c.source for c in autotune.calls_in(lambda a: scale(a) + 1, (x,))] == ["default"]
+    assert not Path(db_url).exists()
+    TuningDB(db_url).close()
+    assert [c.source for c in autotune.calls_in(lambda a: scale(a) * 2, (x,))] == ["default"]
+    assert TuningDB(db_url).misses() == []
+    scale(make_input(rows=40))  # a call counts its miss, though listings traced it before
+    assert [m["count"] for m in TuningDB(db_url).misses()] == [1]
+
+
+def test_a_listing_with_the_default_database_creates_not_even_its_folder(tmp_path, monkeypatch):
+    from toy_kernels import scale
+
+    monkeypatch.delenv("PALLAS_AUTOTUNE_DB")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # a fresh home's
+    autotune.configure()
+    calls = autotune.calls_in(scale, (S((40, 128), jnp.float32),))
+    assert [c.source for c in calls] == ["default"]
+    assert not (tmp_path / "cache").exists()
 
 
 def test_calls_in_refuses_what_cannot_be_traced_with_one_line():
@@ -81,6 +113,7 @@ def test_the_cli_lists_and_tunes_a_programs_calls_by_shard(capsys, monkeypatch, 
     rows = json.loads(out)
     assert [r["kernel"] for r in rows[:4]] == FORWARD
     assert {r["source"] for r in rows} == {"default"}
+    assert not Path(db_url).exists()  # a listing creates no database
     rc, out, _ = cli(capsys, "tune", "--program", "train_step:tiny", "--no-isolate",
                      "--trials", "1", "--shard", "1/4", "--db", db_url)  # fmt: skip
     assert rc == 0, out
@@ -91,6 +124,8 @@ def test_the_cli_lists_and_tunes_a_programs_calls_by_shard(capsys, monkeypatch, 
     assert [i for i, source in enumerate(served) if source == "db"] == list(range(1, len(rows), 4))
     rc, _, err = cli(capsys, "calls", "train_step:nothing")
     assert rc == 2 and "has no function 'nothing'" in err and len(err.splitlines()) == 1
+    rc, _, err = cli(capsys, "calls", "train_step:__doc__")
+    assert rc == 2 and "train_step.__doc__ is not a function" in err and err.count("\n") == 1
 
 
 def test_a_job_file_task_may_name_a_program(tmp_path, monkeypatch):
@@ -192,3 +227,20 @@ def test_a_call_on_the_general_path_is_listed_too():
     assert [(c.kernel, c.signature) for c in calls] == [
         ("biased_rows_listed", "f32[8,128],f32[8,128]")
     ]
+
+
+def test_a_program_that_calls_no_autotuned_kernel_is_said(tmp_path, capsys, monkeypatch, caplog):
+    import logging
+
+    (tmp_path / "plain_step.py").write_text(
+        "import jax.numpy as jnp\n\ndef factory():\n    return (lambda x: x + 1), (jnp.ones(4),)\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    db = str(tmp_path / "t.db")
+    rc, out, err = cli(capsys, "tune", "--program", "plain_step:factory", "--db", db)
+    assert rc == 2 and "makes no @autotuned call: nothing to tune" in err and err.count("\n") == 1
+    with caplog.at_level(logging.WARNING, logger="autotune.program"):
+        assert autotune.tune_program(lambda x: x + 1, (jnp.ones(4),), db=db) == []
+    assert "makes no @autotuned call" in caplog.text
+    with pytest.raises(AutotuneError, match=r"args is an array: give the arguments as a tuple"):
+        autotune.calls_in(lambda x: x + 1, jnp.ones((64, 8)))

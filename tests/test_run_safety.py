@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -118,30 +119,65 @@ def start(cmd, env):
 
 
 @pytest.mark.slow
-def test_concurrent_tunes_on_one_sqlite_file_never_crash_nor_measure_twice(
+def test_concurrent_tunes_on_one_sqlite_file_never_crash_nor_exceed_the_budget(
     tmp_path, subprocess_env
 ):
-    # 4 processes tune one key (one shared study), 2 others two more keys, in one SQLite file.
-    # The studies file is named: a plain run deletes its study when the last worker leaves it,
-    # and a run that started after that would tune afresh (measuring again, as it should)
-    for attempt in range(2):
-        db = tmp_path / f"t{attempt}.db"
-        studies = f"sqlite:///{tmp_path}/studies{attempt}.db"
+    # 8 processes a round on one SQLite file: 4 tune one key (one shared study), 2 a second
+    # key, 2 a third. The first round names the studies file, which keeps its studies: each
+    # key's study spends its budget exactly, no configuration measured twice. Later rounds use
+    # the default one beside the database, whose study the last worker out deletes, so that
+    # workers create, join and delete one study at the same moments (a run that starts after
+    # the deletion tunes afresh, as it should): none crashes, none goes over its budget.
+    for round in range(3):
+        db = tmp_path / f"t{round}.db"
+        named = ["--storage", f"sqlite:///{tmp_path}/studies.db"] if round == 0 else []
         procs = [
-            start(tune_command(db, rows, "--storage", studies), subprocess_env)
-            for rows in (96,) * 4 + (48, 24)
+            start(tune_command(db, rows, "--trials", "3", *named), subprocess_env)
+            for rows in (96,) * 4 + (48,) * 2 + (24,) * 2
         ]
         for proc in procs:
             out, err = proc.communicate(timeout=600)
             assert proc.returncode == 0 and "Traceback" not in err, err[-3000:]
+            assert int(re.search(r"trials (\d+)", out)[1]) <= 3, out
         with TuningDB(db) as handle:
             trials = handle.trials()
             assert {e.key.signature for e in handle.query()} == {
                 f"f32[{rows},128]" for rows in (96, 48, 24)
             }
-        measured = Counter((t.key.signature, t.config["block_rows"]) for t in trials)
-        assert [k for k, n in measured.items() if n > 1] == []
-        assert sum(k[0] == "f32[96,128]" for k in measured) == 5
+        if named:
+            measured = Counter((t.key.signature, t.config["block_rows"]) for t in trials)
+            assert [k for k, n in measured.items() if n > 1] == []
+            assert Counter(signature for signature, _ in measured) == {
+                f"f32[{rows},128]": 3 for rows in (96, 48, 24)
+            }
+
+
+def test_a_study_deleted_between_opening_and_joining_it_is_joined_afresh(tmp_path):
+    storage = f"sqlite:///{tmp_path}/studies.db"
+    worker = studies.SharedStudy(storage, "k", None)  # opened, not yet joined ...
+    studies.delete_study(storage, "k", unless_in_use=True)  # ... when the last one out leaves
+    worker.join()
+    # joined, the study is deleted by no other worker
+    studies.delete_study(storage, "k", unless_in_use=True)
+    assert worker.study.user_attrs == {f"worker {worker.worker}": True}
+
+
+def test_a_kill_during_the_first_trial_leaves_the_rerun_to_the_budget(tmp_path, subprocess_env):
+    db = tmp_path / "t.db"
+    # 3 of the 5 valid configurations: the default (and warm starts) queued, the rest proposed
+    argv = tune_command(db, 96, "--trials", "3", "--strategy", "random")
+    argv[argv.index("toy_kernels:scale")] = "toy_kernels:interrupt_scale"
+    killed = dict(subprocess_env, TOY_KILL_AT_TRACE="2")  # the oracle's trace, then the default's
+    proc = subprocess.run(argv, env=killed, capture_output=True, text=True, cwd=TESTS)
+    assert proc.returncode == -9, proc.stderr
+    proc = subprocess.run(argv, env=subprocess_env, capture_output=True, text=True, cwd=TESTS)
+    assert proc.returncode == 0, proc.stderr
+    with TuningDB(db) as handle:
+        (entry,) = handle.query()
+        trials = handle.trials()
+    # the default, which the kill left half measured, is measured first, within the budget
+    assert entry.n_trials == len(trials) == 3
+    assert trials[0].config == {"block_rows": 8} and trials[0].is_default
 
 
 def test_an_interrupted_shared_run_counts_what_it_stored_and_the_rerun_keeps_the_budget(tmp_path):

@@ -7,6 +7,7 @@ import dataclasses
 import importlib.util
 import json
 import logging
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -45,8 +46,9 @@ def library(tmp_path, monkeypatch):
     package.mkdir(parents=True)
     shutil.copy(Path(__file__).parent / "toy_shipped.py", package / "toy_shipped.py")
     monkeypatch.syspath_prepend(str(tmp_path / "site"))
-    # registered for this test only: its table (tampered by some tests) leaves with it
-    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
+    # registered for this test only: its table (tampered by some tests) leaves with it; the
+    # shipped kernels are imported first, or they would leave with it too
+    monkeypatch.setattr(registry, "_REGISTRY", registry.registered())
     spec = importlib.util.spec_from_file_location("mylib.toy_shipped", package / "toy_shipped.py")
     module = importlib.util.module_from_spec(spec)
     monkeypatch.setitem(sys.modules, "mylib.toy_shipped", module)
@@ -103,6 +105,24 @@ def test_an_overlay_wins_within_its_context_innermost_first(library, tmp_path):
     assert library.explain(X)["source"] == "shipped"
 
 
+def test_calls_in_reports_the_overlays_config_a_function_jitted_inside_it_still_runs(
+    library, tmp_path
+):
+    import jax
+
+    overlaid = tmp_path / "overlay.json"
+    _export(library, 24, overlaid)
+    with autotune.overlay(overlaid):
+        step = jax.jit(lambda x: library(x) + 1)
+        np.testing.assert_allclose(step(X), X * 2.0 + 1)
+    assert "grid=(2,)" in str(jax.make_jaxpr(step)(X)).replace(" ", "")  # 48 rows / 24: still
+    (call,) = autotune.calls_in(step, (X,))
+    assert (call.source, call.config) == ("overlay", {"block_rows": 24})
+    assert "an older trace: a call traced now would run {'block_rows': 16} (shipped)" in call.detail
+    (fresh,) = autotune.calls_in(jax.jit(lambda x: library(x) + 1), (X,))
+    assert (fresh.source, fresh.config, fresh.detail) == ("shipped", {"block_rows": 16}, "")
+
+
 def test_a_tampered_shipped_entry_falls_back_with_one_warning(library, caplog):
     table = Path(library.spec.tuned) / "cpu.json"
     doc = json.loads(table.read_text())
@@ -149,6 +169,34 @@ def test_db_list_shipped_and_db_check_read_the_shipped_tables(library, capsys, d
     assert "block_rows=5" in problem
 
 
+@pytest.mark.parametrize(
+    "source, words",
+    [
+        (3, "cannot overlay int: give a path, an export document"),
+        ("no/such/h200.json", "overlay no/such/h200.json does not exist: give an `autotune db"),
+        (
+            [{"kernel": "matmul", "signature": "f32[8,8],f32[8,8]", "config": {"block_m": 8}}],
+            "lacks kernel_version, platform, device_kind, backend, static: give entries as",
+        ),
+    ],
+)
+def test_an_overlay_of_something_else_is_refused_with_what_to_give(source, words):
+    with pytest.raises(autotune.AutotuneError, match=re.escape(words)):
+        autotune.overlay(source).__enter__()
+
+
+def test_one_unreadable_table_is_said_and_the_others_are_listed(library, capsys, tmp_path):
+    import jax.numpy as jnp
+
+    (tmp_path / "broken").mkdir()
+    (tmp_path / "broken" / "cpu.json").write_text("{not json")
+    autotune.variants("broken_table", [jnp.dot], tuned=tmp_path / "broken")
+    imp = ["--import", "mylib.toy_shipped"]
+    rc, out, err = cli(capsys, "db", "list", "--shipped", "--format", "json", *imp)
+    assert rc == 1 and [r["kernel"] for r in json.loads(out)] == ["shipped_scale"]
+    assert err.count("\n") == 1 and f"tuned table {tmp_path / 'broken' / 'cpu.json'}" in err
+
+
 def test_a_table_nested_too_deeply_is_a_warning_and_the_fallback(library, tmp_path, capsys, caplog):
     import jax
 
@@ -167,17 +215,30 @@ def test_a_table_nested_too_deeply_is_a_warning_and_the_fallback(library, tmp_pa
     assert str(table) in warnings[0] and str(overlaid) in warnings[1]
 
     imp = ["--import", "mylib.toy_shipped"]
-    rc, out, err = cli(capsys, "db", "list", "--shipped", *imp)
-    assert rc == 2 and out == "" and len(err.splitlines()) == 1 and "nested too deeply" in err
+    rc, out, err = cli(capsys, "db", "list", "--shipped", *imp)  # the other tables' listed
+    assert rc == 1 and len(err.splitlines()) == 1 and "nested too deeply" in err
     rc, out, _ = cli(capsys, "db", "check", *imp)
     assert rc == 1 and f"tuned table {table} is not a readable" in out
     rc, out, err = cli(capsys, "db", "import", str(overlaid))
     assert rc == 2 and len(err.splitlines()) == 1 and "nested too deeply" in err
 
 
-def test_an_overlay_of_something_else_is_refused_with_what_to_give():
-    with pytest.raises(autotune.AutotuneError, match="give a path, an export document"):
-        autotune.overlay(3).__enter__()
+def test_a_lookup_reads_only_its_device_kinds_entries_and_checks_only_its_kernels(
+    library, capsys, caplog
+):
+    table = Path(library.spec.tuned) / "cpu.json"
+    doc = json.loads(table.read_text())
+    (mine,) = doc["entries"]
+    other = {**mine, "kernel": "other_kernel", "time_s": -1.0}  # malformed: never looked up here
+    table.write_text(json.dumps({**doc, "entries": [other, mine]}))
+    elsewhere = {**mine, "device_kind": "NVIDIA H200", "platform": "gpu", "time_s": -1.0}
+    (table.parent / "h200.json").write_text(json.dumps({**doc, "entries": [elsewhere]}))
+    with caplog.at_level(logging.WARNING, logger="autotune.runtime_state"):
+        got = library.explain(X)
+    assert (got["source"], got["config"]) == ("shipped", {"block_rows": 16})
+    assert caplog.records == []
+    rc, out, _ = cli(capsys, "db", "check", "--import", "mylib.toy_shipped")
+    assert rc == 1 and "time_s must be positive" in out  # the tools read the table whole
 
 
 def test_a_variant_groups_shipped_choice_is_served_and_resolved_beside_its_module(

@@ -94,3 +94,4 @@ def test_a_program_is_found_in_the_working_directory_but_never_shadows_jax(
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert [c["kernel"] for c in json.loads(proc.stdout)] == ["scale"]
+    assert not Path(subprocess_env["PALLAS_AUTOTUNE_DB"]).exists()  # nor in a fresh home

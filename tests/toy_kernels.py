@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import threading
 import time
 
@@ -126,7 +127,8 @@ def doomed_scale(x, *, block_rows=8, interpret=False):
 
 
 # interrupt_scale raises KeyboardInterrupt at these traces of its default, counted from 1 (the
-# oracle's is the first): a Ctrl-C while that configuration is measured
+# oracle's is the first): a Ctrl-C while that configuration is measured; and at the trace
+# $TOY_KILL_AT_TRACE names, it kills its process (kill -9)
 INTERRUPT_TRACES: set[int] = set()
 _DEFAULT_TRACES = [0]
 
@@ -142,6 +144,8 @@ def interrupt_scale(x, *, block_rows=8, interpret=False):
         _DEFAULT_TRACES[0] += 1
         if _DEFAULT_TRACES[0] in INTERRUPT_TRACES:
             raise KeyboardInterrupt
+        if str(_DEFAULT_TRACES[0]) == os.environ.get("TOY_KILL_AT_TRACE"):
+            os.kill(os.getpid(), signal.SIGKILL)
     return _scale_call(x, block_rows, interpret)
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
@@ -27,6 +27,10 @@ def _no_cache(device_kind: str) -> int:
 
 def _any_kind(device_kind: str) -> str | None:
     return None
+
+
+def _not_pinned(index: int, env: Mapping[str, str]) -> dict[str, str]:
+    return {}
 
 
 @dataclass(frozen=True)
@@ -64,6 +68,9 @@ class Backend:
     # cache_bytes(device_kind): the cache a repeated call's inputs could stay in between
     # timed calls, so timing rotates copies of smaller inputs (autotune.measure)
     cache_bytes: Callable[[str], int] = _no_cache
+    # pinned_env(index, env): the environment that gives a process its platform's local device
+    # `index` alone, `env` the host's (a CPU's forced host devices share one process: none)
+    pinned_env: Callable[[int, Mapping[str, str]], dict[str, str]] = _not_pinned
 
     @classmethod
     def of(cls, module: ModuleType) -> Backend:
@@ -85,6 +92,7 @@ class Backend:
             default_kind=getattr(module, "DEFAULT_KIND", ""),
             unknown_kind=getattr(module, "unknown_kind", _any_kind),
             cache_bytes=getattr(module, "cache_bytes", _no_cache),
+            pinned_env=getattr(module, "pinned_env", _not_pinned),
         )
 
 
@@ -112,6 +120,16 @@ def of_platform(platform: str) -> Backend:
     """The default backend of `platform`, whose facts are the device's (a platform's backends
     share its clocks and caches); the interpreter's where the platform is unknown."""
     return BY_NAME.get(default(platform), BY_NAME[interpret.NAME])
+
+
+def pinned_env(index: int, env: Mapping[str, str]) -> dict[str, str]:
+    """The environment of a worker process pinned to local device `index`, whichever platform
+    it finds (each platform's settings leave the others' devices alone). A process that still
+    sees several devices (a CPU's forced host devices) takes device `index` itself."""
+    pinned: dict[str, str] = {}
+    for platform in PLATFORMS:
+        pinned.update(of_platform(platform).pinned_env(index, env))
+    return pinned
 
 
 def get(name: str | None) -> Backend:

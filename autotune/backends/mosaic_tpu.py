@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,6 +34,27 @@ KNOBS = ("vmem_limit_bytes",)  # raises the scoped VMEM limit (see TpuChip, vmem
 KIND_PREFIX = "TPU"  # "TPU v5 lite", "TPU v6e", ...
 DEFAULT_KIND = "TPU v5 lite"  # the chip a check assumes where none is named
 STICKY_FAULTS = True  # a kernel that failed at run time may leave the TPU unusable
+PROCESS_PORT = 8476  # libtpu's default port between the processes of one slice
+
+
+def pinned_env(index: int, env: Mapping[str, str]) -> dict[str, str]:
+    """The environment that gives a process TPU chip `index` alone (a tuning worker pinned to
+    it): libtpu's chip visibility and a topology of one chip, one process, and a port of its
+    own so that workers beside each other do not meet. The variables of Cloud TPU VMs (newer
+    libtpu reads TPU_VISIBLE_CHIPS, older TPU_VISIBLE_DEVICES); not checked on a TPU. A chip is
+    one JAX device on v4, v5e, v5p and v6e; on v7x each of its two TensorCores is a device."""
+    port = str(PROCESS_PORT + 1 + index)
+    chip = str(index)
+    return {
+        "TPU_VISIBLE_CHIPS": chip,
+        "TPU_VISIBLE_DEVICES": chip,
+        "TPU_CHIPS_PER_PROCESS_BOUNDS": "1,1,1",
+        "TPU_PROCESS_BOUNDS": "1,1,1",
+        "TPU_PROCESS_PORT": port,
+        "TPU_PROCESS_ADDRESSES": f"localhost:{port}",
+        "TPU_MESH_CONTROLLER_ADDRESS": f"localhost:{port}",
+        "TPU_MESH_CONTROLLER_PORT": port,
+    }
 
 
 @dataclass(frozen=True)

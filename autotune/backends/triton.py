@@ -14,6 +14,7 @@ Triton kernels' constraints use (shared memory, registers, the element cap of a 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from autotune.backends import interpret
@@ -32,6 +33,22 @@ POW2_BLOCKS = True  # Triton's blocks are powers of two
 STICKY_FAULTS = True  # a CUDA fault fails every later launch in the process
 DEFAULT_KIND = "NVIDIA H200"  # the GPU a check assumes where none is named
 cache_bytes = gpu_l2_bytes  # inputs smaller than the L2 are rotated when timing
+
+
+def pinned_env(index: int, env: Mapping[str, str]) -> dict[str, str]:
+    """The environment that gives a process local GPU `index` alone (a tuning worker pinned
+    to it): the visible-devices setting of CUDA (ROCm's HIP reads its own), counted within
+    a list the host's environment already narrowed. Not yet checked on a host with several
+    GPUs: a worker that still sees them all takes device `index` itself (worker.child)."""
+    visible = _nth_visible(env.get("CUDA_VISIBLE_DEVICES"), index)
+    return {"CUDA_VISIBLE_DEVICES": visible, "HIP_VISIBLE_DEVICES": visible}
+
+
+def _nth_visible(listed: str | None, index: int) -> str:
+    """Device `index` of a visible-devices list ("2,3": index 1 is "3"); `index` without one."""
+    names = [n.strip() for n in (listed or "").split(",") if n.strip()]
+    return names[index] if index < len(names) else str(index)
+
 
 # a kernel recognised as Triton but taking no `interpret` argument gets the general interpreter
 interpret_mode = interpret.interpret_mode

@@ -6,12 +6,15 @@ the function that runs it. Bad input is one line on stderr and exit code 2, neve
 
 from __future__ import annotations
 
+import _thread
 import argparse
+import contextlib
 import logging
 import os
 import signal
 import sys
 import threading
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -43,36 +46,56 @@ class _Terminated(SystemExit):
 
 
 _swallowed: list[int] = []  # a signal whose exception a callback swallowed, not yet raised again
+_passed_on: list[Any] = []  # the unraisable hook ours stands in front of, while a command runs
 
 
 def _interrupted(signum: int, frame: Any) -> None:
-    _swallowed.clear()  # raised now; if a callback swallows it again, it is kept again
-    raise _Interrupted
+    _raise(signum, frame, _Interrupted())
 
 
 def _terminated(signum: int, frame: Any) -> None:
-    _swallowed.clear()
-    raise _Terminated(128 + signum)
+    _raise(signum, frame, _Terminated(128 + signum))
 
 
-def _keeping_signals(hook: Any) -> Any:
-    """An unraisable hook that keeps our signals: what a handler raises inside a garbage-
+def _raise(signum: int, frame: Any, exc: BaseException) -> None:
+    if _inside(frame, _unraisable.__code__):
+        # raised here, the exception would be lost with the one the hook is keeping
+        _swallowed.append(signum)
+        _redeliver_soon()
+        return
+    _swallowed.clear()  # raised now; if a callback swallows it again, it is kept again
+    raise exc
+
+
+def _inside(frame: Any, code: Any) -> bool:
+    while frame is not None:
+        if frame.f_code is code:
+            return True
+        frame = frame.f_back
+    return False
+
+
+def _unraisable(u: Any) -> None:
+    """The unraisable hook that keeps our signals: what a handler raises inside a garbage-
     collector or weakref callback or a __del__ (JAX runs one at every collection) is printed
     and dropped ("Exception ignored in ..."), and the run would go on. The signal is sent
     again a moment later, outside the callback, or raised when the command returns, whichever
-    comes first; other unraisable exceptions go to `hook`."""
+    comes first; other unraisable exceptions go to the hook it stands in front of."""
+    if not isinstance(u.exc_value, (_Interrupted, _Terminated)):
+        _passed_on[-1](u)
+        return
+    _swallowed.append(u.exc_value.signum)
+    _redeliver_soon()
 
-    def unraisable(u: Any) -> None:
-        if not isinstance(u.exc_value, (_Interrupted, _Terminated)):
-            hook(u)
-            return
-        _swallowed.append(u.exc_value.signum)
-        threading.Timer(0.01, _redeliver).start()
 
-    return unraisable
+def _redeliver_soon() -> None:
+    # a thread started without waiting for it to start: a signal landing in a wait inside the
+    # hook would be raised there, where nothing catches it
+    _thread.start_new_thread(_redeliver, ())
 
 
 def _redeliver() -> None:
+    time.sleep(0.01)
     if _swallowed:
         os.kill(os.getpid(), _swallowed[-1])
 
@@ -89,6 +112,13 @@ def _no_interrupt_traceback(record: logging.LogRecord) -> bool:
     return not (record.exc_info and isinstance(record.exc_info[1], (_Interrupted, _Terminated)))
 
 
+def _reader_gone() -> int:
+    # what is left in stdout's buffer cannot be written at exit either: send it nowhere
+    with contextlib.suppress(OSError, ValueError):  # no file (a caller's capture): nothing left
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return 128 + signal.SIGPIPE
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     main_thread = threading.current_thread() is threading.main_thread()
     # not if SIGINT is ignored (a background job), nor if the caller handles it
@@ -100,7 +130,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         signal.signal(signal.SIGINT, _interrupted)
     unraisable = sys.unraisablehook
     if ours or ours_term:
-        sys.unraisablehook = _keeping_signals(unraisable)
+        _passed_on.append(unraisable)
+        sys.unraisablehook = _unraisable
     try:
         args = build_parser().parse_args(argv)
         logging.basicConfig(
@@ -110,6 +141,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             if _no_interrupt_traceback not in handler.filters:
                 handler.addFilter(_no_interrupt_traceback)
         code = args.run(args)
+        sys.stdout.flush()  # a reader gone is found here, not at exit (where it is a traceback)
         _raise_swallowed()
         return code
     except AutotuneError as e:
@@ -118,9 +150,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("autotune: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `autotune calls ... | head`: the reader has all it wanted
+        return _reader_gone()
     finally:
         _swallowed.clear()
         sys.unraisablehook = unraisable
+        if ours or ours_term:
+            _passed_on.pop()
         if ours_term and argv is not None:  # a caller's process keeps its own SIGTERM
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
         if ours:  # the command line's own run (no argv) has ended: a Ctrl-C during the

@@ -30,8 +30,18 @@ def cmd_calls(args: argparse.Namespace) -> int:
     fn, call_args, kwargs = load_program(args.program)
     rows = [c.as_dict() for c in calls_in(fn, call_args, kwargs)]
     if args.format == "table":
-        rows = [{**r, "config": config_text(r["config"])} for r in rows]
+        rows = [
+            {**r, "config": config_text(r["config"]), "mesh_axes": _axes_text(r["mesh_axes"])}
+            for r in rows
+        ]
+        if not any(r["detail"] for r in rows):  # a column only where a trace is older
+            rows = [{k: v for k, v in r.items() if k != "detail"} for r in rows]
         print(table(rows) if rows else "(no @autotuned calls)")
     else:
         print(render(rows, args.format))
     return 0
+
+
+def _axes_text(axes: dict[str, int]) -> str:
+    """The mesh axes a call is mapped over, as "d=4" ("-" where none)."""
+    return ",".join(f"{name}={size}" for name, size in axes.items()) or "-"

@@ -21,6 +21,7 @@ from autotune.db import TuningDB
 from autotune.dbconnect import check_url, normalize_url
 from autotune.dbexport import PREFER, validate_export
 from autotune.errors import AutotuneError
+from autotune.platforms import PLATFORMS
 from autotune.schema import KEY_COLUMNS
 
 
@@ -52,6 +53,10 @@ def check_arguments(args: argparse.Namespace) -> None:
 
     if getattr(args, "dtype", None) is not None:
         args.dtype = parse_dtype(args.dtype)
+    if getattr(args, "platform", None) not in (None, *PLATFORMS):
+        raise AutotuneError(
+            f"unknown --platform {args.platform!r}: give one of {', '.join(PLATFORMS)}"
+        )
     if getattr(args, "id", None) is not None and not 1 <= args.id <= MAX_ID:
         raise AutotuneError(f"no entry with id {args.id}: see `autotune db list` for the ids")
     if getattr(args, "file", None) is not None:
@@ -218,19 +223,20 @@ def cmd_list(args: argparse.Namespace) -> int:
         return _opened(cmd_query)(args)
     import_user_modules(args)
     check_arguments(args)
-    print(render(shipped_entries(_filter_values(args)), args.format))
-    return 0
+    rows, unreadable = shipped_entries(_filter_values(args))
+    print(render(rows, args.format))
+    for problem in unreadable:  # the other tables' entries are listed all the same
+        print(f"autotune: {problem}", file=sys.stderr)
+    return 1 if unreadable else 0
 
 
-def shipped_entries(filters: dict[str, Any]) -> list[dict[str, Any]]:
+def shipped_entries(filters: dict[str, Any]) -> tuple[list[dict[str, Any]], list[str]]:
     """The shipped tables' entries that match `filters`, each with `served`: "yes", or why the
-    runtime would not serve it. A table that cannot be read is an error."""
+    runtime would not serve it; and a sentence per table that cannot be read."""
     from autotune.dbcheck import shipped_entries as entries
     from autotune.signature import parse_args, short_dtype
 
     rows, unreadable = entries(filters.pop("kernel"))
-    if unreadable:
-        raise AutotuneError(unreadable[0])
     dtype = filters.pop("dtype")
     out = []
     for r in rows:
@@ -242,18 +248,21 @@ def shipped_entries(filters: dict[str, Any]) -> list[dict[str, Any]]:
             continue
         problems = r.pop("problems")
         out.append({**r, "served": "; ".join(problems) or "yes"})
-    return out
+    return out, unreadable
 
 
 def cmd_check(args: argparse.Namespace) -> int:
     """Exit 0 when the database and the shipped tables are sound, 1 when they have problems
-    (each printed on a line)."""
-    from autotune.dbcheck import check_database, check_shipped, format_report
+    (each printed on a line). Entries of kernels not registered here are checked but for their
+    configs, and said on a line of their own: not a problem."""
+    from autotune.dbcheck import check_database, check_shipped, format_report, format_unchecked
 
     import_user_modules(args)
     url = normalize_url(args.db)
-    problems, counts = check_database(url)
+    problems, counts, unknown = check_database(url)
     print(format_report(url, problems, counts))
+    if unknown:
+        print(format_unchecked(unknown, args.imports))
     shipped, n = check_shipped()
     if shipped or n:
         print(format_report("shipped tables", shipped, {"entries": n}))
@@ -276,7 +285,11 @@ def cmd_show(args: argparse.Namespace, db: TuningDB) -> int:
 
 
 def cmd_export(args: argparse.Namespace, db: TuningDB) -> int:
-    doc = db.export(**_filter_values(args))
+    filters = _filter_values(args)
+    doc = db.export(**filters)
+    given = ", ".join(f"--{k.replace('_', '-')} {v}" for k, v in filters.items() if v)
+    if given and not doc["entries"]:  # a misspelt filter: an empty file would pass for an export
+        raise AutotuneError(f"no entries match {given}: nothing exported (see `autotune db list`)")
     text = json.dumps(doc, indent=2, sort_keys=True, default=str)
     if args.out == "-":
         print(text)

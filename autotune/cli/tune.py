@@ -4,6 +4,7 @@ recorded misses (--job, --pending)."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 from typing import Any
@@ -17,12 +18,14 @@ from autotune.cli.common import (
     parse_static,
 )
 from autotune.dbconnect import check_url
-from autotune.errors import AutotuneError
+from autotune.errors import AutotuneError, SettingsError
 from autotune.policies import WorkerLimits
 from autotune.strategies import STRATEGIES
 from autotune.task import check_task, make_task
 from autotune.trial import config_text
 from autotune.tune_settings import DEFAULTS, TuneSettings, checked
+from autotune.watch import MAX_WAIT_S
+from autotune.worker import device_count
 
 # the flags that set the tuning settings, by field: a refusal names the flag
 FLAGS = {
@@ -34,6 +37,8 @@ FLAGS = {
     "seed": "--seed",
     "finalists": "--finalists",
     "compile_workers": "--compile-workers",
+    "devices": "--devices",
+    "max_memory": "--max-memory",
 }
 
 
@@ -48,7 +53,10 @@ def add_parser(sub: Any) -> None:
         "--static", action="append", default=[], metavar="NAME=VALUE", help="a static argument"
     )
     t.add_argument(
-        "--trials", type=int, default=DEFAULTS.n_trials, help="distinct configurations to measure"
+        "--trials",
+        type=int,
+        default=DEFAULTS.n_trials,
+        help="distinct programs to measure (configurations compiling alike: measured once)",
     )
     t.add_argument("--strategy", choices=STRATEGIES, default=DEFAULTS.strategy)
     t.add_argument("--seed", type=int, default=DEFAULTS.seed)
@@ -88,12 +96,28 @@ def add_parser(sub: Any) -> None:
         help="seconds one candidate may take to verify and time before it is a `timeout` trial",
     )
     t.add_argument(
+        "--max-memory",
+        type=int,
+        default=DEFAULTS.max_memory,
+        metavar="BYTES",
+        help="refuse candidates whose compiled program's peak memory (the compiler's memory "
+        "analysis) is above BYTES: compiled, never run (status over_memory)",
+    )
+    t.add_argument(
         "--compile-workers",
         type=int,
         default=DEFAULTS.compile_workers,
         metavar="N",
         help="threads compiling queued candidates while one is timed "
         "(default: up to 4 on an accelerator, 0 on the CPU)",
+    )
+    t.add_argument(
+        "--devices",
+        type=_devices,
+        default=DEFAULTS.devices,
+        metavar="N|all",
+        help="measure on N local devices at once (all: every one), a worker pinned to each, "
+        "sharing each task's --trials (default: 1)",
     )
     t.add_argument(
         "--finalists",
@@ -118,6 +142,19 @@ def add_job_arguments(t: argparse.ArgumentParser) -> None:
         help="tune every @autotuned call of a program (see `autotune calls`)",
     )
     g.add_argument("--kernel", dest="only_kernel", help="with --pending: only this kernel")
+    g.add_argument(
+        "--watch",
+        action="store_true",
+        help="with --pending: keep running, tuning misses as model code records them "
+        "(Ctrl-C or SIGTERM ends it)",
+    )
+    g.add_argument(
+        "--poll",
+        type=float,
+        default=MAX_WAIT_S,
+        metavar="S",
+        help=f"with --watch: the longest wait between looks for misses when idle (default {MAX_WAIT_S:g})",
+    )
     g.add_argument("--shard", metavar="I/N", help="run share I of N (0 <= I < N) of the tasks")
     g.add_argument("--force", action="store_true", help="re-tune tasks already tuned")
     g.add_argument(
@@ -128,8 +165,24 @@ def add_job_arguments(t: argparse.ArgumentParser) -> None:
     add_import_argument(g)
 
 
+def _devices(text: str) -> int | str:
+    """--devices: "all", else a number (checked with the other settings)."""
+    if text == "all":
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is neither a number of devices nor all: e.g. --devices 4"
+        ) from None
+
+
 def cmd_tune(args: argparse.Namespace) -> int:
     # every check comes before the database is opened or a worker started: nothing is written
+    if args.watch and not args.pending:
+        raise UsageError("--watch watches for misses: give it with --pending")
+    if not args.poll > 0:
+        raise UsageError(f"--poll must be a positive number of seconds, got {args.poll}")
     settings = checked(
         FLAGS,
         n_trials=args.trials,
@@ -141,7 +194,11 @@ def cmd_tune(args: argparse.Namespace) -> int:
         isolate=args.isolate,
         limits=WorkerLimits(compile_s=args.compile_timeout, run_s=args.run_timeout),
         compile_workers=args.compile_workers,
+        max_memory=args.max_memory,
+        devices=args.devices,
     )
+    if settings.devices != 1:  # a worker pinned to each device
+        settings = settings.replace(isolate=True)
     for flag, url in (("--db", args.db), ("--storage", args.storage)):
         if url is not None:
             check_url(url, flag)
@@ -150,6 +207,11 @@ def cmd_tune(args: argparse.Namespace) -> int:
         # inputs and the interpret-mode oracle on the CPU; the worker sees the platforms asked for.
         settings = settings.replace(worker_platforms=os.environ.get("JAX_PLATFORMS", ""))
         os.environ["JAX_PLATFORMS"] = "cpu"
+    if settings.devices != 1:  # as many as a worker sees, asked once, before anything is written
+        try:
+            settings = settings.replace(devices=device_count(settings))
+        except SettingsError as e:
+            raise e.naming(FLAGS) from None
     import_user_modules(args)  # after JAX_PLATFORMS is set: the module may import JAX
     if args.job or args.pending or args.program:
         return cmd_tune_job(args, settings)
@@ -186,9 +248,14 @@ def cmd_tune(args: argparse.Namespace) -> int:
             print(
                 f"resuming: {p.trial - 1} of {p.n_trials} trials already measured by an earlier run"
             )
-        time = f"{trial.time_s * 1e3:9.4f} ms" if trial.time_s is not None else " " * 12
+        if trial.status == "duplicate":  # not measured: the program of a trial stored before
+            time = f"= #{trial.duplicate_of}".ljust(12) if trial.duplicate_of else " " * 12
+        else:
+            time = f"{trial.time_s * 1e3:9.4f} ms" if trial.time_s is not None else " " * 12
+        device = f"  {trial.device}" if settings.devices != 1 else ""  # which worker measured it
         print(
-            f"trial {p.trial:3d}/{p.n_trials}  {trial.status:13s} {time}  {config_text(trial.config)}",
+            f"trial {p.trial:3d}/{p.n_trials}  {trial.status:13s} {time}{device}  "
+            f"{config_text(trial.config)}",
             flush=True,
         )
 
@@ -210,14 +277,19 @@ def cmd_tune(args: argparse.Namespace) -> int:
         f"\n{result.kernel} {result.key.signature} on {result.key.device_kind} ({result.key.backend})\n"
         f"  best     {config_text(result.best_config)}  {result.best_time_s * 1e3:.4f} ms\n"
         f"  default  {config_text(result.default_config)}  {default}\n"
-        f"  speedup  {speedup}   trials {len(result.trials)}   rejected {result.n_rejected}"
+        f"  speedup  {speedup}   trials {result.n_measured}{jobs.duplicates(result)}"
+        f"   rejected {result.n_rejected}"
         f"   crashed/timeout {result.n_crashed}   worker restarts {result.restarts}\n"
         f"  stored in {result.db_url}"
     )
+    if result.programs_note:
+        print(f"  programs: {result.programs_note}")
     if result.first_pass:
         print("  figures: first pass only (the finalists' side-by-side re-measurement failed)")
     if result.why_default_kept:
         print(f"  why 1.00x: {result.why_default_kept}")
+    if result.within_noise:
+        print(f"  noise: {result.within_noise}")
     for line in getattr(result, "member_lines", ()):  # a variant group's members
         print(f"  {line}")
     return 0
@@ -248,13 +320,12 @@ def cmd_tune_job(args: argparse.Namespace, settings: TuneSettings) -> int:
         tasks = program_tasks_of(args.program, settings)
     with TuningDB(args.db) as db:
         device = tuning_device(settings)  # the worker's: this process keeps to the CPU
+        if args.watch:
+            return watch_misses(args, db, device, settings)
         if args.pending:
             tasks, unknown = pending_tasks(db, device, kernel=args.only_kernel, settings=settings)
             for name, count in unknown.items():
-                print(
-                    f"skipped {count} pending miss(es) of kernel {name!r}: not registered here "
-                    "(name the module that registers it with --import MODULE)"
-                )
+                _unknown(name, count)
         if shard:
             tasks = jobs.shard(tasks, *shard)
         storage = args.storage or default_storage(db.url)
@@ -273,3 +344,50 @@ def cmd_tune_job(args: argparse.Namespace, settings: TuneSettings) -> int:
     counts = {s: sum(o.status == s for o in outcomes) for s in ("tuned", "skipped", "failed")}
     print(", ".join(f"{n} {s}" for s, n in counts.items()))
     return 1 if counts["failed"] else 0
+
+
+def _unknown(name: str, count: int) -> None:
+    print(
+        f"skipped {count} pending miss(es) of kernel {name!r}: not registered here "
+        "(name the module that registers it with --import MODULE)",
+        flush=True,
+    )
+
+
+def watch_misses(args: argparse.Namespace, db: Any, device: Any, settings: TuneSettings) -> int:
+    """--pending --watch: tune misses as they are recorded, until Ctrl-C or SIGTERM."""
+    from rich.console import Console
+
+    from autotune.progress import Display
+    from autotune.studies import default_storage
+    from autotune.watch import watch
+
+    storage = args.storage or default_storage(db.url)
+    console = Console(highlight=False)
+    console.print(
+        f"watching {db.url} for misses on {device.device_kind} ({device.backend}); studies "
+        f"{storage or 'in memory'}; Ctrl-C or SIGTERM ends it",
+        markup=False,
+        soft_wrap=True,
+    )
+    counts = {"tuned": 0, "skipped": 0, "failed": 0}
+    with Display(console) as display:
+
+        def show(progress: Any, outcome: Any) -> None:
+            if outcome is not None:
+                counts[outcome.status] += 1
+            display(progress, outcome)
+
+        # SIGTERM (SystemExit here) is how a service is told to stop, as Ctrl-C is
+        with contextlib.suppress(KeyboardInterrupt, SystemExit):
+            watch(
+                db,
+                device,
+                settings=settings.replace(storage=storage),
+                kernel=args.only_kernel,
+                max_wait_s=args.poll,
+                show=show,
+                unknown=_unknown,
+            )
+    print("stopped watching: " + ", ".join(f"{n} {s}" for s, n in counts.items()), flush=True)
+    return 0

@@ -114,7 +114,8 @@ def _serving_entry(db: Any, kernel: Any, source: str, key: dict[str, Any]) -> di
         entry = db.best(TuningKey(**key))
     elif source == "shipped" and kernel.spec.tuned is not None:
         try:
-            entry = shipped_table(kernel.spec.tuned).best(TuningKey(**key))
+            table = shipped_table(kernel.spec.tuned).for_device(key["kernel"], key["device_kind"])
+            entry = table.best(TuningKey(**key))
         except AutotuneError:  # served just now, so readable; a table replaced since is not
             return None
     return None if entry is None else entry.as_row()

@@ -10,21 +10,22 @@ import contextlib
 import os
 import signal
 import sys
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 from autotune.measure import one_line
 from autotune.worker.inprocess import InProcessWorker
 from autotune.worker.protocol import Kind, Setup, read, write
 
 
-def serve(inp: BinaryIO, out: BinaryIO) -> None:
-    """Answer the parent's requests until EXIT, or until a first SETUP fails."""
+def serve(inp: BinaryIO, out: BinaryIO, device: Any = None) -> None:
+    """Answer the parent's requests until EXIT, or until a first SETUP fails; measure on
+    `device` (a jax Device; None: the default one)."""
     worker: InProcessWorker | None = None
     while True:
         kind, *fields = read(inp)
         if kind is Kind.SETUP:
             try:
-                loaded = _load(fields[0])
+                loaded = _load(fields[0], device)
             except Exception as e:
                 write(out, Kind.SETUP_ERROR, one_line(e))
                 if worker is None:
@@ -39,7 +40,9 @@ def serve(inp: BinaryIO, out: BinaryIO) -> None:
         elif kind is Kind.PREFETCH:
             worker.prefetch(fields[0])
         elif kind is Kind.MEASURE:
-            record = worker.measure(fields[0], lambda s: write(out, Kind.COMPILED, s))
+            config, known, max_memory = fields
+            compiled = lambda s: write(out, Kind.COMPILED, s)  # noqa: E731
+            record = worker.measure(config, known, max_memory, compiled)
             write(out, Kind.RESULT, record)
         elif kind is Kind.INTERLEAVED:
             try:
@@ -53,14 +56,14 @@ def serve(inp: BinaryIO, out: BinaryIO) -> None:
             return
 
 
-def _load(setup: Setup) -> InProcessWorker:
-    """A task's worker: its kernel, device-resident inputs, oracle and settings."""
+def _load(setup: Setup, device: Any) -> InProcessWorker:
+    """A task's worker: its kernel, inputs resident on `device`, oracle and settings."""
     import jax
 
     from autotune import registry
 
     spec = registry.resolve(setup.task.kernel).spec
-    args = [jax.device_put(a) for a in setup.args]
+    args = [jax.device_put(a, device) for a in setup.args]
     worker = InProcessWorker(spec, setup.task, args, setup.policy, setup.compile_workers)
     worker.set_oracle(setup.oracle)
     return worker
@@ -78,12 +81,28 @@ def _die_with_parent() -> None:
             os._exit(1)
 
 
+def pinned_device(index: int) -> Any:
+    """The device of a worker pinned to local device `index`: the one it sees, where its
+    environment narrowed its devices to it (a GPU's, a TPU's: backends.pinned_env), else
+    device `index` of those it sees (a CPU's forced host devices), made the default, so that
+    every array and compile of this process lands on it."""
+    import jax
+
+    devices = jax.local_devices()
+    if len(devices) > 1 and index >= len(devices):
+        raise SystemExit(f"no local device {index}: this host has {len(devices)}")
+    device = devices[0] if len(devices) == 1 else devices[index]
+    jax.config.update("jax_default_device", device)
+    return device
+
+
 def main() -> None:
     _die_with_parent()
     # The protocol owns the original stdout; anything the kernel prints goes to stderr.
     out = os.fdopen(os.dup(sys.stdout.fileno()), "wb")
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
-    serve(sys.stdin.buffer, out)
+    index = sys.argv[1] if len(sys.argv) > 1 else None  # the device it is pinned to
+    serve(sys.stdin.buffer, out, None if index is None else pinned_device(int(index)))
 
 
 if __name__ == "__main__":

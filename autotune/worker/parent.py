@@ -9,17 +9,21 @@ one.
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import dataclasses
+import functools
 import json
 import os
+import queue
 import select
 import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -51,7 +55,9 @@ class DeviceWorker:
     `args`, the inputs the task is measured with, and the oracle (given once known:
     `set_oracle`) travel as NumPy arrays; `device` is the worker's DeviceInfo. The child sees
     this process's `sys.path` (so it imports what this process imports) and
-    `JAX_PLATFORMS=platforms` where given.
+    `JAX_PLATFORMS=platforms` where given. A worker given `device_index` is pinned to that
+    local device (`backends.pinned_env`; `worker.child.pinned_device`); `device_id` names the
+    device its trials record ("gpu:3").
 
     A compile running ahead in the child's pool can crash it while another candidate is
     measured: that candidate is then measured again alone in a fresh worker, and the configs
@@ -67,9 +73,11 @@ class DeviceWorker:
         limits: WorkerLimits = DEFAULT_LIMITS,
         platforms: str | None = None,
         compile_workers: int | None = None,
+        device_index: int | None = None,
     ) -> None:
         self.limits = limits
         self.platforms = platforms
+        self.device_index = device_index
         self.restarts = 0
         self._setup = Setup.of(worker_task(task), args, policy, compile_workers)
         self._proc: subprocess.Popen | None = None
@@ -77,6 +85,7 @@ class DeviceWorker:
         self._prefetched: set[ConfigId] = set()  # sent to this child to compile ahead, not measured
         self._suspects: set[ConfigId] = set()  # compiling ahead when a child crashed
         self.device = self._start()
+        self.device_id = f"{self.device.platform}:{device_index or 0}"
         # the child sizes its pool by the same rule, from the same device
         self._ahead = AHEAD_PER_WORKER * (
             default_compile_workers(self.device) if compile_workers is None else compile_workers
@@ -119,15 +128,18 @@ class DeviceWorker:
             return
         self._prefetched.update(config_id(c) for c in ahead)
 
-    def measure(self, config: Config) -> TrialRecord:
-        """One candidate's trial record; `crashed` / `timeout` if the worker did not survive it
-        (the next request starts a fresh worker)."""
+    def measure(
+        self, config: Config, known: Collection[str] = (), max_memory: int | None = None
+    ) -> TrialRecord:
+        """One candidate's trial record (a `duplicate` if its program's fingerprint is
+        `known`, `over_memory` if its peak memory is above `max_memory` bytes); `crashed` /
+        `timeout` if the worker did not survive it (the next request starts a fresh worker)."""
         config = dict(config)
         stage, sent = "compile", False
         try:
             fresh = self._ensure_started()
             logged = self._stderr_size()  # what the child logs from here on is this trial's
-            self._send(Kind.MEASURE, config)
+            self._send(Kind.MEASURE, config, list(known), max_memory)
             sent = True
             # the limit counts from the request: a compile still running ahead gets no more
             deadline = time.monotonic() + self.limits.compile_s
@@ -152,10 +164,11 @@ class DeviceWorker:
             if d.status == "crashed" and self._prefetched:
                 # a compile ahead may have killed it, not this config: see the class docstring
                 self._suspects |= self._prefetched
-                return self.measure(config)  # in a fresh worker, which has nothing ahead
+                # in a fresh worker, with nothing ahead
+                return self.measure(config, known, max_memory)
             if not sent and not fresh:
                 # it died between trials (killed for memory, say): this config never reached it
-                return self.measure(config)  # in a fresh worker
+                return self.measure(config, known, max_memory)  # in a fresh worker
             return TrialRecord(config, d.status, error=str(d))
 
     def interleaved(
@@ -202,13 +215,14 @@ class DeviceWorker:
         return True
 
     def _start(self) -> Any:
-        env = child_env(self.platforms)
+        env = child_env(self.platforms, self.device_index)
+        pin = [] if self.device_index is None else [str(self.device_index)]
         if self._stderr is not None:
             self._stderr.close()
         # a file, not a pipe: a chatty worker can never block on it; read back after a crash
         self._stderr = tempfile.TemporaryFile()  # noqa: SIM115 (lives as long as the worker)
-        self._proc = subprocess.Popen(
-            [sys.executable, "-c", _CHILD],
+        self._proc = _popen(
+            [sys.executable, "-c", _CHILD, *pin],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=self._stderr,
@@ -302,6 +316,35 @@ class DeviceWorker:
         return f"; stderr: {' | '.join(written)[-200 * (first + lines) :]}" if written else ""
 
 
+def _popen(cmd: list[str], **kwargs: Any) -> subprocess.Popen:
+    """Start a child process from a thread that lives as long as this process: a worker child
+    dies with the thread that started it (PR_SET_PDEATHSIG, worker.child), and the threads of
+    a search on several devices end before their workers do."""
+    if threading.current_thread() is threading.main_thread():
+        return subprocess.Popen(cmd, **kwargs)
+    started: concurrent.futures.Future = concurrent.futures.Future()
+    _spawner().put((started, cmd, kwargs))
+    return started.result()
+
+
+@functools.cache
+def _spawner() -> queue.SimpleQueue:
+    """The queue of a thread that starts child processes for other threads, until this
+    process ends (started at its first use)."""
+    requests: queue.SimpleQueue = queue.SimpleQueue()
+
+    def spawn() -> None:
+        while True:
+            started, cmd, kwargs = requests.get()
+            try:
+                started.set_result(subprocess.Popen(cmd, **kwargs))
+            except BaseException as e:
+                started.set_exception(e)
+
+    threading.Thread(target=spawn, name="autotune-worker-spawner", daemon=True).start()
+    return requests
+
+
 def worker_task(task: Task) -> Task:
     """`task` with its kernel named as a worker child imports it: 'package.module:function' as
     given, else the import path of the kernel registered here under that name (the child
@@ -313,11 +356,14 @@ def worker_task(task: Task) -> Task:
     return dataclasses.replace(task, kernel=import_path(resolve(task.kernel)))
 
 
-def child_env(platforms: str | None) -> dict[str, str]:
+def child_env(platforms: str | None, device_index: int | None = None) -> dict[str, str]:
     """A worker child's environment: this process's `sys.path`, in its order (so that it
     imports what this process imports, and a module in the working directory never shadows an
-    installed one unless it does here), and `JAX_PLATFORMS=platforms` where given."""
+    installed one unless it does here), `JAX_PLATFORMS=platforms` where given, and the
+    settings that give it local device `device_index` alone where given."""
     env = dict(os.environ)
+    if device_index is not None:
+        env.update(backends.pinned_env(device_index, os.environ))
     paths = [p or os.getcwd() for p in sys.path]
     env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(p for p in paths if os.path.isdir(p)))
     if platforms is not None:
@@ -343,15 +389,27 @@ _REPORT_DEVICE = _SAFE_PATH + (
     "import dataclasses, json; from autotune.device import current_device; "
     "print(json.dumps(dataclasses.asdict(current_device())))"
 )
+_REPORT_COUNT = _SAFE_PATH + "import jax; print(jax.local_device_count())"
 
 
 def worker_device(platforms: str | None, timeout_s: float) -> DeviceInfo:
     """The device a worker started with `platforms` measures on, asked of a short-lived child:
     what keys the tasks of a job whose own process keeps to another platform (the CLI keeps to
     the CPU while its workers own the accelerator)."""
+    fields = json.loads(_ask_child(_REPORT_DEVICE, platforms, timeout_s))
+    return DeviceInfo(**{**fields, "packages": tuple(map(tuple, fields["packages"]))})
+
+
+def local_device_count(platforms: str | None, timeout_s: float) -> int:
+    """How many local devices a worker started with `platforms` sees (`--devices all`)."""
+    return int(_ask_child(_REPORT_COUNT, platforms, timeout_s))
+
+
+def _ask_child(code: str, platforms: str | None, timeout_s: float) -> str:
+    """What a short-lived child running `code` prints."""
     try:
         proc = subprocess.run(
-            [sys.executable, "-c", _REPORT_DEVICE],
+            [sys.executable, "-c", code],
             env=child_env(platforms),
             capture_output=True,
             text=True,
@@ -364,14 +422,14 @@ def worker_device(platforms: str | None, timeout_s: float) -> DeviceInfo:
     if proc.returncode != 0:
         tail = " | ".join(proc.stderr.strip().splitlines()[-3:])[-600:]
         raise KernelError(f"a device worker cannot start (exit code {proc.returncode}): {tail}")
-    fields = json.loads(proc.stdout)
-    return DeviceInfo(**{**fields, "packages": tuple(map(tuple, fields["packages"]))})
+    return proc.stdout
 
 
 def tuning_device(settings: TuneSettings) -> DeviceInfo:
     """The device that tasks run with `settings` are measured on, which keys them: a device
     worker's where the workers keep to other platforms than this process (the CLI keeps itself
     to the CPU while they own the accelerator), else this process's."""
-    if settings.isolate and settings.worker_platforms is not None:
+    isolated = settings.isolate or settings.devices != 1
+    if isolated and settings.worker_platforms is not None:
         return worker_device(settings.worker_platforms, settings.limits.start_s)
     return current_device()

@@ -11,14 +11,17 @@ import logging
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
-from test_shard_map import KERNEL_OPS, REFERENCE_OPS
+from test_shard_map import KERNEL_OPS, LOWERING, MARKERS, REFERENCE_OPS, _abstract_mesh
 
 from autotune import TuningDB
 from autotune import kernels as K
+from autotune.backends import lowering_for
 
 F32 = jnp.float32
+S = jax.ShapeDtypeStruct
 MESH = jax.make_mesh((4,), ("d",))
 
 
@@ -29,6 +32,7 @@ def _put(shape, spec, seed=0):
 
 def test_a_jitted_matmul_on_row_sharded_x_keeps_its_rows_sharded_and_looks_up_each_part(db_url):
     x, y = _put((64, 32), P("d")), _put((32, 16), P(), seed=1)
+    assert K.matmul.explain(x, y)["signature"] == "f32[16,32],f32[32,16]"
     out = jax.jit(K.matmul)(x, y)
     assert out.sharding.spec == P("d", None)
     np.testing.assert_allclose(out, np.asarray(x) @ np.asarray(y), rtol=1e-5, atol=1e-5)
@@ -79,3 +83,23 @@ def test_a_step_under_sharded_jit_gives_plain_jax_loss_and_gradients():
     np.testing.assert_allclose(value, ref_value, rtol=1e-5)
     for got, want in zip(jax.tree.leaves(grads), jax.tree.leaves(ref_grads)):
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("platform", ["tpu", "gpu"])
+def test_a_sharded_call_and_its_gradient_lower_for_a_device_mesh(platform):
+    """Lowered for four TPUs or GPUs this host lacks: each device's own kernel body, the
+    batch-like axes' sharding kept."""
+    jax.clear_caches()  # kernels trace once per shape: not the other platform's trace
+    mesh = _abstract_mesh(platform)
+    x = S((64, 32), F32, sharding=NamedSharding(mesh, P("d")))
+    w = S((32, 16), F32, sharding=NamedSharding(mesh, P()))
+
+    def loss(x, w):
+        return jnp.sum(K.matmul(x, w, interpret=False) ** 2)
+
+    with lowering_for(platform), jax.sharding.use_abstract_mesh(mesh):
+        traced = jax.jit(jax.value_and_grad(loss, argnums=(0, 1))).trace(x, w)
+        text = traced.lower(lowering_platforms=(LOWERING[platform],)).as_text()
+    assert MARKERS[platform] in text
+    _, (dx, dw) = traced.out_info
+    assert dx.sharding.spec == P("d", None) and dw.sharding.spec == P(None, None)

@@ -1,0 +1,111 @@
+"""Tuning on several local devices at once (`--devices`): a device worker pinned to each,
+sharing a task's budget through one study. On a CPU host the devices are forced host devices,
+each worker a real process pinned to its own."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import jax
+import pytest
+from conftest import FORCED_DEVICES
+
+import autotune
+from autotune import TuningDB, backends
+from autotune.errors import SettingsError
+
+
+def cli(args, env, rc=0):
+    proc = subprocess.run(
+        [sys.executable, "-m", "autotune.cli", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == rc, proc.stdout + proc.stderr
+    return proc
+
+
+def test_two_devices_measure_exactly_the_budget_between_them(subprocess_env, db_url):
+    env = {**subprocess_env, "XLA_FLAGS": FORCED_DEVICES}  # four host devices
+    out = cli(
+        ["tune", "matmul", "--shape", "64x64,64x64", "--trials", "6", "--devices", "2"], env
+    ).stdout
+    trials = json.loads(cli(["db", "trials", "--format", "json"], env).stdout)
+    # one study's budget of distinct programs, not one per device (a config compiling to a
+    # program measured already, e.g. block_m 128 clamped to 64 rows, is a duplicate, not measured)
+    assert len([t for t in trials if t["status"] != "duplicate"]) == 6, out
+    assert len({config_text(t) for t in trials}) == len(trials)  # no configuration twice
+    assert {t["device"] for t in trials} == {"cpu:0", "cpu:1"}  # each measured some
+    lines = [line for line in out.splitlines() if line.startswith("trial")]
+    shown = [word for line in lines for word in line.split() if word.startswith("cpu:")]
+    assert sorted(shown) == sorted(t["device"] for t in trials)  # each line names its device
+    with TuningDB(db_url) as db:
+        (entry,) = db.query(kernel="matmul")
+    assert entry.config in [t["config"] for t in trials]
+
+
+def test_a_jobs_tasks_are_spread_over_the_devices_one_device_each(tmp_path, subprocess_env):
+    job = tmp_path / "job.toml"
+    job.write_text(
+        '[defaults]\ntrials = 2\n[[task]]\nkernel = "softmax"\nshapes = ["8x128", "16x128"]\n'
+    )
+    env = {**subprocess_env, "XLA_FLAGS": FORCED_DEVICES}
+    out = cli(["tune", "--job", str(job), "--devices", "2"], env).stdout
+    assert out.strip().endswith("2 tuned, 0 skipped, 0 failed"), out
+    trials = json.loads(cli(["db", "trials", "--format", "json"], env).stdout)
+    devices = {}
+    for t in trials:
+        devices.setdefault(t["signature"], set()).add(t["device"])
+    assert sorted(devices) == ["f32[16,128]", "f32[8,128]"]
+    assert all(len(d) == 1 for d in devices.values()), devices  # a task on one device
+    assert set.union(*devices.values()) == {"cpu:0", "cpu:1"}  # side by side, on both
+
+
+def config_text(trial):
+    return json.dumps(trial["config"], sort_keys=True)
+
+
+def test_more_devices_than_the_host_has_is_one_line_and_nothing_is_written(
+    tmp_path, subprocess_env
+):
+    db = tmp_path / "never.db"
+    args = ["tune", "matmul", "--shape", "64x64,64x64", "--db", str(db), "--devices"]
+    err = cli([*args, "2"], subprocess_env, rc=2).stderr  # one host device here
+    assert err.strip().splitlines() == [
+        "autotune: error: --devices asks for 2 devices and this host has 1 local device: "
+        "give at most 1, or all"
+    ]
+    assert "neither a number" in cli([*args, "two"], subprocess_env, rc=2).stderr
+    assert not db.exists()
+
+
+def test_a_worker_pinned_to_a_forced_host_device_computes_there(subprocess_env):
+    code = (
+        "from autotune.worker.child import pinned_device; import jax.numpy as jnp; "
+        "d = pinned_device(2); print(d.id, jnp.ones(3).devices().pop().id)"
+    )
+    env = {**subprocess_env, "XLA_FLAGS": FORCED_DEVICES}
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["2", "2"]
+
+
+def test_a_pinned_worker_sees_one_gpu_or_tpu_chip_counted_within_the_hosts_own_list():
+    env = backends.pinned_env(1, {"CUDA_VISIBLE_DEVICES": "4,6"})
+    assert env["CUDA_VISIBLE_DEVICES"] == "6"  # the second of the GPUs this host may use
+    assert backends.pinned_env(3, {})["CUDA_VISIBLE_DEVICES"] == "3"
+    assert env["TPU_VISIBLE_CHIPS"] == "1" and env["TPU_PROCESS_BOUNDS"] == "1,1,1"
+    ports = {backends.pinned_env(i, {})["TPU_PROCESS_PORT"] for i in range(4)}
+    assert len(ports) == 4  # workers beside each other never share libtpu's port
+
+
+def test_tune_from_python_refuses_more_devices_than_a_worker_sees():
+    x = jax.ShapeDtypeStruct((64, 64), "float32")
+    with pytest.raises(SettingsError, match="devices asks for 2 devices and this host has 1"):
+        autotune.tune("matmul", [x, x], devices=2, n_trials=2)
