@@ -24,14 +24,14 @@ def default_compile_workers(device: Any) -> int:
 
 
 class CompilePool:
-    """Compiles configs ahead with `compile` (config -> (executable, seconds)); `take` hands a
-    config's result over, compiling it now where it was not prefetched.
+    """Compiles configs ahead with `compile` (config -> its autotune.compiling.Program); `take`
+    hands a config's result over, compiling it now where it was not prefetched.
 
     Memory stays bounded: at most `AHEAD_PER_WORKER * workers` configs are compiled ahead, and
     a config's executable leaves the pool when it is taken, or when it is no longer upcoming.
     """
 
-    def __init__(self, workers: int, compile: Callable[[dict[str, Any]], tuple[Any, float]]):
+    def __init__(self, workers: int, compile: Callable[[dict[str, Any]], Any]):
         self.workers = workers
         self._compile = compile
         self._executor = ThreadPoolExecutor(workers, "autotune-compile") if workers else None
@@ -49,9 +49,9 @@ class CompilePool:
             if key not in self._futures:
                 self._futures[key] = self._executor.submit(self._compile, config)
 
-    def take(self, config: Mapping[str, Any]) -> tuple[Any, float]:
-        """The executable of `config` and its compile time, waiting for a compile in progress;
-        a compile error found in a thread is raised here."""
+    def take(self, config: Mapping[str, Any]) -> Any:
+        """What compiling `config` gave, waiting for a compile in progress; a compile error
+        found in a thread is raised here."""
         future = self._futures.pop(config_id(config), None)
         # the window was set before this config was requested: what is outside it now will
         # not be asked for soon (measured, or taken by another worker of a shared study)

@@ -13,7 +13,7 @@ from sqlalchemy.orm import Session
 
 from autotune.dbexport import EXPORT_FORMAT, PREFER, validate_export
 from autotune.dbread import Reads
-from autotune.dbwrite import Writes, upsert_entry
+from autotune.dbwrite import Writes, upsert_entries
 from autotune.errors import DatabaseError
 from autotune.schema import (
     KEY_COLUMNS,
@@ -78,12 +78,12 @@ def _parse_time(text: Any) -> datetime:
     return t if t.tzinfo else t.replace(tzinfo=timezone.utc)
 
 
-def _worse(new: dict[str, Any], prefer: str, row: Result) -> bool:
+def _worse(new: dict[str, Any], prefer: str, row: Any) -> bool:
     """Whether the stored `row` is to be kept over the entry `new`."""
     return not _better(new, row, prefer)
 
 
-def _better(new: dict[str, Any], row: Result, prefer: str) -> bool:
+def _better(new: dict[str, Any], row: Any, prefer: str) -> bool:
     if prefer == "newer":
         if row.tuned_at is None:  # unreadable (tampered): any real date is newer
             return True
@@ -93,21 +93,22 @@ def _better(new: dict[str, Any], row: Result, prefer: str) -> bool:
 
 
 def merge_entries(s: Session, entries: list[dict[str, Any]], prefer: str) -> dict[str, int]:
-    """Add validated entries in session `s`; on a key conflict keep the faster entry
+    """Add validated entries in session `s`, in bulk; on a key conflict keep the faster entry
     (prefer="faster") or the more recently tuned one (prefer="newer"). Returns the counts of
     entries added, replaced and kept. An entry's trials live in the other database: it points
     at none here."""
-    counts = {"added": 0, "replaced": 0, "kept": 0}
+    items = []
+    columns = set(Result.__table__.columns.keys()) - {*KEY_COLUMNS, "id"}
     for e in entries:
         key = {k: e[k] for k in KEY_COLUMNS}
-        fields = {
-            k: v for k, v in e.items() if k in Result.__table__.columns and k not in (*key, "id")
-        }
+        fields = {k: v for k, v in e.items() if k in columns}
         fields.update(
             config=encode_config(e["config"]),
             tuned_at=_parse_time(e.get("tuned_at")),
             trial_id=None,
         )
-        done, _ = upsert_entry(s, key, fields, keep=functools.partial(_worse, fields, prefer))
+        items.append((key, fields, functools.partial(_worse, fields, prefer)))
+    counts = {"added": 0, "replaced": 0, "kept": 0}
+    for done, _ in upsert_entries(s, items):
         counts[done] += 1
     return counts

@@ -5,41 +5,106 @@ from __future__ import annotations
 
 import dataclasses
 import socket
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from types import SimpleNamespace
 from typing import Any
 
-from sqlalchemy import delete, select, update
+from sqlalchemy import delete, insert, select, update
 from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlalchemy.orm import Session
 
 from autotune.dbopen import Connection
 from autotune.dbread import row_record
 from autotune.errors import DatabaseError
-from autotune.schema import Miss, Result, Trial, encode_config, utcnow
+from autotune.schema import KEY_COLUMNS, Miss, Result, Trial, encode_config, utcnow
 from autotune.signature import TuningKey
 from autotune.trial import BestEntry, StoredEntry, TrialRecord
+
+KEYS_PER_QUERY = 500  # signatures looked up per SELECT of a bulk upsert (few bound parameters)
+
+# A key's columns, its row's other columns, and whether to keep the row stored, given it
+# (None: always replace it)
+Upsert = tuple[Mapping[str, Any], Mapping[str, Any], "Callable[[Any], bool] | None"]
 
 
 def upsert_entry(
     s: Session,
     key: Mapping[str, Any],
     fields: Mapping[str, Any],
-    keep: Callable[[Result], bool] | None = None,
-) -> tuple[str, Result]:
+    keep: Callable[[Any], bool] | None = None,
+) -> tuple[str, Any]:
     """Store the best entry of `key` (its columns: `fields`) in session `s`: added where the
-    key has none, else the stored row replaced, unless `keep(row)` says to keep it. Returns
-    what was done ("added", "replaced" or "kept") and the row. The row is locked where the
-    database can, so a concurrent writer waits for this transaction."""
-    row = s.scalars(select(Result).filter_by(**key).with_for_update()).first()
-    if row is None:
-        row = Result(**key, **fields)
-        s.add(row)
-        return "added", row
-    if keep is not None and keep(row):
-        return "kept", row
-    for k, v in fields.items():
-        setattr(row, k, v)
-    return "replaced", row
+    key has none, else the stored row replaced, unless `keep(row)` says to keep it (`row`: the
+    stored columns, as attributes). Returns what was done ("added", "replaced" or "kept") and
+    the stored row's columns (None where added). The row is locked where the database can, so
+    a concurrent writer waits for this transaction."""
+    return upsert_entries(s, [(key, fields, keep)])[0]
+
+
+def upsert_entries(s: Session, items: Sequence[Upsert]) -> list[tuple[str, Any]]:
+    """upsert_entry for many keys in one statement per batch, in order (a key given twice
+    meets what its first item left): the stored rows read, and locked, KEYS_PER_QUERY keys a
+    query; the new rows inserted and the replaced ones updated in bulk."""
+    stored: dict[tuple, Any] = {}
+    # by the key's other columns, then signatures IN a batch: the unique index's own order
+    signatures: dict[tuple, dict[str, None]] = {}
+    for key, _, _ in items:
+        signatures.setdefault(_rest_of(key), {})[key["signature"]] = None
+    table = Result.__table__
+    for rest, wanted in signatures.items():
+        same = [table.c[k] == v for k, v in zip(_REST, rest)]
+        wanted = list(wanted)
+        for start in range(0, len(wanted), KEYS_PER_QUERY):
+            batch = wanted[start : start + KEYS_PER_QUERY]
+            stmt = select(table).where(*same, table.c.signature.in_(batch)).with_for_update()
+            stored.update((_key_of(row._mapping), row) for row in s.execute(stmt))
+    added: dict[tuple, dict[str, Any]] = {}  # new rows by key, as they will be inserted
+    replaced: dict[int, dict[str, Any]] = {}  # stored rows' new columns by id
+    pending: dict[tuple, dict[str, Any]] = {}  # the columns of the rows written so far
+    done = []
+    for key, fields, keep in items:
+        k = _key_of(key)
+        row = SimpleNamespace(**pending[k]) if k in pending else stored.get(k)
+        if row is None:
+            added[k] = pending[k] = {**key, **fields}
+            done.append(("added", None))
+        elif keep is not None and keep(row):
+            done.append(("kept", row))
+        else:
+            if k in added:  # a key given twice: the row still to be inserted takes the fields
+                added[k].update(fields)
+            else:
+                replaced.setdefault(row.id, {"id": row.id}).update(fields)
+            pending[k] = {**_columns(row), **fields}
+            done.append(("replaced", row))
+    # executemany wants one set of columns per statement: rows grouped by theirs
+    for group in _by_columns(added.values()):
+        s.execute(insert(Result), group)
+    for group in _by_columns(replaced.values()):
+        s.execute(update(Result), group)
+    return done
+
+
+_REST = tuple(k for k in KEY_COLUMNS if k != "signature")
+
+
+def _rest_of(columns: Mapping[str, Any]) -> tuple:
+    return tuple(columns[k] for k in _REST)
+
+
+def _key_of(columns: Mapping[str, Any]) -> tuple:
+    return tuple(columns[k] for k in KEY_COLUMNS)
+
+
+def _columns(row: Any) -> dict[str, Any]:
+    return dict(row._mapping) if hasattr(row, "_mapping") else dict(vars(row))
+
+
+def _by_columns(rows: Iterable[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    groups: dict[frozenset, list[dict[str, Any]]] = {}
+    for row in rows:
+        groups.setdefault(frozenset(row), []).append(row)
+    return list(groups.values())
 
 
 class Writes(Connection):
@@ -82,7 +147,7 @@ class Writes(Connection):
         peers = {i for i in trial_ids if i is not None} - set(compared)
         config = encode_config(entry.config)
 
-        def keep(row: Result) -> bool:
+        def keep(row: Any) -> bool:
             return row.trial_id in peers and row.config != config
 
         # a concurrent writer may insert the key, or hold SQLite's write lock
@@ -92,7 +157,7 @@ class Writes(Connection):
         self,
         key: TuningKey,
         entry: BestEntry,
-        keep: Callable[[Result], bool] | None,
+        keep: Callable[[Any], bool] | None,
         retry_on: tuple[type[Exception], ...],
         tries: int,
     ) -> StoredEntry | None:
@@ -104,7 +169,7 @@ class Writes(Connection):
                 with self.session(write=True) as s:
                     done, row = upsert_entry(s, key.as_dict(), fields, keep)
                     if done == "kept":
-                        return StoredEntry.from_row(row_record(row))
+                        return StoredEntry.from_row(row_record(Result.__table__, row))
                     _answer_miss(s, key)
                 return None
             except DatabaseError as e:

@@ -1,7 +1,8 @@
 """Job files: the tasks of a TOML file, each checked before any is run.
 
 A job file is TOML; each `[[task]]` names a kernel and one or more shapes and dtypes (every
-combination is one task), with an optional trial budget, strategy, seed and static arguments;
+combination is one task), with an optional trial budget, strategy, seed, memory bound
+(`max_memory`, bytes) and static arguments;
 `[defaults]` fills in what a task leaves out:
 
     import = ["mypkg.kernels"]      # modules that register the user's own kernels
@@ -44,6 +45,7 @@ _TASK_FIELDS = {
     "trials",
     "strategy",
     "seed",
+    "max_memory",
     "program",
 }
 
@@ -104,6 +106,7 @@ def load_job(path: str | Path) -> list[Task]:
                         spec.get("trials", DEFAULTS.n_trials),
                         spec.get("strategy", DEFAULTS.strategy),
                         spec.get("seed", DEFAULTS.seed),
+                        spec.get("max_memory"),
                     )
                     check_task(task, shape)  # every task up front, not when its turn comes
                 except AutotuneError as e:
@@ -118,7 +121,8 @@ def _program_tasks(entry: dict[str, Any], spec: dict[str, Any], where: str) -> l
     from autotune.program import program_tasks_of
     from autotune.tune_settings import checked
 
-    clash = sorted(set(entry) & (_TASK_FIELDS - {"program", "trials", "strategy", "seed"}))
+    own = {"program", "trials", "strategy", "seed", "max_memory"}
+    clash = sorted(set(entry) & (_TASK_FIELDS - own))
     if clash or not isinstance(entry["program"], str):
         raise JobError(
             f'{where}: a program task names program = "module:factory" and no '
@@ -130,6 +134,7 @@ def _program_tasks(entry: dict[str, Any], spec: dict[str, Any], where: str) -> l
             n_trials=spec.get("trials", DEFAULTS.n_trials),
             strategy=spec.get("strategy", DEFAULTS.strategy),
             seed=spec.get("seed", DEFAULTS.seed),
+            max_memory=spec.get("max_memory"),
         )
         return program_tasks_of(entry["program"], settings)
     except AutotuneError as e:

@@ -219,9 +219,19 @@ def _summary(result: Any) -> str:
     speedup = f"{result.speedup:.2f}x" if result.speedup else "n/a"
     resumed = f" ({resumed_text(result)})" if result.resumed else ""
     first = ", first-pass figures" if result.first_pass else ""
-    return f"{config} {result.best_time_s * 1e3:.4f} ms, speedup {speedup}, {len(result.trials)} trials{resumed}{first}"
+    first += ", within the noise" if result.within_noise else ""
+    trials = f"{result.n_measured} trials{duplicates(result)}"
+    return (
+        f"{config} {result.best_time_s * 1e3:.4f} ms, speedup {speedup}, {trials}{resumed}{first}"
+    )
+
+
+def duplicates(result: Any) -> str:
+    """' (+3 duplicates)': the trials stored but not measured, their program measured already."""
+    n = result.n_duplicates
+    return f" (+{n} duplicate{'s' * (n != 1)})" if n else ""
 
 
 def resumed_text(result: Any) -> str:
     """'4 of 10 trials already measured': what a resumed study did not measure again."""
-    return f"{result.resumed} of {len(result.trials)} trials already measured"
+    return f"{result.resumed} of {result.n_measured} trials already measured"

@@ -11,17 +11,17 @@ strict mode. A miss is reported in the Resolution, for the runtime to record onc
 from __future__ import annotations
 
 import dataclasses
-import functools
+import heapq
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from autotune import runtime_state
+from autotune import nearest, runtime_state
 from autotune.device import current_device
 from autotune.errors import AutotuneError
 from autotune.overlays import overlay_entry
 from autotune.registry import KernelSpec
-from autotune.signature import Signature, TuningKey, parse_args, shape_distance
+from autotune.signature import Signature, TuningKey
 from autotune.space import Space
 from autotune.tables import EntryTable, shipped_table
 
@@ -139,48 +139,53 @@ def _nearest(
 ) -> Resolution | None:
     """The entry of the nearest tuned shape on this device whose config fits this call,
     from the user's database (`db`, None where it is not open) and the kernel's shipped
-    table: a library's table serves the shapes between those it was tuned for too.
+    table: a library's table serves the shapes between those it was tuned for too. Both are
+    searched in memory (autotune.nearest: the database's entries read once per process, and
+    again after any write).
 
     Deterministic: ordered by distance, then the database before the table, then signature
     text, so every host picks the same.
     """
     filters = {k: v for k, v in key.as_dict().items() if k not in ("signature", "kernel_version")}
-    rows = []
+    version = key.kernel_version
+    indexes = []  # (0 for the database or 1 for the shipped table, its index)
     if db:
-        query = functools.partial(db.query, **filters)
-        rows = runtime_state.db_call("nearest-shape lookup", query) or []
-    stale = [
-        r
-        for r in rows
-        if r.key.kernel_version != key.kernel_version and r.key.signature == key.signature
-    ]
-    if stale:
-        runtime_state.warn_once(
-            f"stale:{key}",
-            f"pallas-autotune: {key.kernel} {key.signature} was tuned for an older kernel version "
-            f"({stale[0].key.kernel_version}); not served: re-tune it",
+        cache = runtime_state.current().shapes
+        index = runtime_state.db_call(
+            "nearest-shape lookup", lambda: nearest.cached(cache, db, filters, version)
         )
+        if index is not None:
+            indexes.append((0, index))
+            if key.signature in index.stale:
+                runtime_state.warn_once(
+                    f"stale:{key}",
+                    f"pallas-autotune: {key.kernel} {key.signature} was tuned for an older "
+                    f"kernel version ({index.stale[key.signature]}); not served: re-tune it",
+                )
     table = _shipped_table(spec, key)
-    shipped = table.query(**filters) if table is not None else []
-    scored = []
-    for rank, r in [(0, r) for r in rows] + [(1, r) for r in shipped]:
-        if r.key.kernel_version != key.kernel_version:
-            continue
-        try:
-            d = shape_distance(parse_args(r.key.signature), sig.args)
-        except AutotuneError:
-            continue
-        if d is not None:
-            # rounded: hosts whose libm differs in the last bit still agree on ties
-            scored.append((round(d, 9), rank, r.key.signature, r))
-    for _, rank, signature, r in sorted(scored, key=lambda t: t[:3]):
-        config = r.config
+    if table is not None:
+        shipped = [
+            (e.key.signature, e.key.kernel_version, e.config) for e in table.query(**filters)
+        ]
+        indexes.append((1, nearest.ShapeIndex.of(shipped, version)))
+    ranked = heapq.merge(*(_ranked(index, rank, sig) for rank, index in indexes), key=_order)
+    for _, rank, signature, config in ranked:
         if space.check_stored(config) is None and broken(space, config, sig) is None:
             where = " (shipped table)" if rank else ""
             return Resolution(
                 dict(config), "nearest", key, sig, detail=f"tuned for {signature}{where}"
             )
     return None
+
+
+def _ranked(index: nearest.ShapeIndex, rank: int, sig: Signature) -> Iterator[tuple]:
+    """(distance, rank, signature, config) of `index`'s entries, nearest first."""
+    for d, signature, config in index.nearest(sig.args):
+        yield d, rank, signature, config
+
+
+def _order(ranked: tuple) -> tuple:
+    return ranked[:3]
 
 
 def _default_resolution(space: Space, key: TuningKey, sig: Signature, config: dict) -> Resolution:

@@ -13,16 +13,16 @@ of seconds is ever summarised.
 
 from __future__ import annotations
 
-import functools
 import logging
 import math
 import statistics
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Container, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from autotune import backends
+from autotune.compiling import Program, compile_config
 from autotune.device import DeviceInfo, current_device
 from autotune.policies import DEFAULT_POLICY, TIMERS, TimingPolicy
 from autotune.trial import Config, ConfigId, TrialRecord, config_id
@@ -75,23 +75,6 @@ def summarise(samples: Sequence[float], timer: str = "wall") -> Timing:
     )
 
 
-def compile_ahead(fn: Callable, args: Sequence[Any]) -> tuple[Callable, float]:
-    """`jax.jit(fn).lower(*args).compile()`, and how long it took (outside any timed region)."""
-    import jax
-
-    start = time.perf_counter()
-    compiled = jax.jit(fn).lower(*args).compile()
-    return compiled, time.perf_counter() - start
-
-
-def compile_config(
-    spec: KernelSpec, config: Config, args: Sequence[Any], kwargs: Mapping[str, Any]
-) -> tuple[Any, float]:
-    """The kernel at `config`, compiled ahead for `args`, and the seconds that took."""
-    fn = functools.partial(spec.bound_function(config, interpret=True), **kwargs)
-    return compile_ahead(fn, args)
-
-
 MAX_CACHED = 64  # verified executables kept per task, for the finalists
 
 
@@ -106,25 +89,64 @@ def measure_candidate(
     arg_sets: Sequence[Sequence[Any]] = (),
     cache: dict[ConfigId, Any] | None = None,
     pool: CompilePool | None = None,
+    known: Container[str] = (),
+    max_memory: int | None = None,
 ) -> TrialRecord:
     """Compile, run once and verify, then time one candidate (rotating among `args` and
     `arg_sets`): its trial record. The compile is `pool`'s where it compiled the config ahead.
     A verified executable is kept in `cache` for the finalists' re-measurement.
 
-    Failures become the record's status, never an exception.
+    A candidate whose program's fingerprint is `known` (measured already) is neither compiled
+    (unless the pool did so ahead) nor run: its record is a `duplicate` with that fingerprint.
+    One whose compiled program's peak memory (where the compiler reports it) is above
+    `max_memory` bytes is not run: `over_memory`. Every compiled candidate's record holds the
+    compiler's memory figures. Failures become the record's status, never an exception.
     """
-    import jax
-
     config = dict(config)
     try:
         if pool is not None:
-            compiled, compile_s = pool.take(config)
+            program = pool.take(config)
         else:
-            compiled, compile_s = compile_config(spec, config, args, kwargs)
+            program = compile_config(spec, config, args, kwargs, known)
     except Exception as e:
         return TrialRecord(config, "compile_error", error=one_line(e))
     if on_compiled:
-        on_compiled(compile_s)
+        on_compiled(program.compile_s)
+    if program.fingerprint in known or program.executable is None:
+        return TrialRecord(
+            config, "duplicate", compile_s=program.compile_s, fingerprint=program.fingerprint
+        )
+    peak = program.memory.get("memory_peak_bytes")
+    if max_memory is not None and peak is not None and peak > max_memory:
+        record = TrialRecord(
+            config,
+            "over_memory",
+            compile_s=program.compile_s,
+            error=f"peak memory {peak:,} bytes is above the bound of {max_memory:,} bytes",
+        )
+    else:
+        record = _run(spec, config, program, args, kwargs, oracle, policy, arg_sets, cache)
+    record.fingerprint = program.fingerprint  # a failure too: its duplicates would fail alike
+    for column, figure in program.memory.items():
+        setattr(record, column, figure)
+    return record
+
+
+def _run(
+    spec: KernelSpec,
+    config: Config,
+    program: Program,
+    args: Sequence[Any],
+    kwargs: Mapping[str, Any],
+    oracle: Any,
+    policy: TimingPolicy,
+    arg_sets: Sequence[Sequence[Any]],
+    cache: dict[ConfigId, Any] | None,
+) -> TrialRecord:
+    """Run a compiled candidate once, verify it, then time it."""
+    import jax
+
+    compiled, compile_s = program.executable, program.compile_s
     start = time.perf_counter()
     try:
         output = jax.block_until_ready(compiled(*args))
@@ -195,7 +217,7 @@ def interleaved_samples(
     for config in configs:
         exe = (cache or {}).get(config_id(config))
         if exe is None:
-            exe, _ = compile_config(spec, config, sets[0], kwargs)
+            exe = compile_config(spec, config, sets[0], kwargs).executable
         executables.append(exe)
     return interleaved(executables, sets, rounds, reps, policy)
 

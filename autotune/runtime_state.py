@@ -51,6 +51,9 @@ class RuntimeState:
     # their kernels' jitted entries) once a retry opens it
     unopened: set[tuple] = field(default_factory=set)
     recorded: set[TuningKey] = field(default_factory=set)  # misses counted by this process
+    # the database's entries of a kernel on this device, searched for the nearest tuned shape
+    # (autotune.nearest: checked against the database before each search)
+    shapes: dict[tuple, Any] = field(default_factory=dict)
 
 
 _STATE = RuntimeState()

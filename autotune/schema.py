@@ -49,6 +49,7 @@ TRIAL_STATUSES = (
     "crashed",
     "timeout",
     "duplicate",  # compiled to a program already measured in its study (`duplicate_of`)
+    "over_memory",  # its program's peak memory was above the run's bound (max_memory): not run
 )
 
 

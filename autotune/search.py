@@ -4,7 +4,12 @@ Search never knows how a configuration is measured (a device, a worker, a record
 only its objective value or that it failed. Only distinct, valid configurations cost budget:
 a proposal that breaks a constraint, or repeats one already measured, is told to the sampler
 without measuring and replaced by the nearest valid unmeasured configuration, so the loop
-always progresses. A space too large to list is never listed (see LISTED_UP_TO).
+always progresses. An evaluation whose status is `duplicate` (a configuration that compiles to
+a program measured already: autotune.tuner) costs none either: the budget counts distinct
+programs, and the sampler is told the program's value under the duplicate's parameters; as
+many duplicates in a row as the budget end the search (the space seems to hold no more
+distinct programs, or none the sampler finds). A space too large to list is never listed (see
+LISTED_UP_TO).
 
 `replay` runs the same loop against a recorded landscape (see ../shared/landscapes/README.md)
 instead of a device, to measure how quickly a strategy finds the optimum.
@@ -19,7 +24,7 @@ import io
 import logging
 import random
 import time
-from collections.abc import Callable, Container, Iterable, Mapping
+from collections.abc import Callable, Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -112,10 +117,11 @@ def run_search(
 ) -> list[Evaluation]:
     """Measure distinct valid configurations until a budget runs out; returns them in order.
 
-    Budgets, whichever comes first: `n_trials` measurements, `time_limit_s` seconds of wall
+    Budgets, whichever comes first: `n_trials` measurements (of distinct programs: duplicates
+    are free, but `n_trials` of them in a row end the search), `time_limit_s` seconds of wall
     time, and `patience` measurements in a row that do not beat the best so far by more than
-    `noise` (relative). When the valid space is no larger than `n_trials` it is searched
-    exhaustively. `initial` configurations (warm starts, the default) are measured first;
+    `noise` (relative). When the valid space is no
+    larger than `n_trials` it is searched exhaustively. `initial` configurations (warm starts, the default) are measured first;
     those outside the valid space are skipped. The budgets and the strategy come checked
     (autotune.tune_settings.TuneSettings); an unknown strategy is refused by make_sampler.
 
@@ -153,6 +159,7 @@ def run_search(
     claimed: set[tuple] = set()  # configs other live workers are measuring now
     best = np.inf
     since_best = 0
+    repeats = 0  # duplicates in a row: `n_trials` of them end the search (see programs_note)
     try:
         while True:
             if shared:
@@ -163,8 +170,9 @@ def run_search(
                     pos = vset.position(dict((k, v) for k, _, v in cid))
                     if pos is not None and vset.is_valid(pos):
                         seen.add(pos)
-            if len(measured) + len(claimed) >= budget or len(seen) == vset.count:
+            if _distinct(measured) + len(claimed) >= budget or len(seen) == vset.count:
                 if not claimed:
+                    _note_programs(results, vset, n_trials)
                     break
                 # the budget is spent once the claims are measured; a claim released instead (its
                 # worker died) leaves budget that this worker spends
@@ -172,6 +180,9 @@ def run_search(
                 continue
             if deadline is not None and time.monotonic() >= deadline:
                 log.info("search: wall-time limit of %.0f s reached", time_limit_s)
+                break
+            if repeats >= n_trials:
+                _note_programs(results, vset, n_trials)
                 break
             if patience is not None and since_best >= patience:
                 log.info("search: no improvement beyond %.1f%% in %d trials", noise * 100, patience)
@@ -221,6 +232,9 @@ def run_search(
             seen.add(pos)
             measured[cid] = ev
             results.append(ev)
+            repeats = repeats + 1 if ev.status == "duplicate" else 0
+            if repeats:  # nothing measured: no evidence for or against progress
+                continue
             if ev.value is None:
                 since_best += 1
             else:
@@ -237,10 +251,41 @@ def run_search(
 
 
 def _over(shared: SharedStudy, enc: _Encoding, budget: int) -> bool:
-    """Whether the study's measurements and claims, this worker's new claim among them, are
-    more than `budget`."""
+    """Whether the study's distinct programs measured and claims, this worker's new claim among
+    them, are more than `budget`."""
     measured, claimed = shared.refresh(enc)
-    return len(measured) + len(claimed) > budget
+    return _distinct(measured) + len(claimed) > budget
+
+
+def _distinct(measured: Mapping[tuple, Evaluation]) -> int:
+    """How many distinct programs the evaluations measured: the budget's count."""
+    return sum(ev.status != "duplicate" for ev in measured.values())
+
+
+def programs_note(statuses: Sequence[str], n_valid: int | None, n_trials: int) -> str:
+    """Why a search of `n_trials` ended with fewer distinct programs measured, where duplicates
+    (configurations compiling to a program measured already) are why; "" where they are not.
+    `statuses`: its evaluations' in order, one per configuration tried."""
+    distinct = sum(s != "duplicate" for s in statuses)
+    if distinct >= n_trials or distinct == len(statuses):
+        return ""
+    if n_valid is not None and len(statuses) >= n_valid:
+        return (
+            f"the {n_valid} valid configurations compile to {distinct} distinct programs, "
+            "every one measured"
+        )
+    if len(statuses) >= n_trials and all(s == "duplicate" for s in statuses[-n_trials:]):
+        return (
+            f"the last {n_trials} configurations tried compiled to programs measured already: "
+            f"{distinct} distinct programs found"
+        )
+    return ""
+
+
+def _note_programs(results: Sequence[Evaluation], vset: ValidSet, n_trials: int) -> None:
+    note = programs_note([ev.status for ev in results], vset.count, n_trials)
+    if note:
+        log.info("search: %s", note)
 
 
 def _valid_set(
@@ -343,7 +388,7 @@ def _every_workers(shared: SharedStudy, enc: _Encoding, budget: int) -> list[Eva
     while claimed:
         time.sleep(0.5)
         measured, claimed = shared.refresh(enc)
-    if len(measured) >= budget:  # spent for every worker (a time limit is this one's own)
+    if _distinct(measured) >= budget:  # spent for every worker (a time limit is this one's own)
         shared.close_queue()
     shared.leave()
     return list(measured.values())

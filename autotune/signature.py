@@ -6,6 +6,7 @@ arguments are a canonical JSON object such as ``{"causal":true}``. Both round-tr
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import re
@@ -53,6 +54,7 @@ def short_dtype(name: str) -> str:
     return _SHORT.get(name, name)
 
 
+@functools.lru_cache(maxsize=1024)  # signatures are parsed by the thousand; dtypes are few
 def parse_dtype(text: str) -> str:
     """Accept 'f32', 'float32', 'bf16', ... and return the canonical name (numbers and bool
     only: numpy also parses 'i4,i4', 'U10' or 'O', which no kernel argument is)."""

@@ -40,7 +40,7 @@ def best_entry(result: TuneResult, strategy: str, device: Any) -> BestEntry:
         time_s=result.best_time_s,
         default_time_s=result.default_time_s,
         speedup=result.speedup,
-        n_trials=len(result.trials),
+        n_trials=result.n_measured,
         n_rejected=result.n_rejected,
         trial_id=best.db_id,
         run_id=result.run_id,

@@ -160,6 +160,14 @@ class SharedStudy:
             if "status" in t.user_attrs
         ]
 
+    def programs(self) -> dict[str, TrialRecord]:
+        """The programs the study's workers measured: fingerprint -> the first trial of it."""
+        out: dict[str, TrialRecord] = {}
+        for record in self.records():
+            if record is not None and record.fingerprint and record.status != "duplicate":
+                out.setdefault(record.fingerprint, record)
+        return out
+
     def refresh(self, enc: Any) -> tuple[dict[tuple, Evaluation], set[tuple]]:
         """The study's measured configs (the first measurement of each, its record read back)
         and its live claims."""

@@ -183,6 +183,7 @@ class Task:
     trials: int = DEFAULTS.n_trials
     strategy: str = DEFAULTS.strategy
     seed: int | None = DEFAULTS.seed
+    max_memory: int | None = None  # the bound on a candidate's peak memory; None: the run's
 
     @property
     def static_dict(self) -> dict[str, Any]:
@@ -201,8 +202,11 @@ class Task:
         return [jax.ShapeDtypeStruct(s, d) for s, d in zip(self.shapes, self.dtypes)]
 
     def settings(self, run: TuneSettings) -> TuneSettings:
-        """The run's settings with this task's budget, strategy and seed."""
-        return run.replace(n_trials=self.trials, strategy=self.strategy, seed=self.seed)
+        """The run's settings with this task's budget, strategy, seed and memory bound."""
+        bound = run.max_memory if self.max_memory is None else self.max_memory
+        return run.replace(
+            n_trials=self.trials, strategy=self.strategy, seed=self.seed, max_memory=bound
+        )
 
 
 def make_task(
@@ -213,10 +217,12 @@ def make_task(
     trials: int = DEFAULTS.n_trials,
     strategy: str = DEFAULTS.strategy,
     seed: int | None = DEFAULTS.seed,
+    max_memory: int | None = None,
 ) -> Task:
     """The task of a command line's or a job file's text: `--shape 256x256,256x128`,
-    `--dtype bfloat16`; budget, strategy and seed checked as a job file names them."""
-    checked(_KEYS, n_trials=trials, strategy=strategy, seed=seed)
+    `--dtype bfloat16`; budget, strategy, seed and memory bound checked as a job file names
+    them."""
+    checked(_KEYS, n_trials=trials, strategy=strategy, seed=seed, max_memory=max_memory)
     shapes = parse_shapes(shape)
     return Task(
         kernel=kernel,
@@ -226,6 +232,7 @@ def make_task(
         trials=trials,
         strategy=strategy,
         seed=seed,
+        max_memory=max_memory,
     )
 
 
@@ -241,6 +248,7 @@ def task_of_miss(miss: Mapping[str, Any], settings: TuneSettings = DEFAULTS) -> 
         trials=settings.n_trials,
         strategy=settings.strategy,
         seed=settings.seed,
+        max_memory=settings.max_memory,
     )
 
 
@@ -267,6 +275,7 @@ def task_of_call(
         trials=settings.n_trials,
         strategy=settings.strategy,
         seed=settings.seed,
+        max_memory=settings.max_memory,
     )
 
 

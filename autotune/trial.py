@@ -39,7 +39,8 @@ class TrialRecord:
     """One measured candidate, as stored in the database's trials table."""
 
     config: Config
-    status: str  # ok | rejected | compile_error | runtime_error | crashed | timeout | duplicate
+    # ok | rejected | compile_error | runtime_error | crashed | timeout | duplicate | over_memory
+    status: str
     time_s: float | None = None
     time_min_s: float | None = None
     time_p10_s: float | None = None
@@ -120,7 +121,7 @@ class BestEntry:
 
     config: Config
     time_s: float
-    n_trials: int
+    n_trials: int  # trials measured: duplicates of a program measured already not counted
     run_id: str
     strategy: str  # the search strategy, or "variants" for a variant group's choice
     n_rejected: int = 0

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from autotune.finalists import Finalist
+from autotune.finalists import Finalist, undecided
 from autotune.signature import TuningKey
 from autotune.trial import TrialRecord, config_text
 
@@ -30,6 +30,8 @@ class TuneResult:
     oracle: str = ""  # which oracle judged the candidates: "interpret" or "reference"
     worker_start_s: float = 0.0  # starting the first device worker (0 in process)
     resumed: int = 0  # trials measured by earlier runs of the study before this one began
+    # why fewer programs were measured than the budget allowed: "" where none is missing
+    programs_note: str = ""
 
     @property
     def speedup(self) -> float | None:
@@ -54,6 +56,20 @@ class TuneResult:
         )
 
     @property
+    def within_noise(self) -> str | None:
+        """What the winner could not be told apart from side by side, when the re-measurement
+        reached its cap with finalists the fastest had not beaten (None: decided)."""
+        if len(self.finalists) < 2 or not (beyond := undecided(self.finalists)):
+            return None
+        rounds = len(self.finalists[0].rounds)
+        tied = [min(self.finalists, key=lambda f: f.time_s), *beyond]
+        others = ", ".join(config_text(f.config) for f in tied if f.config != self.best_config)
+        return (
+            f"after {rounds} interleaved rounds the winner and {others} were not told apart "
+            "(sign test, autotune.finalists): the choice is within the noise"
+        )
+
+    @property
     def first_pass(self) -> bool:
         """Whether the finalists' side-by-side re-measurement failed (a worker crashed or was
         killed), so that the winner was chosen on first-pass figures."""
@@ -62,6 +78,16 @@ class TuneResult:
     @property
     def n_rejected(self) -> int:
         return sum(t.status == "rejected" for t in self.trials)
+
+    @property
+    def n_measured(self) -> int:
+        """Trials measured: every one but the duplicates (what the budget counts)."""
+        return len(self.trials) - self.n_duplicates
+
+    @property
+    def n_duplicates(self) -> int:
+        """Trials that compiled to a program measured already (stored, not measured)."""
+        return sum(t.status == "duplicate" for t in self.trials)
 
     @property
     def n_crashed(self) -> int:

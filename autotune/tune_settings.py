@@ -31,8 +31,10 @@ class TuneSettings:
     """
 
     n_trials: int = 32
-    """The most distinct configurations measured (a whole number, at least 1). With a
-    `storage`, the budget of the whole study, shared by every worker that joins it."""
+    """The most distinct programs measured (a whole number, at least 1): a configuration that
+    compiles to a program measured already is stored as its `duplicate`, not measured, and
+    costs none (as many in a row end the search). With a `storage`, the budget of the whole
+    study, shared by every worker that joins it."""
 
     strategy: str = DEFAULT_STRATEGY
     """How the search proposes configurations: one of autotune.strategies.STRATEGIES ("gp",
@@ -86,6 +88,11 @@ class TuneSettings:
     """An Optuna RDB URL in which the search is a study: an interrupted run resumes without
     measuring again, and several workers share `n_trials`. None: the study is in memory."""
 
+    max_memory: int | None = None
+    """The most bytes of peak memory a candidate's program may need, by the compiler's memory
+    analysis (where the backend reports it: CPU and GPU do): one above it is an `over_memory`
+    trial, compiled but never run. None: no bound."""
+
     study_name: str | None = None
     """The study's name in `storage`; None: derived from the tuning key, so that workers tuning
     the same key meet in one study (autotune.studies.study_name_of)."""
@@ -110,6 +117,8 @@ class TuneSettings:
         _at_least(self.finalists, "finalists", 0, "0 or more")
         if self.compile_workers is not None:
             _at_least(self.compile_workers, "compile_workers", 0, "0 or more")
+        if self.max_memory is not None:
+            _at_least(self.max_memory, "max_memory", 1, "a positive number of bytes")
         if self.devices != "all":
             _at_least(self.devices, "devices", 1, 'at least 1, or "all"')
 

@@ -21,11 +21,12 @@ from pathlib import Path
 from typing import Any
 
 from autotune import registry
+from autotune.compiling import MEMORY_FIELDS
 from autotune.errors import DatabaseError, KernelError, SpaceError
 from autotune.finalists import Finalist, remeasure
 from autotune.inputs import random_inputs
 from autotune.oracle import make_oracle
-from autotune.search import LISTED_UP_TO, run_search
+from autotune.search import LISTED_UP_TO, programs_note, run_search
 from autotune.signature import TuningKey
 from autotune.storing import decide_and_store, open_db
 from autotune.studies import SharedStudy, delete_study, study_name_of
@@ -114,20 +115,6 @@ def _tune(
     run_id = uuid.uuid4().hex
     handle = open_db(db) if store else None
 
-    def measure(config: Config, is_default: bool = False, on: Worker = worker) -> TrialRecord:
-        record = on.measure(config)
-        record.device = on.device_id
-        record.is_default = is_default or config == default
-        record.oracle = oracle.name
-        if handle is not None:  # stored at once: an interrupted run loses no measurement
-            try:
-                (record.db_id,) = handle.add_trials(key, run_id, [record])
-            except DatabaseError as e:
-                raise DatabaseError(
-                    f"{e} ({spec.name} {sig.text}: this run's trials and best entry are not saved)"
-                ) from e
-        return record
-
     warm = warm_starts(handle or db, key, sig, space) if settings.warm_start else []
     study = (settings.study_name or study_name_of(key)) if storage else None
     # trials an interrupted run (or another worker) measured: they count against the budget
@@ -136,6 +123,39 @@ def _tune(
     started = measured = resumed  # trials begun, and measured, these included
     counting = threading.Lock()  # the devices' searches count and report in turn
     stop = threading.Event()  # an interrupt: the devices' searches end before their next trial
+    # the programs measured in the study, by fingerprint: a config that compiles to one of them
+    # is stored as its duplicate, not measured (this process's devices' and, in a shared study,
+    # every worker's)
+    programs: dict[str, TrialRecord] = {}
+    view = joined or (SharedStudy(storage, study, None) if storage else None)
+
+    def measure(config: Config, is_default: bool = False, on: Worker = worker) -> TrialRecord:
+        with counting:
+            if view is not None:
+                for fp, first in view.programs().items():
+                    programs.setdefault(fp, first)
+            known = dict(programs)
+        record = on.measure(config, known.keys(), settings.max_memory)
+        record.device = on.device_id
+        record.is_default = is_default or config == default
+        if record.status == "duplicate":  # the program's trial, and its memory figures
+            of = known[record.fingerprint]
+            record.duplicate_of = of.db_id
+            for column in MEMORY_FIELDS:
+                setattr(record, column, getattr(of, column))
+        else:
+            record.oracle = oracle.name
+        if handle is not None:  # stored at once: an interrupted run loses no measurement
+            try:
+                (record.db_id,) = handle.add_trials(key, run_id, [record])
+            except DatabaseError as e:
+                raise DatabaseError(
+                    f"{e} ({spec.name} {sig.text}: this run's trials and best entry are not saved)"
+                ) from e
+        if record.fingerprint and record.status != "duplicate":
+            with counting:
+                programs.setdefault(record.fingerprint, record)
+        return record
 
     def evaluate_on(on: Worker) -> Callable[[Config], Evaluation]:
         def evaluate(config: Config) -> Evaluation:
@@ -147,9 +167,13 @@ def _tune(
                     raise _LaneEnds
                 started += 1
             record = measure(config, on=on)
-            evaluation = Evaluation(record, record.time_s if record.status == "ok" else None)
             with counting:
-                measured += 1
+                if record.status == "duplicate":  # not measured: its program's figure
+                    started -= 1
+                    evaluation = Evaluation(record, _value(programs[record.fingerprint]))
+                else:
+                    measured += 1
+                    evaluation = Evaluation(record, _value(record))
                 if progress:
                     try:
                         progress(record, measured, budget)
@@ -195,6 +219,8 @@ def _tune(
             winner, key, trials, handle, settings.strategy, worker.device, shared
         )
         result.oracle_s, result.oracle, result.resumed = oracle_s, oracle.name, resumed
+        n_valid = None if valid is None else len(valid)
+        result.programs_note = programs_note([t.status for t in trials], n_valid, n_trials)
         if handle is not None:
             result.db_url = handle.url
             registry.entry_stored()
@@ -251,11 +277,13 @@ def _resumed(
     shared = SharedStudy(storage, study, None)
     shared.join()  # counted once joined: a study that is joined is deleted by no other worker
     records = shared.records()
+    # what counts against the budget: distinct programs measured (a duplicate is not measured)
+    n_measured = sum(r is None or r.status != "duplicate" for r in records)
     if handle is None or not records:  # a run that stores nothing has nothing to agree with
-        return len(records), shared
+        return n_measured, shared
     held = {t.db_id: config_id(t.config) for t in handle.trials(**key.as_dict())}
     if all(r is not None and held.get(r.db_id) == config_id(r.config) for r in records):
-        return len(records), shared
+        return n_measured, shared
     lacking = f"the tuning database {handle.url} lacks trials of the study {study!r}"
     shared.leave()
     if shared.in_use():
@@ -266,6 +294,11 @@ def _resumed(
     log.warning("%s (replaced since they were stored): tuning afresh", lacking)
     delete_study(storage, study, unless_in_use=True)
     return 0, None
+
+
+def _value(record: TrialRecord) -> float | None:
+    """A measured trial's objective: its median time, None where it failed."""
+    return record.time_s if record.status == "ok" else None
 
 
 def _valid_configs(spec: registry.KernelSpec, sig: Any, space: Any) -> list[Config] | None:
@@ -306,6 +339,13 @@ def _result(
         # as the baseline; it takes part in the finalists like any measured candidate
         default_trial = measure(default, is_default=True)
         trials = [*trials, default_trial]
+    if default_trial.status == "duplicate":
+        # the trial that measured the default's program stands for it, the finalists included
+        default_trial = next(
+            t
+            for t in trials
+            if t.fingerprint == default_trial.fingerprint and t.status != "duplicate"
+        )
     ok = [t for t in trials if t.status == "ok"]
     if not ok:
         raise KernelError(
@@ -318,11 +358,13 @@ def _result(
     ranked: list[Finalist] = []
     finalists_start = time.perf_counter()
     if n_finalists > 0:
-        also = [rival.config] if rival else []
+        also = [default_trial.config, *([rival.config] if rival else [])]
         ranked = remeasure(worker, ok, default, n_finalists, also)  # the default too, if ok
         best = next(t for t in ok if t.config == ranked[0].config)
         best_time_s = ranked[0].time_s
-        default_time_s = next((f.time_s for f in ranked if f.config == default), default_time_s)
+        default_time_s = next(
+            (f.time_s for f in ranked if f.config == default_trial.config), default_time_s
+        )
     result = TuneResult(
         kernel=spec.name,
         key=key,

@@ -7,7 +7,8 @@ candidates are its members, each pinned to its best configuration ({"variant": N
 by the same kind of worker as any tuning task (in this process, or a device worker under
 isolation): each is checked against one oracle (the first member's plain-JAX reference, or the
 first plain member), timed, and the finalists are re-measured interleaved
-(autotune.finalists); ties within the noise go to the first member. The group's entry, under
+(autotune.finalists); ties within the noise go to the first member, unless another is clearly
+ahead in both measurements. The group's entry, under
 its own key, holds the winning member's name as its config, with one trial per member.
 """
 

@@ -243,12 +243,12 @@ def side_by_side(job: dict[str, Any]) -> dict[str, Any]:
     import numpy as np
 
     from autotune import registry
+    from autotune.compiling import compile_config
     from autotune.db import TuningDB
     from autotune.device import current_device
     from autotune.measure import (
         TimingPolicy,
         cache_bytes,
-        compile_config,
         interleaved,
         rotation_sets,
         time_compiled,
@@ -274,7 +274,7 @@ def side_by_side(job: dict[str, Any]) -> dict[str, Any]:
     off = n if native is not args else 0
 
     def kernel_call(config: dict[str, Any]) -> Callable:
-        exe, _ = compile_config(spec, config, args, static)
+        exe = compile_config(spec, config, args, static).executable
         return lambda *a: exe(*a[:n])
 
     vendor_exe = jax.jit(vendor).lower(*native).compile()

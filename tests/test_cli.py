@@ -46,11 +46,33 @@ def test_tune_then_list_and_trials(subprocess_env, db_url):
         run(["db", "trials", "--kernel", "matmul", "--format", "json"], subprocess_env).stdout
     )
     assert len(trials) == 3 and {t["status"] for t in trials} == {"ok"}
+    # the compiler's memory analysis of each measured program (CPU reports it)
+    assert all(t["memory_peak_bytes"] >= t["memory_argument_bytes"] > 0 for t in trials)
+    assert "peak_memory" in run(["db", "trials"], subprocess_env).stdout
     csv_out = run(["db", "trials", "--format", "csv"], subprocess_env).stdout.splitlines()
     assert len(csv_out) == 4 and csv_out[0].startswith("id,")
     table = run(["db", "list", "--kernel", "matmul"], subprocess_env).stdout
     assert "f32[32,64],f32[64,32]" in table
     assert run(["db", "list", "--kernel", "nothing"], subprocess_env).stdout.strip() == "(no rows)"
+
+
+def test_tune_measures_each_distinct_program_once(subprocess_env):
+    # block_rows 16 to 128 are clamped to the 16 rows: one program; 8 is another
+    out = run(
+        ["tune", "softmax", "--shape", "16x128", "--trials", "5", "--strategy", "grid"],
+        subprocess_env,
+    ).stdout
+    assert "trials 2 (+3 duplicates)" in out, out
+    assert "the 5 valid configurations compile to 2 distinct programs, every one measured" in out
+    trials = json.loads(run(["db", "trials", "--format", "json"], subprocess_env).stdout)
+    measured = {t["id"]: t for t in trials if t["status"] == "ok"}
+    duplicates = [t for t in trials if t["status"] == "duplicate"]
+    assert len(measured) == 2 and len(duplicates) == 3
+    assert {t["config"]["block_rows"] for t in duplicates} == {16, 32, 128}
+    for t in duplicates:  # named after the trial that measured the default's program
+        of = measured[t["duplicate_of"]]
+        assert of["config"] == {"block_rows": 64} and t["fingerprint"] == of["fingerprint"]
+        assert t["time_s"] is None
 
 
 def test_kernels_lists_shipped_kernels_with_parameters(subprocess_env):
@@ -132,19 +154,26 @@ def test_plain_tune_killed_mid_run_resumes_and_a_finished_one_starts_afresh(subp
             break
     proc.wait(timeout=60)
     proc.stdout.close()
-    stored = len(TuningDB(db_url).trials())
-    assert stored >= 3 and TuningDB(db_url).query() == []
+
+    # measured trials (large blocks clamp alike at 32x64: those are duplicates, not measured)
+    def measured():
+        return [t for t in TuningDB(db_url).trials() if t.status != "duplicate"]
+
+    def lines(out):
+        return [ln for ln in out.splitlines() if "trial " in ln and "duplicate" not in ln]
+
+    assert len(measured()) >= 3 and TuningDB(db_url).query() == []
 
     out = run(cmd, subprocess_env).stdout
     done = int(out.split("resumed: ")[1].split(" of 6 trials already measured")[0])
     assert done >= 2  # trial 3 was stored; the kill may land before its study heard of it
-    assert out.count("trial ") == 6 - done
-    assert len(TuningDB(db_url).trials()) <= 7  # at most the one in flight measured twice
+    assert len(lines(out)) == 6 - done
+    assert len(measured()) <= 7  # at most the one in flight measured twice
     (entry,) = TuningDB(db_url).query()
     assert entry.n_trials == 6
 
     again = run(cmd, subprocess_env).stdout  # finished: its study is gone, this one is new
-    assert "resumed" not in again and again.count("trial ") == 6
+    assert "resumed" not in again and len(lines(again)) == 6
 
 
 JUNK = bytes(range(128, 256)) * 4
@@ -158,6 +187,10 @@ BAD_INPUT = {
     "run timeout nan": (
         ["tune", "matmul", "--shape", "32x32,32x32", "--run-timeout", "nan"],
         "--run-timeout must be a positive",
+    ),
+    "memory bound zero": (
+        ["tune", "matmul", "--shape", "32x32,32x32", "--max-memory", "0"],
+        "--max-memory must be a positive number of bytes",
     ),
     "time limit nan": (
         ["tune", "matmul", "--shape", "32x32,32x32", "--time-limit", "nan"],

@@ -83,6 +83,38 @@ def test_export_then_import_round_trips_and_conflicts_keep_the_faster(filled, tm
         assert {e.key.signature: e.config["block_rows"] for e in db.query()}["f32[64,128]"] == 12
 
 
+def test_a_bulk_import_merges_across_batches_and_repeated_keys(filled, tmp_path, monkeypatch):
+    from autotune import dbwrite
+
+    monkeypatch.setattr(dbwrite, "KEYS_PER_QUERY", 2)  # 5 signatures: three lookups
+    entries = {e.key.signature: e.as_row() for e in TuningDB(filled).query(platform="tpu")}
+    doc = TuningDB(filled).export(platform="tpu")
+    base = dict(entries["f32[64,128]"], run_id="new", tuned_at="2026-12-05T00:00:00+00:00")
+    doc["entries"] = [
+        dict(base, config={"block_rows": 8}, time_s=0.5e-3),  # faster than the stored 1e-3
+        dict(base, signature="bf16[64,128]", config={"block_rows": 8}, time_s=9e-3),  # slower
+        dict(base, signature="f32[8,128]", config={"block_rows": 8}, time_s=4e-3),
+        dict(base, signature="f32[8,128]", config={"block_rows": 16}, time_s=3e-3),  # again
+        dict(base, signature="f32[8,128]", config={"block_rows": 32}, time_s=5e-3),  # slower
+        dict(base, signature="f32[16,128]", config={"block_rows": 16}, time_s=1e-3),
+        dict(base, signature="f32[32,128]", config={"block_rows": 32}, time_s=1e-3),
+    ]
+    for e in doc["entries"]:
+        e.pop("id", None)
+        e.pop("trial_id", None)
+    with TuningDB(filled) as db:
+        counts = db.import_entries(doc)
+        got = {e.key.signature: e.config["block_rows"] for e in db.query(platform="tpu")}
+    assert counts == {"added": 3, "replaced": 2, "kept": 2}
+    assert got == {
+        "f32[64,128]": 8,
+        "bf16[64,128]": 32,
+        "f32[8,128]": 16,
+        "f32[16,128]": 16,
+        "f32[32,128]": 32,
+    }
+
+
 @pytest.mark.parametrize(
     "text, message",
     [

@@ -35,8 +35,10 @@ def test_two_devices_measure_exactly_the_budget_between_them(subprocess_env, db_
         ["tune", "matmul", "--shape", "64x64,64x64", "--trials", "6", "--devices", "2"], env
     ).stdout
     trials = json.loads(cli(["db", "trials", "--format", "json"], env).stdout)
-    assert len(trials) == 6, out  # one study's budget, not one per device
-    assert len({config_text(t) for t in trials}) == 6  # no configuration measured twice
+    # one study's budget of distinct programs, not one per device (a config compiling to a
+    # program measured already, e.g. block_m 128 clamped to 64 rows, is a duplicate, not measured)
+    assert len([t for t in trials if t["status"] != "duplicate"]) == 6, out
+    assert len({config_text(t) for t in trials}) == len(trials)  # no configuration twice
     assert {t["device"] for t in trials} == {"cpu:0", "cpu:1"}  # each measured some
     lines = [line for line in out.splitlines() if line.startswith("trial")]
     shown = [word for line in lines for word in line.split() if word.startswith("cpu:")]

@@ -72,9 +72,15 @@ def test_three_workers_share_one_study_and_store_its_best_trial(
     configs = collections.Counter(json.dumps(t.config, sort_keys=True) for t in trials)
     duplicates = sum(n - 1 for n in configs.values())
     assert duplicates == 0, configs  # claims are checked after they are committed
-    # a worker stops when measured + claimed reaches the budget; workers that check at the
-    # same moment may each start one more
-    assert BUDGET <= len(trials) <= BUDGET + WORKERS - 1
+    # a worker stops when the programs measured + claimed reach the budget; workers that check
+    # at the same moment may each start one more. A config that compiles to a program measured
+    # already is stored as a duplicate of it, not measured (at 32x64 large blocks clamp alike)
+    measured = {t.db_id: t for t in trials if t.status != "duplicate"}
+    programs = {t.fingerprint for t in trials}
+    assert min(BUDGET, len(programs)) <= len(measured) <= BUDGET + WORKERS - 1
+    for t in trials:
+        if t.status == "duplicate":  # named after a trial any worker measured
+            assert measured[t.duplicate_of].fingerprint == t.fingerprint
     best = min((t for t in trials if t.status == "ok"), key=lambda t: t.time_s)
     assert entry.trial_id == best.db_id and entry.time_s == best.time_s
     assert entry.config == best.config
@@ -171,3 +177,28 @@ def test_a_winner_stored_while_another_worker_chose_its_own_is_judged_side_by_si
     (entry,) = TuningDB(db_url).query()
     assert entry.config == second.best_config
     assert entry.time_s == pytest.approx(second.best_time_s)  # not the lucky figure
+
+
+def test_a_later_worker_of_a_study_stores_duplicates_of_the_programs_an_earlier_one_measured(
+    tmp_path, db_url
+):
+    import jax.numpy as jnp
+
+    import autotune
+    from autotune.kernels import softmax
+
+    storage = f"sqlite:///{tmp_path / 'studies.db'}"
+    x = jnp.ones((16, 128), jnp.float32)  # block_rows 16 to 128 are clamped to 16 rows: one program
+    first = autotune.tune(softmax, [x], n_trials=1, db=db_url, storage=storage, strategy="grid")
+    (measured,) = first.trials
+    assert measured.config == {"block_rows": 64} and measured.status == "ok"  # the default
+    second = autotune.tune(softmax, [x], n_trials=3, db=db_url, storage=storage, strategy="grid")
+    by_rows = {t.config["block_rows"]: t for t in second.trials}  # the study's, both workers'
+    assert by_rows[8].status == "ok" and by_rows[8].fingerprint != measured.fingerprint
+    for rows in (16, 32, 128):  # not measured again: the first worker's trial is named
+        assert by_rows[rows].status == "duplicate", by_rows[rows]
+        assert by_rows[rows].duplicate_of == measured.db_id
+        assert by_rows[rows].fingerprint == measured.fingerprint and by_rows[rows].time_s is None
+    assert second.n_duplicates == 3 and "compile to 2 distinct programs" in second.programs_note
+    stored = {t.config["block_rows"]: t for t in TuningDB(db_url).trials(kernel="softmax")}
+    assert stored[32].status == "duplicate" and stored[32].duplicate_of == measured.db_id

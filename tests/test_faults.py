@@ -12,6 +12,7 @@ import pytest
 from toy_kernels import make_input, scale
 
 from autotune import measure
+from autotune.compiling import Program
 from autotune.measure import TimingPolicy, measure_candidate, per_call_seconds
 from autotune.task import task_of_call
 from autotune.worker import DeviceWorker, WorkerLimits
@@ -57,7 +58,7 @@ class CompiledAhead:  # the compile pool's part: hands over the executable
         self.compiled = compiled
 
     def take(self, config):
-        return self.compiled, 0.01
+        return Program("fingerprint", self.compiled, 0.01)
 
 
 @pytest.mark.parametrize("timer", ["cupti", "trace", "wall"])

@@ -20,6 +20,7 @@ from autotune.jobfile import load_job
 from autotune.jobs import parse_shard, shard
 from autotune.signature import TuningKey
 from autotune.strategies import DEFAULT_STRATEGY, STRATEGIES
+from autotune.tune_settings import TuneSettings
 
 JOB = """
 [defaults]
@@ -97,6 +98,15 @@ def test_a_job_takes_every_strategy_and_defaults_to_the_default(tmp_path):
     assert [strategy(f"strategy = '{s}'") for s in STRATEGIES] == list(STRATEGIES)
 
 
+def test_a_jobs_memory_bound_reaches_its_tasks_settings(tmp_path):
+    text = "[defaults]\nmax_memory = 4096\n[[task]]\nkernel = 'vector_add'\nshapes = ['8,8']\n"
+    (task,) = load_job(write(tmp_path, text))
+    assert task.max_memory == 4096
+    assert task.settings(TuneSettings(max_memory=10**9)).max_memory == 4096  # the task's own
+    (task,) = load_job(write(tmp_path, "[[task]]\nkernel = 'vector_add'\nshapes = ['8,8']\n"))
+    assert task.settings(TuneSettings(max_memory=10**9)).max_memory == 10**9  # the run's
+
+
 @pytest.mark.parametrize(
     "text, message",
     [
@@ -104,6 +114,10 @@ def test_a_job_takes_every_strategy_and_defaults_to_the_default(tmp_path):
         ("[[task]]\nkernel = 'matmul'", "needs shapes"),
         ("[[task]]\nkernel = 'matmul'\nshapes = ['8x8,8x8']\ntrials = 0", "trials must be"),
         ("[[task]]\nkernel = 'matmul'\nshapes = ['8y8']", "malformed --shape"),
+        (
+            "[defaults]\nmax_memory = -1\n[[task]]\nkernel = 'matmul'\nshapes = ['8x8,8x8']",
+            "max_memory must be a positive",
+        ),
         ("[[task]]\nkernel = 'matmul'\nshapes = ['8']\nblock = 2", "unknown field(s) block"),
         ("[[tasks]]\nkernel = 'matmul'", "unknown table(s) tasks"),
         ("[[task]\n", "is not valid TOML"),
@@ -240,10 +254,10 @@ def test_interrupt_mid_task_then_rerun_resumes_without_remeasuring(
     storage = f"sqlite:///{tmp_path / 'tuning-studies.db'}"
     (summary,) = optuna.get_all_study_summaries(storage)
     before = optuna.load_study(study_name=summary.study_name, storage=storage)
-    done_before = {
+    done_before = {  # measured: a config compiling to a program measured already is not
         json.dumps(t.params, sort_keys=True)
         for t in before.trials
-        if t.state == optuna.trial.TrialState.COMPLETE
+        if t.state == optuna.trial.TrialState.COMPLETE and t.user_attrs["status"] != "duplicate"
     }
     # trial 3 was stored and printed; the kill may land before the study was told of it
     assert len(done_before) >= 2
@@ -251,7 +265,7 @@ def test_interrupt_mid_task_then_rerun_resumes_without_remeasuring(
     out = run(["tune", "--job", job], subprocess_env).stdout
     assert out.strip().endswith("1 tuned, 0 skipped, 0 failed")
     (entry,) = TuningDB(db_url).query()
-    trials = TuningDB(db_url).trials()
+    trials = [t for t in TuningDB(db_url).trials() if t.status != "duplicate"]
     resumed = [t for t in trials if t.run_id != trials[0].run_id]
     assert len(resumed) == 6 - len(done_before)  # only what the study had left of its budget
     configs = {json.dumps(t.config, sort_keys=True) for t in trials}

@@ -1,5 +1,10 @@
 """The @autotuned lookup: stored config, nearest shape, defaults; inside and outside jit."""
 
+import contextlib
+import json
+import subprocess
+import sys
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -8,10 +13,12 @@ from jax.experimental import pallas as pl
 from toy_kernels import make_input, rows_divide, scale
 
 import autotune
-from autotune import BestEntry, TuningDB
+from autotune import BestEntry, TuningDB, runtime_state
 from autotune.device import current_device
 from autotune.errors import AutotuneError
 from autotune.measure import TimingPolicy
+from autotune.nearest import ShapeIndex
+from autotune.signature import parse_args, shape_distance
 
 QUICK = TimingPolicy(warmup=1, min_reps=2, max_reps=3, max_time_s=0.05)
 
@@ -140,6 +147,48 @@ def test_nearest_tuned_shape_is_used_when_its_config_fits(db_url):
     near = scale.explain(make_input(rows=80))  # 32 does not divide 80; the next nearest is 512's 16
     assert near["source"] == "nearest" and near["config"] == {"block_rows": 16}
     assert scale.explain(make_input(rows=160))["config"] == {"block_rows": 32}  # 160 % 32 == 0
+
+
+def test_the_nearest_shapes_are_read_once_and_again_after_another_process_writes(
+    db_url, subprocess_env
+):
+    store(db_url, make_input(rows=128), 32)
+    assert scale.explain(make_input(rows=160))["config"] == {"block_rows": 32}
+    (index,) = runtime_state.current().shapes.values()
+    assert scale.explain(make_input(rows=96))["config"] == {"block_rows": 32}
+    assert list(runtime_state.current().shapes.values()) == [index]  # not read again
+    # another process replaces 128 rows' entry and adds 64 rows'
+    keys = [scale.spec.key(scale.spec.signature([make_input(rows=r)], {}, current_device()),
+                           current_device()).as_dict() for r in (128, 64)]  # fmt: skip
+    write = (
+        "import json, sys\n"
+        "from autotune import BestEntry, TuningDB\n"
+        "from autotune.signature import TuningKey\n"
+        "with TuningDB(sys.argv[1]) as db:\n"
+        "    for key, rows in zip(json.loads(sys.argv[2]), (8, 16)):\n"
+        "        entry = BestEntry({'block_rows': rows}, 1e-3, 1, 'other', 'grid')\n"
+        "        db.put_best(TuningKey(**key), entry)\n"
+    )
+    subprocess.run(
+        [sys.executable, "-c", write, db_url, json.dumps(keys)], env=subprocess_env, check=True
+    )
+    assert scale.explain(make_input(rows=256))["config"] == {"block_rows": 8}  # 128's, replaced
+    assert scale.explain(make_input(rows=48))["config"] == {"block_rows": 16}  # 64's, added
+
+
+def test_the_shape_index_ranks_entries_as_shape_distance_does():
+    signatures = [f"f32[{r},{c}]" for r in (8, 12, 16, 24, 48, 64) for c in (64, 128, 256)]
+    signatures += ["f32[8,128],f32[8]", "bf16[20,100]", "f32[16]", "f32[8, 128]", "f32[0,128]"]
+    entries = [(s, "v1", json.dumps({"i": i})) for i, s in enumerate(signatures)]
+    index = ShapeIndex.of([*entries, ("f32[16,128]", "v0", "{}")], "v1")
+    call = parse_args("f32[20,100]")
+    expected = []
+    for i, s in enumerate(signatures):
+        with contextlib.suppress(AutotuneError):
+            if (d := shape_distance(parse_args(s), call)) is not None:
+                expected.append((round(d, 9), s, {"i": i}))
+    assert list(index.nearest(call)) == sorted(expected, key=lambda t: t[:2])
+    assert len(expected) == 19 and index.stale == {"f32[16,128]": "v0"}
 
 
 def test_strict_mode_raises_on_a_miss(db_url, monkeypatch):

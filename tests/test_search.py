@@ -27,11 +27,13 @@ from autotune.search import (
     _Encoding,
     load_landscape,
     make_sampler,
+    programs_note,
     replay,
     run_search,
 )
 from autotune.space import Param, Space
 from autotune.strategies import STARTUP_TRIALS
+from autotune.trial import TrialRecord
 from autotune.valid_set import ListedSet
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "landscapes"
@@ -375,3 +377,32 @@ def test_start_up_proposals_are_as_far_as_possible_from_those_measured(strategy)
         rest = [c for c in valid if c not in measured[:k]]
         assert gap(measured[k], measured[:k]) == max(gap(c, measured[:k]) for c in rest)
     assert measured[1]["bx"] != measured[0]["bx"] and measured[1]["by"] != measured[0]["by"]
+
+
+def test_duplicates_spend_no_budget_and_as_many_in_a_row_as_the_budget_end_the_search():
+    space = Space((Param("b", tuple(range(40))),))
+    valid = [{"b": b} for b in range(40)]
+
+    def evaluate(config):  # b clamps to 8 at most: b >= 8 compile to one program, measured once
+        if config["b"] > 8:
+            return Evaluation(TrialRecord(config, "duplicate"), 1.0)  # b=8's figure
+        return Evaluation.of(config, 10.0 - config["b"])
+
+    statuses = lambda found: [ev.status for ev in found]  # noqa: E731
+    # a budget of 9: the grid's first nine, all distinct, spend it
+    found = run_search(space, None, evaluate, n_trials=9, strategy="grid", valid=valid)
+    assert statuses(found) == ["ok"] * 9
+    # a budget of 12: 9 distinct, then 12 duplicates in a row end the search, said so
+    found = run_search(space, None, evaluate, n_trials=12, strategy="grid", valid=valid)
+    assert statuses(found) == ["ok"] * 9 + ["duplicate"] * 12
+    assert programs_note(statuses(found), 40, 12) == (
+        "the last 12 configurations tried compiled to programs measured already: "
+        "9 distinct programs found"
+    )
+    # a space with fewer distinct programs than the budget ends once every config was tried
+    small = [{"b": b} for b in range(12)]
+    found = run_search(space, None, evaluate, n_trials=20, strategy="gp", seed=0, valid=small)
+    assert sorted(ev.config["b"] for ev in found) == list(range(12))
+    assert programs_note(statuses(found), 12, 20) == (
+        "the 12 valid configurations compile to 9 distinct programs, every one measured"
+    )

@@ -113,3 +113,27 @@ def test_a_kept_default_says_why_when_a_candidate_looked_faster():
     )
     won = TuneResult("k", None, {"b": 16}, 0.9e-3, {"b": 8}, 1e-3, finalists=finalists)
     assert won.why_default_kept is None
+
+
+def test_a_candidate_above_the_memory_bound_is_compiled_but_never_run(db_url):
+    from autotune.compiling import compile_config
+    from autotune.kernels import softmax
+
+    x = jnp.ones((16, 128), jnp.float32)
+    peak = {
+        rows: compile_config(softmax.spec, {"block_rows": rows}, [x], {}).memory for rows in (8, 64)
+    }
+    peak = {rows: m["memory_peak_bytes"] for rows, m in peak.items()}
+    assert peak[8] > peak[64]  # 8-row blocks need more temporaries than one 16-row block
+    result = autotune.tune(
+        softmax, [x], n_trials=5, strategy="grid", max_memory=peak[64], db=db_url
+    )
+    by_rows = {t.config["block_rows"]: t for t in result.trials}
+    over = by_rows[8]
+    assert over.status == "over_memory" and "above the bound" in over.error
+    assert over.memory_peak_bytes == peak[8] and over.time_s is None and over.max_error is None
+    assert by_rows[64].status == "ok" and by_rows[64].memory_peak_bytes == peak[64]
+    assert by_rows[16].status == "duplicate" and by_rows[16].memory_peak_bytes == peak[64]
+    assert result.best_config == {"block_rows": 64}
+    stored = {t.config["block_rows"]: t for t in TuningDB(db_url).trials(kernel="softmax")}
+    assert stored[8].status == "over_memory" and stored[8].memory_peak_bytes == peak[8]

@@ -38,10 +38,12 @@ _TABLE_COLUMNS = (
     "signature",
     "static",
     "status",
+    "duplicate_of",  # trials: the trial that measured its program
     "oracle",  # trials: which oracle judged it
     "device",  # trials: the local device that measured it ("gpu:3")
     "config",
     "time_s",
+    "memory_peak_bytes",  # trials: the compiler's peak memory of its program
     "default_time_s",
     "speedup",
     "n_trials",
@@ -57,20 +59,35 @@ _TABLE_COLUMNS = (
 )
 
 
+# columns a table shows only where some row has a value
+_SPARSE = {"duplicate_of", "memory_peak_bytes"}
+
+
 def _table_row(r: dict[str, Any]) -> dict[str, Any]:
     out = {}
     for k in _TABLE_COLUMNS:
-        if k not in r or (k == "static" and r[k] == "{}"):
+        if k not in r or (k == "static" and r[k] == "{}") or (k in _SPARSE and r[k] is None):
             continue
         v = r[k]
         if k == "config":
             v = config_text(v) if isinstance(v, dict) else str(v)
         elif k.endswith("time_s"):
             k, v = k.replace("_s", "_ms"), None if v is None else f"{v * 1e3:.4f}"
+        elif k == "memory_peak_bytes":
+            k, v = "peak_memory", byte_text(v)
         elif k.endswith("speedup") and v is not None:
             v = f"{v:.2f}x"
         out[k] = "" if v is None else v
     return out
+
+
+def byte_text(n: int) -> str:
+    """'768.0 KiB': a number of bytes in binary units."""
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n} B" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    raise AssertionError("unreachable")  # pragma: no cover
 
 
 def table(rows: list[dict[str, Any]]) -> str:

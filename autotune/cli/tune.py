@@ -38,6 +38,7 @@ FLAGS = {
     "finalists": "--finalists",
     "compile_workers": "--compile-workers",
     "devices": "--devices",
+    "max_memory": "--max-memory",
 }
 
 
@@ -52,7 +53,10 @@ def add_parser(sub: Any) -> None:
         "--static", action="append", default=[], metavar="NAME=VALUE", help="a static argument"
     )
     t.add_argument(
-        "--trials", type=int, default=DEFAULTS.n_trials, help="distinct configurations to measure"
+        "--trials",
+        type=int,
+        default=DEFAULTS.n_trials,
+        help="distinct programs to measure (configurations compiling alike: measured once)",
     )
     t.add_argument("--strategy", choices=STRATEGIES, default=DEFAULTS.strategy)
     t.add_argument("--seed", type=int, default=DEFAULTS.seed)
@@ -90,6 +94,14 @@ def add_parser(sub: Any) -> None:
         default=DEFAULTS.limits.run_s,
         metavar="S",
         help="seconds one candidate may take to verify and time before it is a `timeout` trial",
+    )
+    t.add_argument(
+        "--max-memory",
+        type=int,
+        default=DEFAULTS.max_memory,
+        metavar="BYTES",
+        help="refuse candidates whose compiled program's peak memory (the compiler's memory "
+        "analysis) is above BYTES: compiled, never run (status over_memory)",
     )
     t.add_argument(
         "--compile-workers",
@@ -182,6 +194,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
         isolate=args.isolate,
         limits=WorkerLimits(compile_s=args.compile_timeout, run_s=args.run_timeout),
         compile_workers=args.compile_workers,
+        max_memory=args.max_memory,
         devices=args.devices,
     )
     if settings.devices != 1:  # a worker pinned to each device
@@ -235,7 +248,10 @@ def cmd_tune(args: argparse.Namespace) -> int:
             print(
                 f"resuming: {p.trial - 1} of {p.n_trials} trials already measured by an earlier run"
             )
-        time = f"{trial.time_s * 1e3:9.4f} ms" if trial.time_s is not None else " " * 12
+        if trial.status == "duplicate":  # not measured: the program of a trial stored before
+            time = f"= #{trial.duplicate_of}".ljust(12) if trial.duplicate_of else " " * 12
+        else:
+            time = f"{trial.time_s * 1e3:9.4f} ms" if trial.time_s is not None else " " * 12
         device = f"  {trial.device}" if settings.devices != 1 else ""  # which worker measured it
         print(
             f"trial {p.trial:3d}/{p.n_trials}  {trial.status:13s} {time}{device}  "
@@ -261,14 +277,19 @@ def cmd_tune(args: argparse.Namespace) -> int:
         f"\n{result.kernel} {result.key.signature} on {result.key.device_kind} ({result.key.backend})\n"
         f"  best     {config_text(result.best_config)}  {result.best_time_s * 1e3:.4f} ms\n"
         f"  default  {config_text(result.default_config)}  {default}\n"
-        f"  speedup  {speedup}   trials {len(result.trials)}   rejected {result.n_rejected}"
+        f"  speedup  {speedup}   trials {result.n_measured}{jobs.duplicates(result)}"
+        f"   rejected {result.n_rejected}"
         f"   crashed/timeout {result.n_crashed}   worker restarts {result.restarts}\n"
         f"  stored in {result.db_url}"
     )
+    if result.programs_note:
+        print(f"  programs: {result.programs_note}")
     if result.first_pass:
         print("  figures: first pass only (the finalists' side-by-side re-measurement failed)")
     if result.why_default_kept:
         print(f"  why 1.00x: {result.why_default_kept}")
+    if result.within_noise:
+        print(f"  noise: {result.within_noise}")
     for line in getattr(result, "member_lines", ()):  # a variant group's members
         print(f"  {line}")
     return 0

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -47,8 +47,12 @@ class Worker(Protocol):
     def prefetch(self, configs: Sequence[Config]) -> None:
         """Compile these, the configs measured after the next one, ahead."""
 
-    def measure(self, config: Config) -> TrialRecord:
-        """Compile, run, verify and time one candidate; a failure is the record's status."""
+    def measure(
+        self, config: Config, known: Collection[str] = (), max_memory: int | None = None
+    ) -> TrialRecord:
+        """Compile, run, verify and time one candidate; a failure is the record's status. One
+        whose program's fingerprint is `known` (measured already) is a `duplicate`, one whose
+        peak memory is above `max_memory` bytes `over_memory`: neither is run."""
 
     def interleaved(
         self, configs: Sequence[Config], rounds: int, reps: int

@@ -40,7 +40,9 @@ def serve(inp: BinaryIO, out: BinaryIO, device: Any = None) -> None:
         elif kind is Kind.PREFETCH:
             worker.prefetch(fields[0])
         elif kind is Kind.MEASURE:
-            record = worker.measure(fields[0], lambda s: write(out, Kind.COMPILED, s))
+            config, known, max_memory = fields
+            compiled = lambda s: write(out, Kind.COMPILED, s)  # noqa: E731
+            record = worker.measure(config, known, max_memory, compiled)
             write(out, Kind.RESULT, record)
         elif kind is Kind.INTERLEAVED:
             try:

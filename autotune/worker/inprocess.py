@@ -3,16 +3,16 @@ inside a device worker's child, the measuring itself)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
 from autotune.compile_pool import CompilePool, default_compile_workers
+from autotune.compiling import compile_config
 from autotune.device import current_device
 from autotune.measure import (
     DEFAULT_POLICY,
     TimingPolicy,
     cache_bytes,
-    compile_config,
     interleaved_samples,
     measure_candidate,
     rotation_sets,
@@ -47,10 +47,13 @@ class InProcessWorker:
         self.arg_sets = rotation_sets(self.args, cache_bytes(self.device))
         self.compiled: dict[ConfigId, Any] = {}  # verified executables by config_id, for finalists
         self.restarts = 0
+        # the fingerprints of programs measured already: a compile, ahead or not, skips them
+        self.known: frozenset[str] = frozenset()
         if compile_workers is None:
             compile_workers = default_compile_workers(self.device)
         self.pool = CompilePool(
-            compile_workers, lambda c: compile_config(self.spec, c, self.args, self.kwargs)
+            compile_workers,
+            lambda c: compile_config(self.spec, c, self.args, self.kwargs, self.known),
         )
 
     def set_oracle(self, oracle: Any) -> None:
@@ -62,9 +65,16 @@ class InProcessWorker:
         self.pool.prefetch(configs)
 
     def measure(
-        self, config: Config, on_compiled: Callable[[float], None] | None = None
+        self,
+        config: Config,
+        known: Collection[str] = (),
+        max_memory: int | None = None,
+        on_compiled: Callable[[float], None] | None = None,
     ) -> TrialRecord:
-        """One candidate's trial record; `on_compiled` hears its compile time before it runs."""
+        """One candidate's trial record (a `duplicate` if its program's fingerprint is `known`,
+        `over_memory` if its peak memory is above `max_memory` bytes); `on_compiled` hears its
+        compile time before it runs."""
+        self.known = frozenset(known)
         return measure_candidate(
             self.spec,
             config,
@@ -76,6 +86,8 @@ class InProcessWorker:
             arg_sets=self.arg_sets,
             cache=self.compiled,
             pool=self.pool,
+            known=self.known,
+            max_memory=max_memory,
         )
 
     def interleaved(

@@ -23,7 +23,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -128,15 +128,18 @@ class DeviceWorker:
             return
         self._prefetched.update(config_id(c) for c in ahead)
 
-    def measure(self, config: Config) -> TrialRecord:
-        """One candidate's trial record; `crashed` / `timeout` if the worker did not survive it
-        (the next request starts a fresh worker)."""
+    def measure(
+        self, config: Config, known: Collection[str] = (), max_memory: int | None = None
+    ) -> TrialRecord:
+        """One candidate's trial record (a `duplicate` if its program's fingerprint is
+        `known`, `over_memory` if its peak memory is above `max_memory` bytes); `crashed` /
+        `timeout` if the worker did not survive it (the next request starts a fresh worker)."""
         config = dict(config)
         stage, sent = "compile", False
         try:
             fresh = self._ensure_started()
             logged = self._stderr_size()  # what the child logs from here on is this trial's
-            self._send(Kind.MEASURE, config)
+            self._send(Kind.MEASURE, config, list(known), max_memory)
             sent = True
             # the limit counts from the request: a compile still running ahead gets no more
             deadline = time.monotonic() + self.limits.compile_s
@@ -161,10 +164,11 @@ class DeviceWorker:
             if d.status == "crashed" and self._prefetched:
                 # a compile ahead may have killed it, not this config: see the class docstring
                 self._suspects |= self._prefetched
-                return self.measure(config)  # in a fresh worker, which has nothing ahead
+                # in a fresh worker, with nothing ahead
+                return self.measure(config, known, max_memory)
             if not sent and not fresh:
                 # it died between trials (killed for memory, say): this config never reached it
-                return self.measure(config)  # in a fresh worker
+                return self.measure(config, known, max_memory)  # in a fresh worker
             return TrialRecord(config, d.status, error=str(d))
 
     def interleaved(

@@ -6,7 +6,7 @@ endian), on the child's stdin (requests) and its original stdout (replies).
     SETUP (Setup)          -> READY (DeviceInfo) | SETUP_ERROR (text)
     ORACLE (outputs)       (no reply)
     PREFETCH ([Config])    (no reply)
-    MEASURE (Config)       -> COMPILED (seconds), then RESULT (TrialRecord)
+    MEASURE (Config, [fingerprint], max_memory) -> COMPILED (seconds), then RESULT (TrialRecord)
     INTERLEAVED ([Config], rounds, reps) -> SAMPLES ((samples, timer)) | ERROR (text)
     EXIT                   (no reply; also what the end of the stream reads as)
 """
