@@ -121,15 +121,23 @@ class SharedStudy:
 
     def join(self) -> None:
         """Say that this worker searches the study now (see `in_use`): from then on no other
-        worker deletes it (delete_study). Dead workers' claims are released first, so that
-        what they were measuring (the default, say) is queued again, not measured last."""
+        worker deletes it (delete_study). Dead workers' claims are released, and what they
+        were measuring (the default, say) is queued again: first, where no other worker
+        searches the study, so that it is measured within the budget, not beyond it."""
         with _one_at_a_time(self.file):
             try:
                 self.study.set_user_attr(f"worker {self.worker}", True)
             except KeyError:  # deleted since it was opened, by the last worker to leave it
                 self._create()
                 self.study.set_user_attr(f"worker {self.worker}", True)
-        self._release_dead()
+            released = self._release_dead()
+            if released and not self.in_use():
+                # Optuna asks for the oldest waiting trial first: those waiting are failed and
+                # queued again behind the released ones (no other worker is asking for them)
+                waiting = self.study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
+                released += [_params(t) for t in waiting if self._fail(t)]
+            for params in released:
+                self.study.enqueue_trial(params)
 
     def leave(self) -> None:
         with contextlib.suppress(KeyError):  # a study deleted already has no one in it
@@ -163,7 +171,8 @@ class SharedStudy:
     def refresh(self, enc: Any) -> tuple[dict[tuple, Evaluation], set[tuple]]:
         """The study's measured configs (the first measurement of each, its record read back)
         and its live claims."""
-        self._release_dead()
+        for params in self._release_dead():
+            self.study.enqueue_trial(params)  # what a dead worker was measuring, queued again
         measured: dict[tuple, Evaluation] = {}
         claimed: set[tuple] = set()
         for t in self.study.get_trials(deepcopy=False):
@@ -222,20 +231,23 @@ class SharedStudy:
         for t in self.study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
             self._fail(t)
 
-    def _release_dead(self) -> None:
+    def _release_dead(self) -> list[dict[str, Any]]:
+        """Fail the running trials of dead workers; the parameters of those failed here (for
+        the caller to queue again: they were not measured)."""
+        released = []
         optuna.storages.fail_stale_trials(self.study)
         host = socket.gethostname()
         grace = datetime.timedelta(seconds=3 * HEARTBEAT_S)
         for t in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
             worker_host, pid = _host_pid(str(t.user_attrs.get("worker", "")))
-            if (worker_host == host and pid.isdigit() and not _alive(int(pid))) or (
+            dead = (worker_host == host and pid.isdigit() and not _alive(int(pid))) or (
                 # asked for, then its worker was killed before it claimed the trial: no claim
                 # and no heartbeat will ever release it
                 "worker" not in t.user_attrs and _age(t) > grace
-            ):
-                params = t.system_attrs.get("fixed_params", t.params)
-                if self._fail(t) and params:  # what it was measuring is queued again
-                    self.study.enqueue_trial(params)
+            )
+            if dead and self._fail(t) and _params(t):
+                released.append(_params(t))
+        return released
 
     def _fail(self, trial: Any) -> bool:
         """Fail `trial`; False where another worker finished it first."""
@@ -302,6 +314,11 @@ def _set_aside_if_corrupt(file: Path) -> None:
         problem,
         aside,
     )
+
+
+def _params(trial: Any) -> dict[str, Any]:
+    """A trial's parameters: those it was queued with, else those it was given when asked."""
+    return trial.system_attrs.get("fixed_params", trial.params)
 
 
 def _in_use(study: optuna.Study, worker: str | None) -> bool:

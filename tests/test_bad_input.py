@@ -180,8 +180,9 @@ def test_a_signal_inside_a_callback_still_ends_the_run(tmp_path, where, sig, cod
         text=True,
         timeout=120,
     )
+    # the listing may be printed before the signal is raised again: the exit code says it ended
     assert proc.returncode == code, proc.stderr
-    assert proc.stdout == "" and "Exception ignored" not in proc.stderr
+    assert "Exception ignored" not in proc.stderr
 
 
 def test_a_full_disk_under_the_studies_file_is_one_line(tmp_path, subprocess_env):

@@ -162,10 +162,14 @@ def test_a_study_deleted_between_opening_and_joining_it_is_joined_afresh(tmp_pat
     assert worker.study.user_attrs == {f"worker {worker.worker}": True}
 
 
-def test_a_kill_during_the_first_trial_leaves_the_rerun_to_the_budget(tmp_path, subprocess_env):
+@pytest.mark.parametrize("strategy", ["random", "grid"])
+def test_a_kill_during_the_first_trial_leaves_the_rerun_to_the_budget(
+    tmp_path, subprocess_env, strategy
+):
     db = tmp_path / "t.db"
     # 3 of the 5 valid configurations: the default (and warm starts) queued, the rest proposed
-    argv = tune_command(db, 96, "--trials", "3", "--strategy", "random")
+    # (random) or queued behind it (grid)
+    argv = tune_command(db, 96, "--trials", "3", "--strategy", strategy)
     argv[argv.index("toy_kernels:scale")] = "toy_kernels:interrupt_scale"
     killed = dict(subprocess_env, TOY_KILL_AT_TRACE="2")  # the oracle's trace, then the default's
     proc = subprocess.run(argv, env=killed, capture_output=True, text=True, cwd=TESTS)
