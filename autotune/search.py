@@ -193,11 +193,14 @@ def run_search(
             pos = vset.position(config)
             admitted = pos is not None and vset.is_valid(pos)
             fresh = admitted and cid not in measured and cid not in claimed
-            if shared and fresh and (shared.taken(trial, cid, enc) or _over(shared, enc, budget)):
+            if (
+                shared
+                and fresh
+                and (shared.taken(trial, cid, enc) or _over(shared, enc, budget, trial))
+            ):
                 # another worker claimed it at the same moment, or measured it since our refresh;
-                # neither measures twice (see taken). Or others claimed what was left of the
-                # budget meanwhile: counted once our claim is in, as `taken` looks, so of two
-                # claims on the last trial at least the later gives it up. Queue it again after a
+                # neither measures twice (see taken). Or others asked for what was left of the
+                # budget before us (see _over). Queue it again after a
                 # random pause, so two workers that both gave it up fall out of step (the one
                 # that finds the other measuring it, or done, moves on).
                 study.tell(trial, state=TrialState.FAIL)
@@ -250,11 +253,14 @@ def run_search(
         raise
 
 
-def _over(shared: SharedStudy, enc: _Encoding, budget: int) -> bool:
-    """Whether the study's distinct programs measured and claims, this worker's new claim among
-    them, are more than `budget`."""
-    measured, claimed = shared.refresh(enc)
-    return _distinct(measured) + len(claimed) > budget
+def _over(shared: SharedStudy, enc: _Encoding, budget: int, trial: optuna.Trial) -> bool:
+    """Whether the study's distinct programs measured, with the running trials asked for
+    before `trial` and `trial` itself, are more than `budget`. Looked at once our claim is in:
+    of two workers on the budget's last trial, the later to ask gives it up whichever looks
+    first (the earlier's trial, asked for, is running already), and the default, asked for
+    first, is kept."""
+    measured, _ = shared.refresh(enc)
+    return _distinct(measured) + shared.running_before(trial) + 1 > budget
 
 
 def _distinct(measured: Mapping[tuple, Evaluation]) -> int:

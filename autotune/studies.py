@@ -216,6 +216,11 @@ class SharedStudy:
                 return True
         return False
 
+    def running_before(self, trial: optuna.Trial) -> int:
+        """How many of the study's running trials were asked for before `trial`."""
+        running = self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+        return sum(t.number < trial.number for t in running)
+
     def keep(self, trial: optuna.Trial, ev: Evaluation) -> None:
         """Keep a measured trial's status and record in the study, where every worker (and a
         resumed run) reads them back (refresh)."""
