@@ -46,7 +46,11 @@ def test_round_trip_across_two_processes(subprocess_env, db_url):
         check=True,
     )
     assert read.stdout.split() == ["db", wrote.stdout.strip()]
-    assert len(TuningDB(db_url).trials(kernel="vector_add")) == 3
+    # the budget counts distinct programs measured; blocks clamped to the same program are
+    # stored beside them as duplicates
+    trials = TuningDB(db_url).trials(kernel="vector_add")
+    assert [t.status for t in trials].count("ok") == 3
+    assert {t.status for t in trials} <= {"ok", "duplicate"}
 
 
 def test_sqlite_runs_in_wal_mode(db_url):
