@@ -143,7 +143,8 @@ def test_plain_tune_killed_mid_run_resumes_and_a_finished_one_starts_afresh(subp
     import os
     import signal
 
-    cmd = ["tune", "matmul", "--shape", "32x64,64x32", "--trials", "6", "--seed", "0"]
+    # 27 distinct programs (blocks clamp to the shape): the budget of 6 never outruns them
+    cmd = ["tune", "matmul", "--shape", "64x128,128x64", "--trials", "6", "--seed", "0"]
     env = dict(subprocess_env, PYTHONUNBUFFERED="1")
     proc = subprocess.Popen(
         [sys.executable, "-m", "autotune.cli", *cmd], env=env, stdout=subprocess.PIPE, text=True
@@ -155,7 +156,7 @@ def test_plain_tune_killed_mid_run_resumes_and_a_finished_one_starts_afresh(subp
     proc.wait(timeout=60)
     proc.stdout.close()
 
-    # measured trials (large blocks clamp alike at 32x64: those are duplicates, not measured)
+    # measured trials (large blocks clamp alike: those are duplicates, not measured)
     def measured():
         return [t for t in TuningDB(db_url).trials() if t.status != "duplicate"]
 
