@@ -14,15 +14,7 @@ import jax.numpy as jnp
 from autotune import Split, autotuned
 from autotune.backends import kernel_platform
 from autotune.kernels.differentiable import differentiable
-from autotune.kernels.rowwise import (
-    F32,
-    RowLayout,
-    check_rows,
-    fits_rowwise,
-    gpu_compiler_params,
-    lane_mask,
-    rowwise_call,
-)
+from autotune.kernels.rowwise import F32, fits_rowwise, lane_mask, rowwise_on
 
 
 def fits_platform(config: dict, sig) -> bool:
@@ -81,20 +73,17 @@ def norm_on(
     interpret: bool,
 ) -> jax.Array:
     """rms_norm (one vector: weight) or layer_norm (weight, bias) laid out for `platform`."""
-    rows, cols = check_rows(name, x)
-    if x.size == 0:
-        return x
-    layout = RowLayout.of(rows, cols, block_rows, platform)
     body = _rms_kernel if name == "rms_norm" else _layer_kernel
-    out = rowwise_call(
-        functools.partial(body, n_cols=cols, eps=float(eps)),
-        x.reshape(rows, cols),
+    return rowwise_on(
+        name,
+        functools.partial(body, eps=float(eps)),
+        x,
         vectors,
-        layout,
-        compiler_params=gpu_compiler_params(num_warps, platform),
+        block_rows=block_rows,
+        num_warps=num_warps,
+        platform=platform,
         interpret=interpret,
     )
-    return layout.unpad(out, x.shape)
 
 
 def _rms_bwd(inputs: tuple, g: jax.Array, *, eps: float, interpret: bool, **_) -> tuple:

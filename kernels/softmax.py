@@ -5,23 +5,13 @@ Any leading axes are flattened into rows; see kernels/rowwise.py for padding and
 
 from __future__ import annotations
 
-import functools
-
 import jax
 import jax.numpy as jnp
 
 from autotune import Split, autotuned
 from autotune.backends import kernel_platform
 from autotune.kernels.differentiable import differentiable
-from autotune.kernels.rowwise import (
-    F32,
-    RowLayout,
-    check_rows,
-    fits_rowwise,
-    gpu_compiler_params,
-    lane_mask,
-    rowwise_call,
-)
+from autotune.kernels.rowwise import F32, fits_rowwise, lane_mask, rowwise_on
 
 
 def fits_platform(config: dict, sig) -> bool:
@@ -45,19 +35,16 @@ def softmax_on(
     x: jax.Array, *, block_rows: int, num_warps: int, platform: str, interpret: bool
 ) -> jax.Array:
     """The kernel laid out for `platform` (tests run the GPU layout in interpret mode)."""
-    rows, cols = check_rows("softmax", x)
-    if x.size == 0:
-        return x
-    layout = RowLayout.of(rows, cols, block_rows, platform)
-    out = rowwise_call(
-        functools.partial(_kernel, n_cols=cols),
-        x.reshape(rows, cols),
+    return rowwise_on(
+        "softmax",
+        _kernel,
+        x,
         [],
-        layout,
-        compiler_params=gpu_compiler_params(num_warps, platform),
+        block_rows=block_rows,
+        num_warps=num_warps,
+        platform=platform,
         interpret=interpret,
     )
-    return layout.unpad(out, x.shape)
 
 
 def _bwd(inputs: tuple, g: jax.Array, *, interpret: bool, **_) -> tuple[jax.Array]:
