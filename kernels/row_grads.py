@@ -20,16 +20,20 @@ from jax.experimental import pallas as pl
 
 from autotune import Split, autotuned, out_struct
 from autotune.backends import kernel_platform
-from autotune.kernels.norms import layer_norm_reference, rms_norm_reference
+from autotune.kernels.norms import (
+    inverse_rms,
+    layer_norm_reference,
+    rms_norm_reference,
+    standardised,
+)
 from autotune.kernels.rowwise import (
     F32,
     RowLayout,
     check_rows,
     fits_rowwise,
     gpu_compiler_params,
-    lane_mask,
 )
-from autotune.kernels.softmax import softmax_reference
+from autotune.kernels.softmax import row_softmax, softmax_reference
 
 
 def fits_platform(config: dict, sig) -> bool:
@@ -56,18 +60,14 @@ def layer_norm_bwd_reference(
 
 
 def _softmax_bwd_kernel(x_ref, g_ref, dx_ref, *, n_cols: int):
-    x = x_ref[...].astype(F32)
-    if n_cols != x.shape[-1]:  # padded lanes must not enter the max or the sum
-        x = jnp.where(lane_mask(x.shape, n_cols), x, -jnp.inf)
-    e = jnp.exp(x - x.max(axis=-1, keepdims=True))
-    y = e / e.sum(axis=-1, keepdims=True)
+    y = row_softmax(x_ref[...].astype(F32), n_cols)
     g = g_ref[...].astype(F32)
     dx_ref[...] = (y * (g - jnp.sum(g * y, axis=-1, keepdims=True))).astype(dx_ref.dtype)
 
 
 def _rms_bwd_kernel(x_ref, g_ref, w_ref, dx_ref, dw_ref, *, n_cols: int, eps: float):
     x, g, w = (r[...].astype(F32) for r in (x_ref, g_ref, w_ref))  # padded lanes: zeros
-    r = jax.lax.rsqrt(jnp.sum(x * x, axis=-1, keepdims=True) / n_cols + eps)
+    r = inverse_rms(x, n_cols, eps)
     gw = g * w
     dot = jnp.sum(gw * x, axis=-1, keepdims=True) / n_cols
     dx_ref[...] = (r * (gw - x * (r * r) * dot)).astype(dx_ref.dtype)
@@ -76,11 +76,7 @@ def _rms_bwd_kernel(x_ref, g_ref, w_ref, dx_ref, dw_ref, *, n_cols: int, eps: fl
 
 def _layer_bwd_kernel(x_ref, g_ref, w_ref, dx_ref, dw_ref, db_ref, *, n_cols: int, eps: float):
     x, g, w = (r[...].astype(F32) for r in (x_ref, g_ref, w_ref))
-    centred = x - jnp.sum(x, axis=-1, keepdims=True) / n_cols
-    if n_cols != x.shape[-1]:  # a padded lane is 0 - mean, not 0: keep it out of the sums
-        centred = jnp.where(lane_mask(x.shape, n_cols), centred, 0.0)
-    r = jax.lax.rsqrt(jnp.sum(centred * centred, axis=-1, keepdims=True) / n_cols + eps)
-    xhat = centred * r
+    xhat, r = standardised(x, n_cols, eps)
     gw = g * w
     mean_gw = jnp.sum(gw, axis=-1, keepdims=True) / n_cols
     mean_gwx = jnp.sum(gw * xhat, axis=-1, keepdims=True) / n_cols

@@ -23,12 +23,17 @@ def softmax_reference(x: jax.Array) -> jax.Array:
     return jax.nn.softmax(x.astype(F32), axis=-1).astype(x.dtype)
 
 
-def _kernel(x_ref, o_ref, *, n_cols: int):
-    x = x_ref[...].astype(F32)
+def row_softmax(x: jax.Array, n_cols: int) -> jax.Array:
+    """Softmax over the last axis of a float32 row block whose lanes from `n_cols` on are
+    padding: what the forward writes and what its backward (kernels/row_grads.py) recomputes."""
     if n_cols != x.shape[-1]:  # padded lanes must not enter the max or the sum
         x = jnp.where(lane_mask(x.shape, n_cols), x, -jnp.inf)
     e = jnp.exp(x - x.max(axis=-1, keepdims=True))
-    o_ref[...] = (e / e.sum(axis=-1, keepdims=True)).astype(o_ref.dtype)
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def _kernel(x_ref, o_ref, *, n_cols: int):
+    o_ref[...] = row_softmax(x_ref[...].astype(F32), n_cols).astype(o_ref.dtype)
 
 
 def softmax_on(
