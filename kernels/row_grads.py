@@ -128,6 +128,37 @@ def _check_like(name: str, x: jax.Array, g: jax.Array, *vectors: jax.Array) -> N
             raise ValueError(f"{name} needs a weight of shape ({x.shape[-1]},), got {v.shape=}")
 
 
+def _norm_grads(
+    name: str,
+    kernel,
+    n_sums: int,
+    x: jax.Array,
+    weight: jax.Array,
+    g: jax.Array,
+    *,
+    eps: float,
+    block_rows: int,
+    num_warps: int,
+    interpret: bool,
+) -> tuple[jax.Array, ...]:
+    """A norm's gradients: dx, and the `n_sums` vector gradients (dweight; layer_norm's dbias
+    too) in the weight's dtype, from `kernel(x_ref, g_ref, w_ref, dx_ref, *sum_refs, n_cols,
+    eps)`."""
+    _check_like(name, x, g, weight)
+    if x.size == 0:
+        return (x, *(jnp.zeros_like(weight) for _ in range(n_sums)))
+    dx, *sums = row_grads_call(
+        functools.partial(kernel, n_cols=x.shape[-1], eps=float(eps)),
+        [x, g],
+        [weight],
+        n_sums,
+        block_rows=block_rows,
+        num_warps=num_warps,
+        interpret=interpret,
+    )
+    return (dx, *(s.astype(weight.dtype) for s in sums))
+
+
 @autotuned(
     name="softmax_bwd",
     space="softmax_bwd",
@@ -174,19 +205,8 @@ def rms_norm_bwd(
     interpret: bool = False,
 ) -> tuple[jax.Array, jax.Array]:
     """The gradients (dx, dweight) of rms_norm(x, weight) for the output's cotangent g."""
-    _check_like("rms_norm_bwd", x, g, weight)
-    if x.size == 0:
-        return x, jnp.zeros_like(weight)
-    dx, dw = row_grads_call(
-        functools.partial(_rms_bwd_kernel, n_cols=x.shape[-1], eps=float(eps)),
-        [x, g],
-        [weight],
-        1,
-        block_rows=block_rows,
-        num_warps=num_warps,
-        interpret=interpret,
-    )
-    return dx, dw.astype(weight.dtype)
+    options = dict(eps=eps, block_rows=block_rows, num_warps=num_warps, interpret=interpret)
+    return _norm_grads("rms_norm_bwd", _rms_bwd_kernel, 1, x, weight, g, **options)
 
 
 @autotuned(
@@ -208,16 +228,5 @@ def layer_norm_bwd(
 ) -> tuple[jax.Array, jax.Array, jax.Array]:
     """The gradients (dx, dweight, dbias) of layer_norm(x, weight, bias) for the output's
     cotangent g (the bias's value changes none of them)."""
-    _check_like("layer_norm_bwd", x, g, weight)
-    if x.size == 0:
-        return x, jnp.zeros_like(weight), jnp.zeros_like(weight)
-    dx, dw, db = row_grads_call(
-        functools.partial(_layer_bwd_kernel, n_cols=x.shape[-1], eps=float(eps)),
-        [x, g],
-        [weight],
-        2,
-        block_rows=block_rows,
-        num_warps=num_warps,
-        interpret=interpret,
-    )
-    return dx, dw.astype(weight.dtype), db.astype(weight.dtype)
+    options = dict(eps=eps, block_rows=block_rows, num_warps=num_warps, interpret=interpret)
+    return _norm_grads("layer_norm_bwd", _layer_bwd_kernel, 2, x, weight, g, **options)
