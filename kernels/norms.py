@@ -14,15 +14,7 @@ import jax.numpy as jnp
 from autotune import Split, autotuned
 from autotune.backends import kernel_platform
 from autotune.kernels.differentiable import differentiable
-from autotune.kernels.rowwise import (
-    F32,
-    RowLayout,
-    check_rows,
-    fits_rowwise,
-    gpu_compiler_params,
-    lane_mask,
-    rowwise_call,
-)
+from autotune.kernels.rowwise import F32, fits_rowwise, lane_mask, rowwise_on
 
 
 def fits_platform(config: dict, sig) -> bool:
@@ -46,20 +38,33 @@ def layer_norm_reference(
     return (y * weight.astype(F32) + bias.astype(F32)).astype(x.dtype)
 
 
+# The row statistics of a float32 row block whose lanes from `n_cols` on are padding (zeros),
+# as the forward kernels compute them and their backward kernels (kernels/row_grads.py)
+# recompute them.
+
+
+def inverse_rms(x: jax.Array, n_cols: int, eps: float) -> jax.Array:
+    """1 / sqrt(mean(x**2) + eps) of each row (padded lanes are zeros: they add nothing)."""
+    return jax.lax.rsqrt(jnp.sum(x * x, axis=-1, keepdims=True) / n_cols + eps)
+
+
+def standardised(x: jax.Array, n_cols: int, eps: float) -> tuple[jax.Array, jax.Array]:
+    """(x - mean) / sqrt(var + eps) of each row, with 0 in its padded lanes, and the
+    1 / sqrt(var + eps) it was scaled by."""
+    centred = x - jnp.sum(x, axis=-1, keepdims=True) / n_cols
+    if n_cols != x.shape[-1]:  # a padded lane is 0 - mean, not 0: keep it out of the sums
+        centred = jnp.where(lane_mask(x.shape, n_cols), centred, 0.0)
+    r = jax.lax.rsqrt(jnp.sum(centred * centred, axis=-1, keepdims=True) / n_cols + eps)
+    return centred * r, r
+
+
 def _rms_kernel(x_ref, w_ref, o_ref, *, n_cols: int, eps: float):
-    x = x_ref[...].astype(F32)  # padded lanes are zeros: they add nothing to the sum
-    ms = jnp.sum(x * x, axis=-1, keepdims=True) / n_cols
-    o_ref[...] = (x * jax.lax.rsqrt(ms + eps) * w_ref[...].astype(F32)).astype(o_ref.dtype)
+    x = x_ref[...].astype(F32)
+    o_ref[...] = (x * inverse_rms(x, n_cols, eps) * w_ref[...].astype(F32)).astype(o_ref.dtype)
 
 
 def _layer_kernel(x_ref, w_ref, b_ref, o_ref, *, n_cols: int, eps: float):
-    x = x_ref[...].astype(F32)
-    mean = jnp.sum(x, axis=-1, keepdims=True) / n_cols
-    centred = x - mean
-    if n_cols != x.shape[-1]:  # a padded lane is 0 - mean, not 0: keep it out of the variance
-        centred = jnp.where(lane_mask(x.shape, n_cols), centred, 0.0)
-    var = jnp.sum(centred * centred, axis=-1, keepdims=True) / n_cols
-    y = centred * jax.lax.rsqrt(var + eps)
+    y, _ = standardised(x_ref[...].astype(F32), n_cols, eps)
     o_ref[...] = (y * w_ref[...].astype(F32) + b_ref[...].astype(F32)).astype(o_ref.dtype)
 
 
@@ -81,20 +86,17 @@ def norm_on(
     interpret: bool,
 ) -> jax.Array:
     """rms_norm (one vector: weight) or layer_norm (weight, bias) laid out for `platform`."""
-    rows, cols = check_rows(name, x)
-    if x.size == 0:
-        return x
-    layout = RowLayout.of(rows, cols, block_rows, platform)
     body = _rms_kernel if name == "rms_norm" else _layer_kernel
-    out = rowwise_call(
-        functools.partial(body, n_cols=cols, eps=float(eps)),
-        x.reshape(rows, cols),
+    return rowwise_on(
+        name,
+        functools.partial(body, eps=float(eps)),
+        x,
         vectors,
-        layout,
-        compiler_params=gpu_compiler_params(num_warps, platform),
+        block_rows=block_rows,
+        num_warps=num_warps,
+        platform=platform,
         interpret=interpret,
     )
-    return layout.unpad(out, x.shape)
 
 
 def _rms_bwd(inputs: tuple, g: jax.Array, *, eps: float, interpret: bool, **_) -> tuple:

@@ -20,16 +20,20 @@ from jax.experimental import pallas as pl
 
 from autotune import Split, autotuned, out_struct
 from autotune.backends import kernel_platform
-from autotune.kernels.norms import layer_norm_reference, rms_norm_reference
+from autotune.kernels.norms import (
+    inverse_rms,
+    layer_norm_reference,
+    rms_norm_reference,
+    standardised,
+)
 from autotune.kernels.rowwise import (
     F32,
     RowLayout,
     check_rows,
     fits_rowwise,
     gpu_compiler_params,
-    lane_mask,
 )
-from autotune.kernels.softmax import softmax_reference
+from autotune.kernels.softmax import row_softmax, softmax_reference
 
 
 def fits_platform(config: dict, sig) -> bool:
@@ -56,18 +60,14 @@ def layer_norm_bwd_reference(
 
 
 def _softmax_bwd_kernel(x_ref, g_ref, dx_ref, *, n_cols: int):
-    x = x_ref[...].astype(F32)
-    if n_cols != x.shape[-1]:  # padded lanes must not enter the max or the sum
-        x = jnp.where(lane_mask(x.shape, n_cols), x, -jnp.inf)
-    e = jnp.exp(x - x.max(axis=-1, keepdims=True))
-    y = e / e.sum(axis=-1, keepdims=True)
+    y = row_softmax(x_ref[...].astype(F32), n_cols)
     g = g_ref[...].astype(F32)
     dx_ref[...] = (y * (g - jnp.sum(g * y, axis=-1, keepdims=True))).astype(dx_ref.dtype)
 
 
 def _rms_bwd_kernel(x_ref, g_ref, w_ref, dx_ref, dw_ref, *, n_cols: int, eps: float):
     x, g, w = (r[...].astype(F32) for r in (x_ref, g_ref, w_ref))  # padded lanes: zeros
-    r = jax.lax.rsqrt(jnp.sum(x * x, axis=-1, keepdims=True) / n_cols + eps)
+    r = inverse_rms(x, n_cols, eps)
     gw = g * w
     dot = jnp.sum(gw * x, axis=-1, keepdims=True) / n_cols
     dx_ref[...] = (r * (gw - x * (r * r) * dot)).astype(dx_ref.dtype)
@@ -76,11 +76,7 @@ def _rms_bwd_kernel(x_ref, g_ref, w_ref, dx_ref, dw_ref, *, n_cols: int, eps: fl
 
 def _layer_bwd_kernel(x_ref, g_ref, w_ref, dx_ref, dw_ref, db_ref, *, n_cols: int, eps: float):
     x, g, w = (r[...].astype(F32) for r in (x_ref, g_ref, w_ref))
-    centred = x - jnp.sum(x, axis=-1, keepdims=True) / n_cols
-    if n_cols != x.shape[-1]:  # a padded lane is 0 - mean, not 0: keep it out of the sums
-        centred = jnp.where(lane_mask(x.shape, n_cols), centred, 0.0)
-    r = jax.lax.rsqrt(jnp.sum(centred * centred, axis=-1, keepdims=True) / n_cols + eps)
-    xhat = centred * r
+    xhat, r = standardised(x, n_cols, eps)
     gw = g * w
     mean_gw = jnp.sum(gw, axis=-1, keepdims=True) / n_cols
     mean_gwx = jnp.sum(gw * xhat, axis=-1, keepdims=True) / n_cols
@@ -132,6 +128,37 @@ def _check_like(name: str, x: jax.Array, g: jax.Array, *vectors: jax.Array) -> N
             raise ValueError(f"{name} needs a weight of shape ({x.shape[-1]},), got {v.shape=}")
 
 
+def _norm_grads(
+    name: str,
+    kernel,
+    n_sums: int,
+    x: jax.Array,
+    weight: jax.Array,
+    g: jax.Array,
+    *,
+    eps: float,
+    block_rows: int,
+    num_warps: int,
+    interpret: bool,
+) -> tuple[jax.Array, ...]:
+    """A norm's gradients: dx, and the `n_sums` vector gradients (dweight; layer_norm's dbias
+    too) in the weight's dtype, from `kernel(x_ref, g_ref, w_ref, dx_ref, *sum_refs, n_cols,
+    eps)`."""
+    _check_like(name, x, g, weight)
+    if x.size == 0:
+        return (x, *(jnp.zeros_like(weight) for _ in range(n_sums)))
+    dx, *sums = row_grads_call(
+        functools.partial(kernel, n_cols=x.shape[-1], eps=float(eps)),
+        [x, g],
+        [weight],
+        n_sums,
+        block_rows=block_rows,
+        num_warps=num_warps,
+        interpret=interpret,
+    )
+    return (dx, *(s.astype(weight.dtype) for s in sums))
+
+
 @autotuned(
     name="softmax_bwd",
     space="softmax_bwd",
@@ -178,19 +205,8 @@ def rms_norm_bwd(
     interpret: bool = False,
 ) -> tuple[jax.Array, jax.Array]:
     """The gradients (dx, dweight) of rms_norm(x, weight) for the output's cotangent g."""
-    _check_like("rms_norm_bwd", x, g, weight)
-    if x.size == 0:
-        return x, jnp.zeros_like(weight)
-    dx, dw = row_grads_call(
-        functools.partial(_rms_bwd_kernel, n_cols=x.shape[-1], eps=float(eps)),
-        [x, g],
-        [weight],
-        1,
-        block_rows=block_rows,
-        num_warps=num_warps,
-        interpret=interpret,
-    )
-    return dx, dw.astype(weight.dtype)
+    options = dict(eps=eps, block_rows=block_rows, num_warps=num_warps, interpret=interpret)
+    return _norm_grads("rms_norm_bwd", _rms_bwd_kernel, 1, x, weight, g, **options)
 
 
 @autotuned(
@@ -212,16 +228,5 @@ def layer_norm_bwd(
 ) -> tuple[jax.Array, jax.Array, jax.Array]:
     """The gradients (dx, dweight, dbias) of layer_norm(x, weight, bias) for the output's
     cotangent g (the bias's value changes none of them)."""
-    _check_like("layer_norm_bwd", x, g, weight)
-    if x.size == 0:
-        return x, jnp.zeros_like(weight), jnp.zeros_like(weight)
-    dx, dw, db = row_grads_call(
-        functools.partial(_layer_bwd_kernel, n_cols=x.shape[-1], eps=float(eps)),
-        [x, g],
-        [weight],
-        2,
-        block_rows=block_rows,
-        num_warps=num_warps,
-        interpret=interpret,
-    )
-    return dx, dw.astype(weight.dtype), db.astype(weight.dtype)
+    options = dict(eps=eps, block_rows=block_rows, num_warps=num_warps, interpret=interpret)
+    return _norm_grads("layer_norm_bwd", _layer_bwd_kernel, 2, x, weight, g, **options)

@@ -8,6 +8,7 @@ the padded lanes out of every reduction.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -68,19 +69,38 @@ def check_rows(name: str, x: jax.Array) -> tuple[int, int]:
     return math.prod(x.shape[:-1]), cols
 
 
-def rowwise_call(kernel, x: jax.Array, vectors: list[jax.Array], layout: RowLayout, **params):
-    """Run `kernel(x_ref, *vector_refs, o_ref)` over row blocks of x [rows, cols]."""
+def rowwise_on(
+    name: str,
+    kernel,
+    x: jax.Array,
+    vectors: list[jax.Array],
+    *,
+    block_rows: int,
+    num_warps: int,
+    platform: str,
+    interpret: bool,
+) -> jax.Array:
+    """Run `kernel(x_ref, *vector_refs, o_ref, n_cols=<x's row length>)` over row blocks of x
+    (leading axes flattened into rows), laid out for `platform`; the output has x's shape and
+    dtype (an empty x is returned as it is). `name` is the kernel's, for the error messages."""
+    rows, cols = check_rows(name, x)
+    if x.size == 0:
+        return x
+    layout = RowLayout.of(rows, cols, block_rows, platform)
     br, cols_p = layout.block_rows, layout.cols_padded
     row_spec = pl.BlockSpec((br, cols_p), lambda i: (i, 0))
     vec_spec = pl.BlockSpec((1, cols_p), lambda i: (0, 0))
-    return pl.pallas_call(
-        kernel,
-        out_shape=out_struct((layout.rows_padded, cols_p), x.dtype, x, *vectors),
+    x2d = x.reshape(rows, cols)
+    out = pl.pallas_call(
+        functools.partial(kernel, n_cols=cols),
+        out_shape=out_struct((layout.rows_padded, cols_p), x2d.dtype, x2d, *vectors),
         grid=(layout.rows_padded // br,),
         in_specs=[row_spec] + [vec_spec] * len(vectors),
         out_specs=row_spec,
-        **params,
-    )(layout.pad(x), *(layout.pad_vector(v) for v in vectors))
+        compiler_params=gpu_compiler_params(num_warps, platform),
+        interpret=interpret,
+    )(layout.pad(x2d), *(layout.pad_vector(v) for v in vectors))
+    return layout.unpad(out, x.shape)
 
 
 def fits_rowwise(config: dict, sig, *, f32_temps: int = 3, row_arrays: int = 2) -> bool:

@@ -5,23 +5,13 @@ Any leading axes are flattened into rows; see kernels/rowwise.py for padding and
 
 from __future__ import annotations
 
-import functools
-
 import jax
 import jax.numpy as jnp
 
 from autotune import Split, autotuned
 from autotune.backends import kernel_platform
 from autotune.kernels.differentiable import differentiable
-from autotune.kernels.rowwise import (
-    F32,
-    RowLayout,
-    check_rows,
-    fits_rowwise,
-    gpu_compiler_params,
-    lane_mask,
-    rowwise_call,
-)
+from autotune.kernels.rowwise import F32, fits_rowwise, lane_mask, rowwise_on
 
 
 def fits_platform(config: dict, sig) -> bool:
@@ -33,31 +23,33 @@ def softmax_reference(x: jax.Array) -> jax.Array:
     return jax.nn.softmax(x.astype(F32), axis=-1).astype(x.dtype)
 
 
-def _kernel(x_ref, o_ref, *, n_cols: int):
-    x = x_ref[...].astype(F32)
+def row_softmax(x: jax.Array, n_cols: int) -> jax.Array:
+    """Softmax over the last axis of a float32 row block whose lanes from `n_cols` on are
+    padding: what the forward writes and what its backward (kernels/row_grads.py) recomputes."""
     if n_cols != x.shape[-1]:  # padded lanes must not enter the max or the sum
         x = jnp.where(lane_mask(x.shape, n_cols), x, -jnp.inf)
     e = jnp.exp(x - x.max(axis=-1, keepdims=True))
-    o_ref[...] = (e / e.sum(axis=-1, keepdims=True)).astype(o_ref.dtype)
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def _kernel(x_ref, o_ref, *, n_cols: int):
+    o_ref[...] = row_softmax(x_ref[...].astype(F32), n_cols).astype(o_ref.dtype)
 
 
 def softmax_on(
     x: jax.Array, *, block_rows: int, num_warps: int, platform: str, interpret: bool
 ) -> jax.Array:
     """The kernel laid out for `platform` (tests run the GPU layout in interpret mode)."""
-    rows, cols = check_rows("softmax", x)
-    if x.size == 0:
-        return x
-    layout = RowLayout.of(rows, cols, block_rows, platform)
-    out = rowwise_call(
-        functools.partial(_kernel, n_cols=cols),
-        x.reshape(rows, cols),
+    return rowwise_on(
+        "softmax",
+        _kernel,
+        x,
         [],
-        layout,
-        compiler_params=gpu_compiler_params(num_warps, platform),
+        block_rows=block_rows,
+        num_warps=num_warps,
+        platform=platform,
         interpret=interpret,
     )
-    return layout.unpad(out, x.shape)
 
 
 def _bwd(inputs: tuple, g: jax.Array, *, interpret: bool, **_) -> tuple[jax.Array]:
