@@ -34,7 +34,7 @@ from autotune.hardware import (
     is_pow2,
     tpu_block_ok,
 )
-from autotune.kernels.attention_masks import NT, mask_scores, padded_keys
+from autotune.kernels.attention_masks import NT, key_blocks_walked, mask_scores, padded_keys
 from autotune.kernels.differentiable import differentiable
 from autotune.kernels.flash_attention_tpu import attention_tpu, tpu_vmem
 from autotune.kernels.matmul import Precision, dot_precision
@@ -153,15 +153,9 @@ def _kernel(
         return m_new, denom, alpha * acc + pv
 
     # Only the blocks that cross the diagonal or hold padded keys are masked; the blocks before
-    # them are seen whole by every row of this block. (lax.div: a floor division's sign fix-up
-    # asks the device for its TPU generation.) Key 0 is in block 0 and visible to every row,
-    # so each row's denominator is positive.
-    n_whole = n_k - 1 if seq_k % block_k else n_k
-    if causal:
-        n_whole = jnp.minimum(n_whole, jax.lax.div(q_start + 1, block_k))
-        n_steps = jnp.minimum(n_k, pl.cdiv(q_start + block_q, block_k))
-    else:
-        n_steps = n_k
+    # them are seen whole by every row of this block. Key 0 is in block 0 and visible to every
+    # row, so each row's denominator is positive.
+    n_whole, n_steps = key_blocks_walked(q_start, block_q, block_k, n_k, causal=causal, seq_k=seq_k)
     init = (
         jnp.full((block_q, 1), -jnp.inf, F32),
         jnp.zeros((block_q, 1), F32),

@@ -34,7 +34,7 @@ from jax.experimental import pallas as pl
 from autotune import Split, autotuned, out_struct
 from autotune.backends import kernel_platform, mosaic_tpu
 from autotune.hardware import gpu_smem_bytes
-from autotune.kernels.attention_masks import NT, TN, padded_keys, probs
+from autotune.kernels.attention_masks import NT, TN, key_blocks_walked, padded_keys, probs
 from autotune.kernels.flash_attention import (
     check_shapes,
     gpu_tiles_in_registers,
@@ -179,12 +179,7 @@ def _dq_kernel(
         return dq + jnp.dot(ds.astype(k.dtype), k, precision=precision, preferred_element_type=F32)
 
     # as the forward: only the key blocks on the diagonal or holding padded keys are masked
-    n_whole = n_k - 1 if seq_k % block_k else n_k
-    if causal:
-        n_whole = jnp.minimum(n_whole, jax.lax.div(q_start + 1, block_k))
-        n_steps = jnp.minimum(n_k, pl.cdiv(q_start + block_q, block_k))
-    else:
-        n_steps = n_k
+    n_whole, n_steps = key_blocks_walked(q_start, block_q, block_k, n_k, causal=causal, seq_k=seq_k)
     dq = jax.lax.fori_loop(
         0, n_whole, functools.partial(step, masked=False), jnp.zeros(dq_ref.shape, F32)
     )
