@@ -50,6 +50,19 @@ def tile_needs_mask(q_block, kv_block, block_q: int, block_k: int, *, causal: bo
     return crosses if causal else padded
 
 
+def key_blocks_walked(q_start, block_q: int, block_k: int, n_k: int, *, causal: bool, seq_k: int):
+    """(whole, steps): how the GPU bodies of the forward and of dq walk the key blocks for the
+    query rows from `q_start` (a block of `block_q`): blocks 0 to `whole` - 1 are seen whole by
+    every row (no mask), the rest up to `steps` (causal: up to the last block its last row
+    sees) cross the diagonal or hold padded keys. (lax.div: a floor division's sign fix-up asks
+    the device for its TPU generation.)"""
+    whole = n_k - 1 if seq_k % block_k else n_k
+    if not causal:
+        return whole, n_k
+    whole = jnp.minimum(whole, jax.lax.div(q_start + 1, block_k))
+    return whole, jnp.minimum(n_k, pl.cdiv(q_start + block_q, block_k))
+
+
 def masks_any(causal: bool, seq_k: int, block_k: int) -> bool:
     """Whether any tile of a call needs the mask (`tile_needs_mask`)."""
     return causal or seq_k % block_k != 0

@@ -34,7 +34,7 @@ from autotune.hardware import (
     is_pow2,
     tpu_block_ok,
 )
-from autotune.kernels.attention_masks import NT, mask_scores, padded_keys
+from autotune.kernels.attention_masks import NT, key_blocks_walked, mask_scores, padded_keys
 from autotune.kernels.differentiable import differentiable
 from autotune.kernels.flash_attention_tpu import attention_tpu, tpu_vmem
 from autotune.kernels.matmul import Precision, dot_precision
@@ -91,6 +91,20 @@ def gpu_tiles_in_registers(f32_elems: int, config: dict) -> bool:
     return gpu_registers_ok(f32_elems, config.get("num_warps", 4), budget=GPU_TILE_REGISTERS)
 
 
+def softmax_scale(head_dim: int, sm_scale: float | None) -> float:
+    """What the scores are scaled by: `sm_scale`, by default 1 / sqrt(head_dim)."""
+    return 1.0 / math.sqrt(head_dim) if sm_scale is None else float(sm_scale)
+
+
+def reference_scores(q: jax.Array, k: jax.Array, *, causal: bool, scale: float, precision: str):
+    """The references' float32 scores q k^T * `scale`, [B, H, Sq, Sk]; causal, those of keys
+    after a row's own are -inf (the backward's references recompute the forward's)."""
+    s = jnp.einsum("bhqd,bhkd->bhqk", q.astype(F32), k.astype(F32), precision=precision) * scale
+    if causal:
+        s = jnp.where(jnp.tril(jnp.ones((q.shape[2], k.shape[2]), bool)), s, -jnp.inf)
+    return s
+
+
 def attention_reference(
     q: jax.Array,
     k: jax.Array,
@@ -103,11 +117,8 @@ def attention_reference(
     # in float32 whatever the inputs: None is "highest" here (dot_precision's 16-bit "default"
     # would be TF32 on a GPU for these float32 copies)
     precision = precision or "highest"
-    scale = 1.0 / math.sqrt(q.shape[-1]) if sm_scale is None else sm_scale
-    s = jnp.einsum("bhqd,bhkd->bhqk", q.astype(F32), k.astype(F32), precision=precision) * scale
-    if causal:
-        sq, sk = q.shape[2], k.shape[2]
-        s = jnp.where(jnp.tril(jnp.ones((sq, sk), bool)), s, -jnp.inf)
+    scale = softmax_scale(q.shape[-1], sm_scale)
+    s = reference_scores(q, k, causal=causal, scale=scale, precision=precision)
     p = jax.nn.softmax(s, axis=-1)
     return jnp.einsum("bhqk,bhkd->bhqd", p, v.astype(F32), precision=precision).astype(q.dtype)
 
@@ -153,15 +164,9 @@ def _kernel(
         return m_new, denom, alpha * acc + pv
 
     # Only the blocks that cross the diagonal or hold padded keys are masked; the blocks before
-    # them are seen whole by every row of this block. (lax.div: a floor division's sign fix-up
-    # asks the device for its TPU generation.) Key 0 is in block 0 and visible to every row,
-    # so each row's denominator is positive.
-    n_whole = n_k - 1 if seq_k % block_k else n_k
-    if causal:
-        n_whole = jnp.minimum(n_whole, jax.lax.div(q_start + 1, block_k))
-        n_steps = jnp.minimum(n_k, pl.cdiv(q_start + block_q, block_k))
-    else:
-        n_steps = n_k
+    # them are seen whole by every row of this block. Key 0 is in block 0 and visible to every
+    # row, so each row's denominator is positive.
+    n_whole, n_steps = key_blocks_walked(q_start, block_q, block_k, n_k, causal=causal, seq_k=seq_k)
     init = (
         jnp.full((block_q, 1), -jnp.inf, F32),
         jnp.zeros((block_q, 1), F32),
@@ -218,7 +223,7 @@ def attention_on(
     (b, h, sq, d), sk = q.shape, k.shape[2]
     config = {"block_q": block_q, "block_k": block_k}
     bq, bk, sqp, skp, dp = layout((q.shape, k.shape), config, platform)
-    scale = 1.0 / math.sqrt(d) if sm_scale is None else float(sm_scale)
+    scale = softmax_scale(d, sm_scale)
     if mosaic_tpu.targets_tpu(platform, interpret):
         return attention_tpu(q, k, v, bool(causal), scale, bq, bk, precision, with_lse)
 

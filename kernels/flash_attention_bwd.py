@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import math
 
 import jax
 import jax.numpy as jnp
@@ -34,12 +33,14 @@ from jax.experimental import pallas as pl
 from autotune import Split, autotuned, out_struct
 from autotune.backends import kernel_platform, mosaic_tpu
 from autotune.hardware import gpu_smem_bytes
-from autotune.kernels.attention_masks import NT, TN, padded_keys, probs
+from autotune.kernels.attention_masks import NT, TN, key_blocks_walked, padded_keys, probs
 from autotune.kernels.flash_attention import (
     check_shapes,
     gpu_tiles_in_registers,
     gpu_tiles_ok,
     layout,
+    reference_scores,
+    softmax_scale,
 )
 from autotune.kernels.flash_attention import fits_platform as fits_forward
 from autotune.kernels.flash_attention_tpu import backward_tpu, tpu_vmem_dkv, tpu_vmem_dq
@@ -86,17 +87,11 @@ def fits_platform_dkv(config: dict, sig) -> bool:
     return _fits(config, sig, tpu_vmem_dkv, streamed="q")
 
 
-def _scale(d: int, sm_scale: float | None) -> float:
-    return 1.0 / math.sqrt(d) if sm_scale is None else float(sm_scale)
-
-
 def _reference_parts(q, k, v, do, lse, delta, causal, sm_scale, precision):
     precision = precision or "highest"  # in float32 whatever the inputs, as attention_reference
-    scale = _scale(q.shape[-1], sm_scale)
+    scale = softmax_scale(q.shape[-1], sm_scale)
     q, k, v, do = (a.astype(F32) for a in (q, k, v, do))
-    s = jnp.einsum("bhqd,bhkd->bhqk", q, k, precision=precision) * scale
-    if causal:
-        s = jnp.where(jnp.tril(jnp.ones((q.shape[2], k.shape[2]), bool)), s, -jnp.inf)
+    s = reference_scores(q, k, causal=causal, scale=scale, precision=precision)
     p = jnp.exp(s - lse[..., None])
     dp = jnp.einsum("bhqd,bhkd->bhqk", do, v, precision=precision)
     return scale, q, k, do, p, p * (dp - delta[..., None])
@@ -179,12 +174,7 @@ def _dq_kernel(
         return dq + jnp.dot(ds.astype(k.dtype), k, precision=precision, preferred_element_type=F32)
 
     # as the forward: only the key blocks on the diagonal or holding padded keys are masked
-    n_whole = n_k - 1 if seq_k % block_k else n_k
-    if causal:
-        n_whole = jnp.minimum(n_whole, jax.lax.div(q_start + 1, block_k))
-        n_steps = jnp.minimum(n_k, pl.cdiv(q_start + block_q, block_k))
-    else:
-        n_steps = n_k
+    n_whole, n_steps = key_blocks_walked(q_start, block_q, block_k, n_k, causal=causal, seq_k=seq_k)
     dq = jax.lax.fori_loop(
         0, n_whole, functools.partial(step, masked=False), jnp.zeros(dq_ref.shape, F32)
     )
@@ -307,7 +297,7 @@ def backward_on(
         x = x.astype(F32)[..., None]
         return jnp.pad(x, ((0, 0), (0, 0), (0, sqp - sq), (0, 0))) if sqp != sq else x
 
-    scale = _scale(d, sm_scale)
+    scale = softmax_scale(d, sm_scale)
     if mosaic_tpu.targets_tpu(platform, interpret):
         return backward_tpu(which, q, k, v, do, lse, delta, bool(causal), scale, bq, bk, precision)
     q_all = pl.BlockSpec((None, None, sqp, dp), lambda i, j, t: (i, j, 0, 0))
