@@ -15,7 +15,7 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 
 from autotune import Split, autotuned, out_struct
-from autotune.backends import clamp_block, kernel_platform, mosaic_tpu, triton
+from autotune.backends import kernel_platform, mosaic_tpu, triton
 from autotune.kernels import matmul as mm
 from autotune.kernels.differentiable import differentiable
 
@@ -73,19 +73,14 @@ def bmm(
     if x.dtype != y.dtype:
         raise ValueError(f"bmm needs one dtype, got {x.dtype=} and {y.dtype=}")
     precision = mm.dot_precision(precision, x.dtype)
-    (b, m, k), n = x.shape, y.shape[2]
+    (b, m, _), n = x.shape, y.shape[2]
     if x.size == 0 or y.size == 0:  # an empty batch, or K = 0: the sum over nothing
         return jnp.zeros((b, m, n), x.dtype)
     platform = kernel_platform(interpret)
-    bm, bn, bk = (
-        clamp_block(b, d, platform) for b, d in ((block_m, m), (block_n, n), (block_k, k))
-    )
-    mp, np_, kp = (pl.cdiv(d, blk) * blk for d, blk in ((m, bm), (n, bn), (k, bk)))
-    xp = jnp.pad(x, ((0, 0), (0, mp - m), (0, kp - k))) if (mp, kp) != (m, k) else x
-    yp = jnp.pad(y, ((0, 0), (0, kp - k), (0, np_ - n))) if (kp, np_) != (k, n) else y
+    (bm, bn, bk), xp, yp = mm.padded_operands(x, y, (block_m, block_n, block_k), platform)
     if mosaic_tpu.targets_tpu(platform, interpret):
-        out = mm.tpu_call(xp, yp, bm, bn, bk, precision)
-        return out[:, :m, :n] if (mp, np_) != (m, n) else out
+        return mm.unpadded(mm.tpu_call(xp, yp, bm, bn, bk, precision), m, n)
+    (_, mp, kp), np_ = xp.shape, yp.shape[2]
     out = pl.pallas_call(
         functools.partial(mm.tile_kernel, block_k=bk, n_k=kp // bk, precision=precision),
         out_shape=out_struct((b, mp, np_), x.dtype, xp, yp),
@@ -98,4 +93,4 @@ def bmm(
         compiler_params=triton.compiler_params(num_warps, num_stages, platform),
         interpret=interpret,
     )(xp, yp)
-    return out[:, :m, :n] if (mp, np_) != (m, n) else out
+    return mm.unpadded(out, m, n)

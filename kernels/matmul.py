@@ -96,6 +96,24 @@ def tpu_vmem(bm: int, bn: int, bk: int, itemsize: int) -> int:
     return 2 * (bm * bk + bk * bn) * itemsize + 2 * bm * bn * itemsize + 2 * bm * bn * 4
 
 
+def padded_operands(x: jax.Array, y: jax.Array, blocks: tuple[int, int, int], platform: str):
+    """((bm, bn, bk), xp, yp) for x [..., M, K] @ y [..., K, N] (bmm's batch axis leading):
+    the blocks (block_m, block_n, block_k) clamped to their dimensions on `platform`, and x and
+    y zero-padded to multiples of them (zeros add nothing to a dot product)."""
+    (m, k), n = x.shape[-2:], y.shape[-1]
+    bm, bn, bk = (clamp_block(b, d, platform) for b, d in zip(blocks, (m, n, k)))
+    mp, np_, kp = (pl.cdiv(d, b) * b for d, b in ((m, bm), (n, bn), (k, bk)))
+    lead = ((0, 0),) * (x.ndim - 2)
+    xp = jnp.pad(x, (*lead, (0, mp - m), (0, kp - k))) if (mp, kp) != (m, k) else x
+    yp = jnp.pad(y, (*lead, (0, kp - k), (0, np_ - n))) if (kp, np_) != (k, n) else y
+    return (bm, bn, bk), xp, yp
+
+
+def unpadded(out: jax.Array, m: int, n: int) -> jax.Array:
+    """A product of `padded_operands` sliced back to its [..., M, N]."""
+    return out[..., :m, :n] if out.shape[-2:] != (m, n) else out
+
+
 def matmul_reference(x: jax.Array, y: jax.Array, *, precision: str | None = None) -> jax.Array:
     return jnp.dot(
         x, y, precision=dot_precision(precision, x.dtype), preferred_element_type=ACC_DTYPE
@@ -208,17 +226,12 @@ def matmul(
     if x.dtype != y.dtype:
         raise ValueError(f"matmul needs one dtype, got {x.dtype=} and {y.dtype=}")
     precision = dot_precision(precision, x.dtype)
-    (m, k), n = x.shape, y.shape[1]
+    m, n = x.shape[0], y.shape[1]
     platform = kernel_platform(interpret)
-    bm, bn, bk = (
-        clamp_block(b, d, platform) for b, d in ((block_m, m), (block_n, n), (block_k, k))
-    )
-    mp, np_, kp = (pl.cdiv(d, b) * b for d, b in ((m, bm), (n, bn), (k, bk)))
-    xp = jnp.pad(x, ((0, mp - m), (0, kp - k))) if (mp, kp) != (m, k) else x
-    yp = jnp.pad(y, ((0, kp - k), (0, np_ - n))) if (kp, np_) != (k, n) else y
+    (bm, bn, bk), xp, yp = padded_operands(x, y, (block_m, block_n, block_k), platform)
     if mosaic_tpu.targets_tpu(platform, interpret):
-        out = tpu_call(xp, yp, bm, bn, bk, precision)
-        return out[:m, :n] if (mp, np_) != (m, n) else out
+        return unpadded(tpu_call(xp, yp, bm, bn, bk, precision), m, n)
+    (mp, kp), np_ = xp.shape, yp.shape[1]
     tiles_m, tiles_n = mp // bm, np_ // bn
     if group_m > 1:
         grid = (tiles_m * tiles_n,)
@@ -243,4 +256,4 @@ def matmul(
         compiler_params=triton.compiler_params(num_warps, num_stages, platform),
         interpret=interpret,
     )(xp, yp)
-    return out[:m, :n] if (mp, np_) != (m, n) else out
+    return unpadded(out, m, n)
