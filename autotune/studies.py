@@ -27,7 +27,13 @@ import optuna
 import sqlalchemy
 from optuna.trial import TrialState
 
-from autotune.dbconnect import create_private_file, normalize_url, sqlite_file, sqlite_url
+from autotune.dbconnect import (
+    close_interrupted_cursors,
+    create_private_file,
+    normalize_url,
+    sqlite_file,
+    sqlite_url,
+)
 from autotune.errors import DatabaseError, SpaceError
 from autotune.signature import TuningKey
 from autotune.trial import Evaluation, TrialRecord, config_id
@@ -108,6 +114,7 @@ class SharedStudy:
                 time.sleep(0.2 * (attempt + 1))
         if file is not None:
             sqlalchemy.event.listen(self.storage.engine, "begin", _begin_immediate)
+            close_interrupted_cursors(self.storage.engine)
         self._create()
 
     def _create(self) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import socket
+import sqlite3
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -180,3 +181,44 @@ def test_an_unclaimed_trial_is_released_after_the_grace_while_others_search(tmp_
     assert shared._release_dead() == [{"a": 1, "b": 2}]  # what the queue held, nothing else
     states = {t.number: t.state for t in shared.study.trials}
     assert states[half.number] == states[popped.number] == optuna.trial.TrialState.FAIL
+
+
+class _Interrupting(sqlite3.Connection):
+    """A connection whose SELECT is interrupted as it returns, once armed: a signal's handler
+    raising there, the statement begun and unfinished."""
+
+    armed = False
+
+    def cursor(self, factory=None):
+        return super().cursor(factory or _InterruptingCursor)
+
+
+class _InterruptingCursor(sqlite3.Cursor):
+    def execute(self, sql, *args):
+        out = super().execute(sql, *args)
+        if _Interrupting.armed and sql.lstrip().upper().startswith("SELECT"):
+            _Interrupting.armed = False
+            raise KeyboardInterrupt
+        return out
+
+
+def test_an_interrupt_inside_a_read_leaves_the_studies_file_writable(tmp_path, monkeypatch):
+    from autotune import studies
+
+    # every transaction on a studies file begins IMMEDIATE, a read's included: the interrupted
+    # read's write lock must go with its connection, not wait for the exception to be dropped
+    connect_args = {"isolation_level": None, "timeout": 2.0, "factory": _Interrupting}
+    monkeypatch.setattr(studies, "_SQLITE_ENGINE", {"connect_args": connect_args})
+    storage = f"sqlite:///{tmp_path / 'studies.db'}"
+    reader, writer = SharedStudy(storage, "s", None), SharedStudy(storage, "s", None)
+    reader.study.enqueue_trial({"a": 1})
+    _Interrupting.armed = True
+    try:
+        reader.study.get_trials(deepcopy=False)
+    except KeyboardInterrupt as interrupt:
+        assert interrupt.__traceback__ is not None  # alive, as while the run cleans up
+        writer.study.set_user_attr("worker elsewhere:1", False)  # the clean-up's write
+        reader.leave()  # and the interrupted worker's own
+    else:
+        pytest.fail("the read was not interrupted")
+    assert not _Interrupting.armed
