@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import create_engine
+from sqlalchemy import create_engine, event
 from sqlalchemy.engine import Connection, Engine, make_url
 from sqlalchemy.exc import ArgumentError
 
@@ -124,6 +124,26 @@ def sqlite_pragmas(busy_timeout_s: float, read_only: bool) -> Callable[[Any, Any
 def sqlite_begin(conn: Connection) -> None:
     mode = conn.get_execution_options().get("sqlite_begin", "DEFERRED")
     conn.exec_driver_sql("BEGIN IMMEDIATE" if mode == "IMMEDIATE" else "BEGIN")
+
+
+def close_interrupted_cursors(engine: Engine) -> None:
+    """Close the cursor of a statement that an interrupt (Ctrl-C, or SIGTERM's exit) lands in,
+    on a SQLite engine. SQLAlchemy discards that connection without closing the cursor, and
+    SQLite keeps a connection closed with a statement unfinished as a zombie that holds its
+    transaction's locks (BEGIN IMMEDIATE's write lock) for as long as the cursor lives: the
+    interrupt's traceback holds it. Every other connection to the file then waits out its busy
+    timeout and fails, the interrupted run's own clean-up included (and a notebook's, until its
+    last traceback is dropped)."""
+    event.listen(engine, "handle_error", _close_interrupted_cursor)
+
+
+def _close_interrupted_cursor(ctx: Any) -> None:
+    if isinstance(ctx.original_exception, Exception):  # an error, not an interrupt
+        return
+    cursor = getattr(ctx.execution_context, "cursor", None)
+    if cursor is not None:
+        with contextlib.suppress(Exception):  # what a handler raises would replace the interrupt
+            cursor.close()
 
 
 def server_args(url: str, busy_timeout_s: float) -> dict[str, Any]:

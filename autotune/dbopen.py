@@ -25,6 +25,7 @@ from sqlalchemy.orm import Session
 from autotune import migrations
 from autotune.dbconnect import (
     DEFAULT_BUSY_TIMEOUT_S,
+    close_interrupted_cursors,
     create_private_file,
     normalize_url,
     server_args,
@@ -85,6 +86,7 @@ class Connection:
                     self.engine = create_engine(self.url, connect_args={"timeout": busy_timeout_s})
                 event.listen(self.engine, "connect", sqlite_pragmas(busy_timeout_s, self.read_only))
                 event.listen(self.engine, "begin", sqlite_begin)
+                close_interrupted_cursors(self.engine)
                 self._writer = self.engine.execution_options(sqlite_begin="IMMEDIATE")
             else:
                 self.engine = create_engine(

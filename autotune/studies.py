@@ -27,7 +27,13 @@ import optuna
 import sqlalchemy
 from optuna.trial import TrialState
 
-from autotune.dbconnect import create_private_file, normalize_url, sqlite_file, sqlite_url
+from autotune.dbconnect import (
+    close_interrupted_cursors,
+    create_private_file,
+    normalize_url,
+    sqlite_file,
+    sqlite_url,
+)
 from autotune.errors import DatabaseError, SpaceError
 from autotune.signature import TuningKey
 from autotune.trial import Evaluation, TrialRecord, config_id
@@ -108,6 +114,7 @@ class SharedStudy:
                 time.sleep(0.2 * (attempt + 1))
         if file is not None:
             sqlalchemy.event.listen(self.storage.engine, "begin", _begin_immediate)
+            close_interrupted_cursors(self.storage.engine)
         self._create()
 
     def _create(self) -> None:
@@ -237,21 +244,33 @@ class SharedStudy:
             self._fail(t)
 
     def _release_dead(self) -> list[dict[str, Any]]:
-        """Fail the running trials of dead workers; the parameters of those failed here (for
-        the caller to queue again: they were not measured)."""
+        """Fail the running trials of dead workers; the configurations of those failed here
+        that were queued or being measured (for the caller to queue again: they were not
+        measured)."""
         released = []
         optuna.storages.fail_stale_trials(self.study)
         host = socket.gethostname()
         grace = datetime.timedelta(seconds=3 * HEARTBEAT_S)
+        alone = None  # whether no other live worker searches the study (looked up when needed)
         for t in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-            worker_host, pid = _host_pid(str(t.user_attrs.get("worker", "")))
-            dead = (worker_host == host and pid.isdigit() and not _alive(int(pid))) or (
-                # asked for, then its worker was killed before it claimed the trial: no claim
-                # and no heartbeat will ever release it
-                "worker" not in t.user_attrs and _age(t) > grace
-            )
-            if dead and self._fail(t) and _params(t):
-                released.append(_params(t))
+            claimed = "worker" in t.user_attrs
+            if claimed:
+                worker_host, pid = _host_pid(str(t.user_attrs["worker"]))
+                dead = worker_host == host and pid.isdigit() and not _alive(int(pid))
+            else:
+                # asked for, then its worker was interrupted or killed before it claimed the
+                # trial (in the middle of the ask, say, its parameters half written): no claim
+                # and no heartbeat will ever release it. A worker joins before it asks, so
+                # where no other live worker is in the study (looked at after the trial was
+                # read), no one is asking for it; else it is released once older than the grace
+                if alone is None:
+                    alone = not self.in_use()
+                dead = alone or _age(t) > grace
+            # an unclaimed trial was never measured: only a configuration it took from the
+            # queue is queued again, never parameters the sampler was still giving it
+            params = _params(t) if claimed else t.system_attrs.get("fixed_params")
+            if dead and self._fail(t) and params:
+                released.append(params)
         return released
 
     def _fail(self, trial: Any) -> bool:

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import os
 import socket
+import sqlite3
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import optuna
 import pytest
 
+from autotune import search as search_module
 from autotune.search import _Encoding, run_search
 from autotune.space import Param, Space
 from autotune.studies import SharedStudy
@@ -97,3 +100,125 @@ def test_two_workers_claiming_the_last_trial_at_once_never_exceed_the_budget(tmp
         for done in [pool.submit(search, config) for config in valid[:2]]:
             done.result()
     assert len(measured) == 1
+
+
+def test_a_worker_interrupted_in_the_middle_of_an_ask_leaves_the_rerun_its_budget(
+    tmp_path, monkeypatch
+):
+    # an ask writes the trial's parameters one at a time: an interrupt (a signal) landing
+    # between two of them leaves the trial running, unclaimed, its parameters half written
+    storage = f"sqlite:///{tmp_path / 'studies.db'}"
+    space = Space((Param("a", (1, 2, 3)), Param("b", (1, 2, 3))))
+    valid = [{"a": a, "b": b} for a in (1, 2, 3) for b in (1, 2, 3)]
+    measured = []
+    interrupting = [True]
+
+    def evaluate(config):
+        measured.append(config)
+        return Evaluation.of(config, float(10 * config["a"] + config["b"]))
+
+    suggest = optuna.Trial._suggest
+
+    def interrupted(self, name, distribution):
+        if interrupting[0] and len(measured) == 2 and name == "b":
+            raise KeyboardInterrupt
+        return suggest(self, name, distribution)
+
+    monkeypatch.setattr(optuna.Trial, "_suggest", interrupted)
+
+    def search():
+        return run_search(
+            space,
+            None,
+            evaluate,
+            n_trials=4,
+            strategy="random",
+            seed=0,
+            valid=valid,
+            storage=storage,
+            study_name="s",
+            upcoming=lambda configs: None,  # reads the queue, as a measurer does
+        )
+
+    with pytest.raises(KeyboardInterrupt):
+        search()
+    study = optuna.load_study(study_name="s", storage=storage)
+    (orphan,) = [t for t in study.trials if t.state == optuna.trial.TrialState.RUNNING]
+    assert orphan.params.keys() == {"a"} and "worker" not in orphan.user_attrs
+
+    interrupting[0] = False
+    over = search_module._over
+
+    def never_gives_way(shared, enc, budget, trial):
+        # the rerun is the study's only worker: no one else holds a share of its budget
+        assert not over(shared, enc, budget, trial), "gave way to a trial no one is asking for"
+        return False
+
+    monkeypatch.setattr(search_module, "_over", never_gives_way)
+    found = search()
+    assert len(found) == 4 and len(measured) == 4  # the 2 measured, and what was left
+    study = optuna.load_study(study_name="s", storage=storage)
+    assert study.trials[orphan.number].state == optuna.trial.TrialState.FAIL
+    for t in study.trials:  # its half-written parameters were not queued again
+        assert t.system_attrs.get("fixed_params", {"a": 1, "b": 1}).keys() == {"a", "b"}
+
+
+def test_an_unclaimed_trial_is_released_after_the_grace_while_others_search(tmp_path, monkeypatch):
+    from autotune import studies
+
+    storage = f"sqlite:///{tmp_path / 'studies.db'}"
+    monkeypatch.setattr(studies, "HEARTBEAT_S", 0.2)
+    shared = SharedStudy(storage, "s", None)
+    shared.join()
+    # a live worker on another host searches the study: an unclaimed trial may be its ask
+    shared.study.set_user_attr("worker elsewhere:1", True)
+    half = shared.study.ask()
+    half.suggest_int("a", 0, 2)  # interrupted before its second parameter
+    shared.study.enqueue_trial({"a": 1, "b": 2})
+    popped = shared.study.ask()  # took a configuration from the queue, then interrupted
+    assert shared._release_dead() == []  # younger than the grace: maybe an ask in progress
+    time.sleep(1.0)  # older than the grace of three heartbeats
+    assert shared._release_dead() == [{"a": 1, "b": 2}]  # what the queue held, nothing else
+    states = {t.number: t.state for t in shared.study.trials}
+    assert states[half.number] == states[popped.number] == optuna.trial.TrialState.FAIL
+
+
+class _Interrupting(sqlite3.Connection):
+    """A connection whose SELECT is interrupted as it returns, once armed: a signal's handler
+    raising there, the statement begun and unfinished."""
+
+    armed = False
+
+    def cursor(self, factory=None):
+        return super().cursor(factory or _InterruptingCursor)
+
+
+class _InterruptingCursor(sqlite3.Cursor):
+    def execute(self, sql, *args):
+        out = super().execute(sql, *args)
+        if _Interrupting.armed and sql.lstrip().upper().startswith("SELECT"):
+            _Interrupting.armed = False
+            raise KeyboardInterrupt
+        return out
+
+
+def test_an_interrupt_inside_a_read_leaves_the_studies_file_writable(tmp_path, monkeypatch):
+    from autotune import studies
+
+    # every transaction on a studies file begins IMMEDIATE, a read's included: the interrupted
+    # read's write lock must go with its connection, not wait for the exception to be dropped
+    connect_args = {"isolation_level": None, "timeout": 2.0, "factory": _Interrupting}
+    monkeypatch.setattr(studies, "_SQLITE_ENGINE", {"connect_args": connect_args})
+    storage = f"sqlite:///{tmp_path / 'studies.db'}"
+    reader, writer = SharedStudy(storage, "s", None), SharedStudy(storage, "s", None)
+    reader.study.enqueue_trial({"a": 1})
+    _Interrupting.armed = True
+    try:
+        reader.study.get_trials(deepcopy=False)
+    except KeyboardInterrupt as interrupt:
+        assert interrupt.__traceback__ is not None  # alive, as while the run cleans up
+        writer.study.set_user_attr("worker elsewhere:1", False)  # the clean-up's write
+        reader.leave()  # and the interrupted worker's own
+    else:
+        pytest.fail("the read was not interrupted")
+    assert not _Interrupting.armed
