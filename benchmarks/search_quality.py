@@ -134,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
         row = mean_row(per[s])
         secs = f"{np.median(seconds[s]):.2f}" if s in seconds else "-"
         print(f"| {s} | " + " | ".join(f"{x:.3f}" for x in row) + f" | {secs} |")
-    print("| target | " + " | ".join(f"{TARGETS[b]:.2f}" for b in BUDGETS) + " | |")
+    print("| target | " + " | ".join(f"{TARGETS[b]:g}" for b in BUDGETS) + " | |")
     print("\nper landscape (budget 25 / 50 / 100 / 200):")
     for name in uniform:
         cells = "   ".join(
