@@ -10,13 +10,13 @@ each next one as far as possible from every configuration measured. Then one of 
 - "tpe": a Parzen-estimator ratio l(x)/g(x) (as in TPE): how much more the fast configurations
   than the slow or failed ones crowd around x.
 - "gp": a Gaussian process on log time (its slow half compressed: compress_slow) with a
-  length scale per feature and expected improvement (autotune.gp, numpy and scipy; Optuna's GPSampler needs torch). Once
-  GP_LATE_FROM timings exist it also sees the `late_features` (whether a block size is a power
-  of two); from GP_EXPLOIT_FROM measurements on, every GP_EXPLOIT_EVERY-th proposal is the
-  candidate it predicts fastest instead. Where more than GP_SCORED candidates are left it
-  scores a random GP_SCORED of them and the neighbours of the fastest measured, then climbs
-  from the best of those; so the cost of a proposal does not grow with the space, and a space
-  too large to list (a drawn set) is searched the same way.
+  length scale per feature and expected improvement (autotune.gp, numpy and scipy; Optuna's
+  GPSampler needs torch). Once GP_LATE_FROM timings exist it also sees the `late_features`
+  (whether a block size is a power of two); from GP_EXPLOIT_FROM measurements on, every
+  GP_EXPLOIT_EVERY-th proposal is the candidate it predicts fastest instead. Where more than
+  GP_SCORED candidates are left it scores a random GP_SCORED of them and the neighbours of the
+  fastest measured, then climbs from the best of those; so the cost of a proposal does not grow
+  with the space, and a space too large to list (a drawn set) is searched the same way.
 
 Failed configurations never enter the timing model; they lower the score of their
 neighbourhood through an estimate of the chance of failing there (tpe: a kernel estimate; gp: a
