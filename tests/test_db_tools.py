@@ -143,6 +143,26 @@ def test_an_import_with_one_bad_entry_imports_none(filled, tmp_path, capsys):
     assert TuningDB(target).query() == []
 
 
+def test_an_import_fills_the_provenance_an_entry_leaves_out(filled, tmp_path, capsys):
+    # a hand-written table holds the key, the config and the figures; the rest takes the
+    # defaults a shipped table's entries take (StoredEntry), not a NOT NULL failure
+    doc = TuningDB(filled).export(platform="cpu")
+    provenance = ("run_id", "strategy", "timer", "jax_version", "jaxlib_version", "tuned_at")
+    for e in doc["entries"]:
+        for name in provenance:
+            e.pop(name)
+    short = tmp_path / "short.json"
+    short.write_text(json.dumps(doc))
+    target = str(tmp_path / "t.db")
+    rc, out, err = cli(capsys, "db", "import", str(short), "--db", target)
+    assert rc == 0, err
+    (entry,) = TuningDB(target).query()
+    assert entry.config == {"block_rows": 8} and entry.time_s == 5e-3
+    assert (entry.run_id, entry.strategy, entry.timer) == ("", "", "wall")
+    assert (entry.jax_version, entry.jaxlib_version) == ("", "")
+    assert entry.tuned_at is not None  # the import's date
+
+
 def test_merge_from_another_database_with_filters(filled, tmp_path, capsys):
     target = str(tmp_path / "t.db")
     rc, out, _ = cli(capsys, "db", "merge", filled, "--db", target, "--dtype", "bf16")

@@ -190,12 +190,18 @@ def test_the_smoke_run_ends_within_its_budget_lists_what_it_dropped_and_ships_it
         for n in ("default", "tuned", "vendor")
     )
     # what ran finished and the rest was dropped for budget: how many ran depends on the host's
-    # speed (the plan is made again from the time left before each step), never all of them
+    # speed (the plan is made again from the time left before each step), never all of them.
+    # On a loaded host a later case can overrun its plan: it is stopped at its limit (what keeps
+    # the run within budget, checked above) and the run exits 1, as it would on a device.
     dropped = [r["case"] for r in rows if r["outcome"] == "not run: budget"]
-    assert all(r["outcome"] in ("done", "not run: budget") for r in rows), proc.stdout[-3000:]
+    stopped = [r for r in rows[1:] if r["outcome"].startswith("timeout after")]
+    assert all(r["wall_s"] <= r["limit_s"] + 2.0 for r in stopped), proc.stdout[-3000:]
+    assert all(r["outcome"] in ("done", "not run: budget") or r in stopped for r in rows), (
+        proc.stdout[-3000:]
+    )
     assert dropped, proc.stdout[-3000:]
     assert f"- {dropped[0]}: not run: budget" in text
-    assert proc.returncode == 0, proc.stdout[-3000:]
+    assert proc.returncode == (1 if stopped else 0), proc.stdout[-3000:]
     # what it tuned is exported beside the report, in the layout a kernel's tuned= reads: a copy
     # of that layout serves it to the shipped matmul (tests: CPU; the check: its device kind)
     (table,) = (tmp_path / "tuned").glob("*.json")
