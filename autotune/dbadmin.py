@@ -24,7 +24,7 @@ from autotune.schema import (
     encode_config,
     utcnow,
 )
-from autotune.trial import StoredEntry
+from autotune.trial import ENTRY_DEFAULTS
 
 
 class Admin(Reads, Writes):
@@ -101,12 +101,12 @@ def merge_entries(s: Session, entries: list[dict[str, Any]], prefer: str) -> dic
     items = []
     columns = set(Result.__table__.columns.keys()) - {*KEY_COLUMNS, "id"}
     for e in entries:
-        row = StoredEntry.from_row(e).as_row()  # a field the entry leaves out: its default
-        key = {k: row[k] for k in KEY_COLUMNS}
-        fields = {k: v for k, v in row.items() if k in columns}
+        key = {k: e[k] for k in KEY_COLUMNS}
+        # a field the entry leaves out takes the value a shipped table's entry would
+        fields = {k: v for k, v in {**ENTRY_DEFAULTS, **e}.items() if k in columns}
         fields.update(
-            config=encode_config(row["config"]),
-            tuned_at=_parse_time(row["tuned_at"]),
+            config=encode_config(e["config"]),
+            tuned_at=_parse_time(e.get("tuned_at")),
             trial_id=None,
         )
         items.append((key, fields, functools.partial(_worse, fields, prefer)))

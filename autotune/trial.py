@@ -151,10 +151,7 @@ class StoredEntry(BestEntry):
         out takes its default)."""
         key = TuningKey(**{k: row[k] for k in TuningKey.__dataclass_fields__})
         fields = {k: row[k] for k in _ENTRY_FIELDS if k in row}
-        fields.setdefault("n_trials", 0)
-        fields.setdefault("run_id", "")
-        fields.setdefault("strategy", "")
-        return cls(key=key, **fields)
+        return cls(key=key, **{**_NO_DEFAULT, **fields})
 
     def as_row(self) -> dict[str, Any]:
         """Its fields as one flat record (an export document's entry, a row the tools print)."""
@@ -165,3 +162,13 @@ class StoredEntry(BestEntry):
 
 
 _ENTRY_FIELDS = tuple(f.name for f in dataclasses.fields(StoredEntry) if f.name != "key")
+_NO_DEFAULT = {"n_trials": 0, "run_id": "", "strategy": ""}  # what a row leaves out of these
+# every field an entry may leave out, with the value it then takes (an import fills them in)
+ENTRY_DEFAULTS = {
+    **{
+        f.name: f.default
+        for f in dataclasses.fields(StoredEntry)
+        if f.default is not dataclasses.MISSING
+    },
+    **_NO_DEFAULT,
+}
