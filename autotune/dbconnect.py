@@ -8,6 +8,7 @@ import contextlib
 import math
 import os
 import sqlite3
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -115,10 +116,32 @@ def sqlite_pragmas(busy_timeout_s: float, read_only: bool) -> Callable[[Any, Any
         cur = dbapi_conn.cursor()
         cur.execute(f"PRAGMA busy_timeout={int(busy_timeout_s * 1000)}")  # an int we computed
         if not read_only:  # switching the journal mode is a write
-            cur.execute("PRAGMA journal_mode=WAL")
+            _switch_to_wal(cur, busy_timeout_s)
         cur.close()
 
     return on_connect
+
+
+def _switch_to_wal(cur: sqlite3.Cursor, busy_timeout_s: float) -> None:
+    """PRAGMA journal_mode=WAL, retried while the file is locked, up to the busy timeout.
+
+    The switch reads the file under a shared lock, then asks for an exclusive one. When another
+    connection is switching at the same moment, SQLite answers "database is locked" at once
+    instead of calling the busy handler (waiting could deadlock: each holds what the other
+    waits for). Eight processes opening a new file together hit that in about 1 round in 9;
+    the caller's busy timeout is what they agreed to wait."""
+    deadline = time.monotonic() + busy_timeout_s
+    pause = 0.005
+    while True:
+        try:
+            cur.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as e:
+            busy = e.sqlite_errorcode & 0xFF == sqlite3.SQLITE_BUSY  # or an extended BUSY code
+            if not busy or time.monotonic() >= deadline:
+                raise
+        time.sleep(pause)
+        pause = min(2 * pause, 0.1)
 
 
 def sqlite_begin(conn: Connection) -> None:
