@@ -151,7 +151,7 @@ class StoredEntry(BestEntry):
         out takes its default)."""
         key = TuningKey(**{k: row[k] for k in TuningKey.__dataclass_fields__})
         fields = {k: row[k] for k in _ENTRY_FIELDS if k in row}
-        return cls(key=key, **{**_NO_DEFAULT, **fields})
+        return cls(key=key, **{**ENTRY_DEFAULTS, **fields})
 
     def as_row(self) -> dict[str, Any]:
         """Its fields as one flat record (an export document's entry, a row the tools print)."""
@@ -162,13 +162,15 @@ class StoredEntry(BestEntry):
 
 
 _ENTRY_FIELDS = tuple(f.name for f in dataclasses.fields(StoredEntry) if f.name != "key")
-_NO_DEFAULT = {"n_trials": 0, "run_id": "", "strategy": ""}  # what a row leaves out of these
-# every field an entry may leave out, with the value it then takes (an import fills them in)
+# every field an entry may leave out, with the value it then takes (from_row; an import fills
+# them in): the dataclass defaults, and these for the fields that have none
 ENTRY_DEFAULTS = {
     **{
         f.name: f.default
         for f in dataclasses.fields(StoredEntry)
         if f.default is not dataclasses.MISSING
     },
-    **_NO_DEFAULT,
+    "n_trials": 0,
+    "run_id": "",
+    "strategy": "",
 }
