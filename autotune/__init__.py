@@ -19,12 +19,12 @@ from autotune.errors import (
     SignatureError,
     SpaceError,
 )
-from autotune.overlays import overlay
-from autotune.runtime import AutotunedKernel, autotuned, register
-from autotune.runtime_state import configure
-from autotune.split import Split
-from autotune.variants import Member, variants
-from autotune.varying import out_struct
+from autotune.registry.split import Split
+from autotune.registry.varying import out_struct
+from autotune.runtime.decorator import AutotunedKernel, autotuned, register
+from autotune.runtime.overlays import overlay
+from autotune.runtime.state import configure
+from autotune.runtime.variants import Member, variants
 
 __all__ = [
     "AutotuneError",
@@ -53,12 +53,12 @@ __all__ = [
 
 _LAZY = {
     "BestEntry": "autotune.trial",
-    "calls_in": "autotune.program",
-    "tune": "autotune.tuning",
-    "tune_program": "autotune.program",
-    "TuneResult": "autotune.tune_result",
-    "TuneSettings": "autotune.tune_settings",
-    "TuningDB": "autotune.db",
+    "calls_in": "autotune.runtime.calls",
+    "tune": "autotune.tuning.tune",
+    "tune_program": "autotune.service.program",
+    "TuneResult": "autotune.tuning.result",
+    "TuneSettings": "autotune.tuning.settings",
+    "TuningDB": "autotune.db.database",
 }
 
 

@@ -6,7 +6,7 @@ import functools
 from dataclasses import dataclass
 
 from autotune import backends
-from autotune.platforms import platform_of
+from autotune.backends.platforms import platform_of
 
 
 @dataclass(frozen=True)

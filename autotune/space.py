@@ -24,8 +24,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from autotune.backends.platforms import PLATFORMS
 from autotune.errors import SpaceError
-from autotune.platforms import PLATFORMS
 from autotune.signature import Signature
 
 log = logging.getLogger(__name__)

@@ -52,7 +52,9 @@ class TrialRecord:
     max_error: float | None = None
     error: str | None = None
     is_default: bool = False
-    oracle: str | None = None  # which oracle judged it (autotune.oracle); None before schema v2
+    oracle: str | None = (
+        None  # which oracle judged it (autotune.measure.oracle); None before schema v2
+    )
     # schema v3 (None in older trials): the device that measured it ("gpu:3"), the fingerprint
     # of the program it compiled to, the trial it duplicates, the compiler's memory figures
     device: str | None = None
@@ -65,7 +67,7 @@ class TrialRecord:
     db_id: int | None = None  # its row in the trials table, once stored
 
     def as_dict(self) -> dict[str, Any]:
-        """Its fields as JSON data, the form a shared study keeps (autotune.studies)."""
+        """Its fields as JSON data, the form a shared study keeps (autotune.search.studies)."""
         return dict(self.__dict__)
 
     @classmethod

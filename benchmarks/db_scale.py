@@ -45,10 +45,10 @@ def export_doc(n: int) -> dict:
     """N softmax entries as `autotune db export` writes them, keyed for this host's device."""
     import jax.numpy as jnp
 
-    from autotune.dbexport import EXPORT_FORMAT
+    from autotune.db.export import EXPORT_FORMAT
+    from autotune.db.schema import SCHEMA_VERSION
     from autotune.device import current_device
     from autotune.kernels import softmax
-    from autotune.schema import SCHEMA_VERSION
 
     device = current_device()
     x = jnp.zeros(STORED, jnp.float32)

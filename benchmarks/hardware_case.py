@@ -155,7 +155,7 @@ def versions() -> dict[str, Any]:
 def inputs(kernel: str, shapes: Shapes, dtype: str, seed: int = 0) -> list[Any]:
     import jax
 
-    from autotune.inputs import random_inputs
+    from autotune.measure.inputs import random_inputs
 
     dtypes = arg_dtypes(kernel, dtype, len(shapes))
     return random_inputs([jax.ShapeDtypeStruct(tuple(s), d) for s, d in zip(shapes, dtypes)], seed)
@@ -170,7 +170,7 @@ def correctness(
 
     from autotune import registry
     from autotune.device import current_device
-    from autotune.verify import compare
+    from autotune.measure.verify import compare
 
     spec = registry.resolve(kernel_name).spec
     rows = []
@@ -243,17 +243,17 @@ def side_by_side(job: dict[str, Any]) -> dict[str, Any]:
     import numpy as np
 
     from autotune import registry
-    from autotune.compiling import compile_config
     from autotune.db import TuningDB
     from autotune.device import current_device
-    from autotune.measure import (
+    from autotune.measure.compiling import compile_config
+    from autotune.measure.timing import (
         TimingPolicy,
         cache_bytes,
         interleaved,
         rotation_sets,
         time_compiled,
     )
-    from autotune.verify import compare
+    from autotune.measure.verify import compare
 
     device = current_device()
     spec = registry.resolve(job["kernel"]).spec
@@ -337,7 +337,7 @@ def cupti_kernels(call: Callable, args: list) -> list[tuple[str, float]] | None:
     them; None where CUPTI is not here (off a GPU)."""
     import jax
 
-    from autotune.measure import cupti_extension
+    from autotune.measure.timing import cupti_extension
 
     ext = cupti_extension()
     if ext is None:
@@ -364,7 +364,7 @@ COUNTED = {
 
 def short_error(text: str | None) -> str:
     """A trial's error for the report: its start, and what the device worker logged meanwhile
-    (the device's own words: see autotune.worker.parent) in full."""
+    (the device's own words: see autotune.tuning.worker.parent) in full."""
     head, logged, tail = (text or "").partition("; stderr: ")
     return head[:300] + (f" ... stderr: {tail[-1600:]}" if logged else "")
 

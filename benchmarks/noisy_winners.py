@@ -8,7 +8,7 @@ causal `--runs` times each from Python (`autotune.tune(group, args, n_trials=2)`
 a fresh throw-away database, so that no run warm-starts the next) and once each with
 `autotune tune GROUP ... --trials 2` (a device worker, as the CLI measures). Prints one row per
 run: the winner, each member's first-pass and side-by-side figures (the median of its rounds'
-fastest calls, autotune.finalists), the rounds taken and whether the choice was within the
+fastest calls, autotune.measure.finalists), the rounds taken and whether the choice was within the
 noise. On a CPU the xla members run compiled and the Pallas members interpreted: xla should win
 every run.
 """

@@ -30,9 +30,11 @@ LANDSCAPE = ROOT.parent / "shared" / "landscapes" / "clblast_gemm_RTX_3090.csv.g
 
 def one(case: str, seed: int, trials: int, landscape: str) -> dict:
     """One search, in this process, with whichever `autotune` is first on sys.path."""
-    from autotune.search import Evaluation, load_landscape, replay, run_search
+    from autotune.search.landscapes import load_landscape, replay
+    from autotune.search.loop import run_search
     from autotune.signature import ArgSpec, Signature
     from autotune.space import Param, Space
+    from autotune.trial import Evaluation
 
     if case == "landscape":
         land = load_landscape(landscape)

@@ -33,7 +33,7 @@ import numpy as np  # noqa: E402
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from autotune.search import load_landscape, replay  # noqa: E402
+from autotune.search.landscapes import load_landscape, replay  # noqa: E402
 
 BUDGETS = (25, 50, 100, 200)
 TARGETS = {25: 0.93, 50: 0.97, 100: 0.99, 200: 0.995}  # the goal set for the default strategy

@@ -15,7 +15,7 @@ each call is then served from it, and times the step three ways in interleaved r
 wall time of a synchronised call): every call at its default configuration (an empty
 database), every call tuned, and the same block in plain JAX (jnp.dot, XLA's layer norm,
 jax.nn.dot_product_attention, which XLA or cuDNN serves). It prints a table; the loss and
-gradients of the three are compared first (autotune.verify's tolerance). It exits 1 if a call
+gradients of the three are compared first (autotune.measure.verify's tolerance). It exits 1 if a call
 failed to tune, is not served from the database afterwards, or the step differs from plain JAX.
 """
 
@@ -151,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
         args.dtype, args.trials, args.rounds = "float32", 2, 3
     os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # workers share the GPU
     import autotune
-    from autotune.verify import compare
+    from autotune.measure.verify import compare
 
     dtype = jnp.dtype(args.dtype)
     shape = (args.batch, args.seq, args.d_model)
@@ -188,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
         ok = served == {"db"} and all(o.status != "failed" for o in outcomes)
         for name, fn in (("tuned", tuned), ("default", default)):
             value, grads = fn(params, x)
-            # the project's tolerance (autotune.verify), as a candidate is judged
+            # the project's tolerance (autotune.measure.verify), as a candidate is judged
             verdict = compare((value, grads), (ref_loss, ref_grads))
             ok = ok and verdict.ok
             print(f"{name}: loss {float(value):.6f} (plain JAX {float(ref_loss):.6f}), "

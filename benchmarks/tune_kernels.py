@@ -49,9 +49,9 @@ def main() -> int:
         os.environ["JAX_PLATFORMS"] = "cpu"
     import jax
 
-    from autotune.task import task_of_call
-    from autotune.tuning import tune
-    from autotune.worker import DeviceWorker
+    from autotune.tuning.task import task_of_call
+    from autotune.tuning.tune import tune
+    from autotune.tuning.worker import DeviceWorker
 
     rows = []
     with tempfile.TemporaryDirectory() as tmp:

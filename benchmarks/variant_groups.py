@@ -5,7 +5,7 @@
 
 Per group and call: every member that can run it, tuned (`--trials` each, within
 `--time-limit` seconds each) and then timed side by side at its best by one timer (the group's
-own tuning, autotune.variant_tuning), fastest first; and every member that cannot, with the
+own tuning, autotune.tuning.group), fastest first; and every member that cannot, with the
 reason. Each group's rows are printed (and written to --out) as soon as it is done. On an
 accelerator the calls are bf16 4096^3 (matmul_variants) and 4x16x2048x128, causal
 (attention_variants); on a CPU, where the Pallas members run interpreted, small ones. Nothing
@@ -38,7 +38,7 @@ def group_rows(group: str, shapes, static: dict, dtype: str, db: str, args) -> l
     """The group tuned for the call: each member's row, the winner first, then the skipped."""
     import jax
 
-    from autotune.tuning import tune
+    from autotune.tuning.tune import tune
 
     inputs = [jax.ShapeDtypeStruct(s, dtype) for s in shapes]
     call = ",".join("x".join(map(str, s)) for s in shapes) + "".join(

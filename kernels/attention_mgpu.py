@@ -25,7 +25,7 @@ from autotune import Split, autotuned
 from autotune.backends import mosaic_gpu as backend
 from autotune.kernels.flash_attention import attention_reference
 from autotune.kernels.matmul import Precision, check_precision
-from autotune.varying import vary_like
+from autotune.registry.varying import vary_like
 
 DTYPES = ("bfloat16", "float16")  # what JAX's kernel takes
 BLOCK_MULTIPLE = 64  # block_q and block_kv: multiples of a wgmma tile's 64 rows

@@ -10,7 +10,7 @@ that calls other `@autotuned` kernels gets their tuned configurations, looked up
 own keys.
 
 Inside `jax.shard_map` the arrays are first cast to vary over the same mesh axes
-(`autotune.varying.vary_alike`): the VJP's cotangents then have their inputs' types, and the
+(`autotune.registry.varying.vary_alike`): the VJP's cotangents then have their inputs' types, and the
 cotangent of an array that is the same on every device is summed over the devices (by the
 cast's transpose), as plain JAX code's would be. The output is typed to vary over those axes
 too (`vary_like`), also where the kernel's Pallas call lost them (Mosaic GPU's).
@@ -25,7 +25,7 @@ from typing import Any
 
 import jax
 
-from autotune.varying import vary_alike, vary_like
+from autotune.registry.varying import vary_alike, vary_like
 
 
 def keep_inputs(forward: Callable, *arrays: Any, **options: Any) -> tuple[Any, tuple]:

@@ -26,7 +26,7 @@ from jax.experimental import pallas as pl
 
 from autotune import Split, autotuned, out_struct
 from autotune.backends import clamp_block, kernel_platform, mosaic_tpu, whole_block
-from autotune.hardware import (
+from autotune.backends.hardware import (
     GPU_TILE_REGISTERS,
     TPU_LANES,
     gpu_registers_ok,

@@ -32,7 +32,7 @@ from jax.experimental import pallas as pl
 
 from autotune import Split, autotuned, out_struct
 from autotune.backends import kernel_platform, mosaic_tpu
-from autotune.hardware import gpu_smem_bytes
+from autotune.backends.hardware import gpu_smem_bytes
 from autotune.kernels.attention_masks import NT, TN, key_blocks_walked, padded_keys, probs
 from autotune.kernels.flash_attention import (
     check_shapes,

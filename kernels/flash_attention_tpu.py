@@ -25,7 +25,7 @@ from jax.experimental import pallas as pl
 
 from autotune import out_struct
 from autotune.backends import mosaic_tpu
-from autotune.hardware import TPU_LANES
+from autotune.backends.hardware import TPU_LANES
 from autotune.kernels.attention_masks import (
     NT,
     TN,

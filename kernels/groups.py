@@ -1,5 +1,5 @@
 """The shipped variant groups: every implementation of an op this package can call, the
-fastest served (see autotune.variants).
+fastest served (see autotune.runtime.variants).
 
 - `matmul_variants`: the Triton/TPU `matmul`, the Mosaic GPU `matmul_mgpu`, XLA's dot.
 - `attention_variants`: `flash_attention`, JAX's own Mosaic GPU attention (`attention_mgpu`,
@@ -26,7 +26,7 @@ from autotune.kernels.attention_mgpu import attention_mgpu, heads_as_batch
 from autotune.kernels.flash_attention import flash_attention
 from autotune.kernels.matmul import dot_precision, matmul, matmul_reference
 from autotune.kernels.matmul_mgpu import matmul_mgpu
-from autotune.variants import Member, variants
+from autotune.runtime.variants import Member, variants
 
 
 def needs_hopper(device: DeviceInfo) -> str | None:

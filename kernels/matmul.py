@@ -26,15 +26,15 @@ from jax.experimental import pallas as pl
 
 from autotune import Split, autotuned, out_struct
 from autotune.backends import clamp_block, kernel_platform, mosaic_tpu, triton
-from autotune.hardware import gpu_registers_ok, gpu_smem_bytes, is_pow2, tpu_block_ok
+from autotune.backends.hardware import gpu_registers_ok, gpu_smem_bytes, is_pow2, tpu_block_ok
 from autotune.kernels.differentiable import differentiable
 
 ACC_DTYPE = jnp.float32
 # jnp.dot's precision for float32 inputs: "highest" computes in float32; "high" and "default"
 # allow fewer bits (TF32 on NVIDIA GPUs, bfloat16 passes on TPUs), which the oracle's tolerance
-# follows (autotune.verify). None, the default, is the inputs' own (`dot_precision`).
+# follows (autotune.measure.verify). None, the default, is the inputs' own (`dot_precision`).
 # A static argument annotated Literal[...] is checked up front by `autotune tune` and job files
-# (autotune.task.check_call), before any database is opened or kernel traced.
+# (autotune.tuning.task.check_call), before any database is opened or kernel traced.
 Precision = Literal["highest", "high", "default", None]
 PRECISIONS = get_args(Precision)
 

@@ -18,7 +18,7 @@ from jax.experimental import pallas as pl
 
 from autotune import out_struct
 from autotune.backends import clamp_block, mosaic_tpu, triton, whole_block
-from autotune.hardware import TRITON_MAX_NUMEL, gpu_smem_bytes, is_pow2, tpu_block_ok
+from autotune.backends.hardware import TRITON_MAX_NUMEL, gpu_smem_bytes, is_pow2, tpu_block_ok
 
 F32 = jnp.float32
 

@@ -14,7 +14,7 @@ from jax.experimental import pallas as pl
 
 from autotune import Split, autotuned, out_struct
 from autotune.backends import kernel_platform, mosaic_tpu, triton
-from autotune.hardware import TPU_LANES, is_pow2, tpu_block_ok
+from autotune.backends.hardware import TPU_LANES, is_pow2, tpu_block_ok
 from autotune.kernels.differentiable import differentiable
 
 

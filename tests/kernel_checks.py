@@ -6,8 +6,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from autotune.check import tpu_lowering_error
 from autotune.device import DeviceInfo
+from autotune.measure.lowering import tpu_lowering_error
 
 # max |out - ref| <= TOL * max(1, max |ref|): float32 differs only in summation order; bfloat16
 # results are rounded once more (8 bits of mantissa) than the float32 reference.

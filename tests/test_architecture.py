@@ -1,5 +1,6 @@
 """The map in docs/architecture.md, held against the code: the import graph of autotune/ (lazy
-imports inside functions included) has no circle, and the directions it states hold."""
+imports inside functions included) has no circle, its packages are layered as the map draws
+them, and the directions it states hold."""
 
 from __future__ import annotations
 
@@ -72,30 +73,114 @@ def test_the_import_graph_of_the_package_has_no_circle():
     ("module", "never"),
     [
         # tuning goes one way: the public entry chooses, the group's tuning uses the tuner
-        ("autotune.tuner", {"autotune.tuning", "autotune.variant_tuning", "autotune.variants"}),
-        ("autotune.variant_tuning", {"autotune.tuning"}),
+        (
+            "autotune.tuning.kernel",
+            {"autotune.tuning.tune", "autotune.tuning.group", "autotune.runtime.variants"},
+        ),
+        ("autotune.tuning.group", {"autotune.tuning.tune"}),
         # neither the tuner nor the worker imports the runtime (registry.entry_stored instead)
-        ("autotune.tuner", {"autotune.runtime", "autotune.runtime_state", "autotune.lookup"}),
-        ("autotune.worker", {"autotune.runtime", "autotune.runtime_state", "autotune.lookup"}),
+        (
+            "autotune.tuning.kernel",
+            {"autotune.runtime.decorator", "autotune.runtime.state", "autotune.runtime.lookup"},
+        ),
+        (
+            "autotune.tuning.worker",
+            {"autotune.runtime.decorator", "autotune.runtime.state", "autotune.runtime.lookup"},
+        ),
         # the runtime path never loads the tuner, the search or the studies
-        ("autotune.runtime", {"autotune.tuner", "autotune.tuning", "autotune.search"}),
-        ("autotune.runtime", {"autotune.studies", "autotune.worker"}),
+        (
+            "autotune.runtime.decorator",
+            {"autotune.tuning.kernel", "autotune.tuning.tune", "autotune.search"},
+        ),
+        ("autotune.runtime.decorator", {"autotune.search.studies", "autotune.tuning.worker"}),
         # overlays drop lookups through the state, below the runtime
-        ("autotune.overlays", {"autotune.runtime", "autotune.lookup"}),
-        ("autotune.runtime_state", {"autotune.runtime", "autotune.lookup", "autotune.overlays"}),
+        ("autotune.runtime.overlays", {"autotune.runtime.decorator", "autotune.runtime.lookup"}),
+        (
+            "autotune.runtime.state",
+            {"autotune.runtime.decorator", "autotune.runtime.lookup", "autotune.runtime.overlays"},
+        ),
         # the database knows neither the runtime nor the tuner; the registry opens no database
-        ("autotune.db", {"autotune.runtime", "autotune.lookup", "autotune.overlays"}),
-        ("autotune.db", {"autotune.runtime_state", "autotune.tuner", "autotune.tuning"}),
-        ("autotune.registry", {"autotune.db", "autotune.runtime", "autotune.tuner"}),
+        (
+            "autotune.db",
+            {"autotune.runtime.decorator", "autotune.runtime.lookup", "autotune.runtime.overlays"},
+        ),
+        (
+            "autotune.db",
+            {"autotune.runtime.state", "autotune.tuning.kernel", "autotune.tuning.tune"},
+        ),
+        (
+            "autotune.registry",
+            {"autotune.db", "autotune.runtime.decorator", "autotune.tuning.kernel"},
+        ),
         # the chip tables ask no platform: the backends read them
-        ("autotune.hardware", set(MODULES) - {"autotune.hardware"}),
+        ("autotune.backends.hardware", set(MODULES) - {"autotune.backends.hardware"}),
     ],
 )
 def test_dependencies_point_the_way_the_map_says(module, never):
     assert reachable(module) & never == set()
 
 
+# The packages from the ground up, as docs/architecture.md draws them: a package imports only
+# the flat modules and the packages below it (a lazy import inside a function included).
+FLAT = {
+    "autotune.errors",
+    "autotune.signature",
+    "autotune.space",
+    "autotune.trial",
+    "autotune.device",
+    "autotune.sql",
+}
+LAYERS = [
+    ["autotune.backends"],
+    ["autotune.registry"],
+    ["autotune.db", "autotune.search", "autotune.measure"],
+    ["autotune.runtime", "autotune"],  # the package's face: the runtime, and the rest lazily
+    ["autotune.tuning"],
+    ["autotune.service"],
+    ["autotune.report"],
+    ["autotune.cli"],
+]
+
+
+def package_of(module: str) -> str:
+    return ".".join(module.split(".")[:2])
+
+
+def test_at_most_eight_modules_sit_flat_in_the_package():
+    flat = sorted(p.name for p in PACKAGE.glob("*.py"))
+    assert len(flat) <= 8, flat
+    assert {f"autotune.{n[:-3]}" for n in flat} - {"autotune.__init__"} == FLAT
+
+
+@pytest.mark.parametrize("level", range(len(LAYERS)), ids=lambda i: "+".join(LAYERS[i]))
+def test_each_package_imports_only_the_layers_below_it(level):
+    below = {p for layer in LAYERS[:level] for p in layer}
+    for package in LAYERS[level]:
+        for module in (m for m in MODULES if package_of(m) == package):
+            for target in GRAPH[module]:
+                other = package_of(target)
+                face = package == "autotune" and other in LAYERS[level]  # it hands names on
+                allowed = target in FLAT or other == package or other in below or face
+                assert allowed, f"{module} imports {target}, which is not below {package}"
+
+
+@pytest.mark.parametrize(
+    ("package", "never"),
+    [
+        ("autotune.db", "autotune.runtime"),  # the database serves the runtime, not the reverse
+        ("autotune.search", "autotune.db"),  # search never knows where results are stored
+        ("autotune.report", "autotune.tuning"),  # a report reads; it never tunes
+        ("autotune.report", "autotune.service"),
+        ("autotune.runtime", "autotune.tuning"),  # model code never loads the tuner
+    ],
+)
+def test_the_rules_a_reader_assumes_hold(package, never):
+    modules = [m for m in MODULES if package_of(m) == package]
+    reached = {r for m in modules for r in reachable(m)}
+    assert not {r for r in reached if package_of(r) == never}
+
+
 def test_the_graph_reads_lazy_imports():
     # a function's import counts: the runtime state opens the database lazily
-    assert "autotune.db" in GRAPH["autotune.runtime_state"]
-    assert "autotune.tuning" in GRAPH["autotune.jobs"]  # imported inside run_tasks
+    assert "autotune.db" in GRAPH["autotune.runtime.state"]
+    assert "autotune.tuning.tune" in GRAPH["autotune.service.jobs"]  # imported inside run_tasks

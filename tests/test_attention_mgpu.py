@@ -18,9 +18,9 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from autotune.check import lowering_error
 from autotune.device import DeviceInfo
 from autotune.kernels import attention_mgpu
+from autotune.measure.lowering import lowering_error
 
 pytest.importorskip("absl", reason="Mosaic GPU imports absl: pip install absl-py")
 module = sys.modules["autotune.kernels.attention_mgpu"]

@@ -14,8 +14,8 @@ from jax.experimental.pallas import triton as pltriton
 
 from autotune import backends
 from autotune.backends import mosaic_gpu
-from autotune.measure import TIMERS
-from autotune.platforms import PLATFORMS, platform_of
+from autotune.backends.platforms import PLATFORMS, platform_of
+from autotune.measure.timing import TIMERS
 
 
 def test_each_platform_has_its_backends_the_default_first():

@@ -16,7 +16,7 @@ from autotune import TuningDB
 from autotune.cli import main
 from autotune.cli.common import parse_static
 from autotune.errors import DatabaseError, KernelError, SignatureError
-from autotune.settings import Settings
+from autotune.runtime.settings import Settings
 
 
 def test_static_values_are_python_literals_too():

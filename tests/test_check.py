@@ -7,8 +7,8 @@ from kernel_checks import tpu_configs_lower
 from toy_kernels import _scale_call
 
 import autotune
-from autotune.check import check_tpu_space
 from autotune.kernels import matmul, vector_add
+from autotune.measure.lowering import check_tpu_space
 
 CASES = [
     (vector_add, [(1000,), (1000,)]),

@@ -4,8 +4,8 @@ import toy_kernels
 from toy_kernels import make_input, picky_scale
 
 import autotune
-from autotune.measure import TimingPolicy
-from autotune.worker import WorkerLimits
+from autotune.measure.timing import TimingPolicy
+from autotune.tuning.worker import WorkerLimits
 
 FAST = TimingPolicy(warmup=1, min_reps=3, max_reps=20, max_time_s=0.05)
 LIMITS = WorkerLimits(compile_s=20.0, run_s=20.0, start_s=60.0)

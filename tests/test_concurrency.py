@@ -82,7 +82,7 @@ def test_eight_writers_on_one_sqlite_file(tmp_path):
 WAL_RACE = textwrap.dedent(
     """
     import multiprocessing, os, sqlite3, sys, time
-    from autotune.dbconnect import sqlite_pragmas
+    from autotune.sql import sqlite_pragmas
 
     def open_at(path, start, errors):
         conn = sqlite3.connect(path)

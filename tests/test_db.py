@@ -7,8 +7,8 @@ import sys
 import textwrap
 
 from autotune import TuningDB
+from autotune.search.studies import SharedStudy, default_storage
 from autotune.signature import TuningKey
-from autotune.studies import SharedStudy, default_storage
 
 
 def test_round_trip_across_two_processes(subprocess_env, db_url):

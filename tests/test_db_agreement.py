@@ -17,7 +17,7 @@ import autotune
 from autotune import TuningDB
 from autotune.cli import main
 from autotune.device import current_device
-from autotune.pending import pending_tasks
+from autotune.service.pending import pending_tasks
 
 
 def add_misses(path, *signatures):
@@ -35,7 +35,7 @@ def test_a_bad_miss_is_reported_and_skipped_by_pending(tmp_path, caplog):
             "UPDATE autotune_misses SET signature = 'f32[[' WHERE signature = ?", ("f32[32,128]",)
         )
     conn.close()
-    with TuningDB(path) as db, caplog.at_level(logging.WARNING, logger="autotune.pending"):
+    with TuningDB(path) as db, caplog.at_level(logging.WARNING, logger="autotune.service.pending"):
         tasks, unknown = pending_tasks(db, current_device())
     assert [t.shapes for t in tasks] == [((64, 128),)] and not unknown
     skipped = [r.getMessage() for r in caplog.records]
@@ -166,9 +166,9 @@ def test_the_read_tools_skip_a_tampered_row_with_one_line_naming_it(tmp_path, ca
     report = ["report", "--out", str(tmp_path / "r"), "--db", str(path)]
     for argv in [*[[*a, "--db", str(path)] for a in READERS], merge, report]:
         caplog.clear()
-        with caplog.at_level(logging.WARNING, logger="autotune.dbread"):
+        with caplog.at_level(logging.WARNING, logger="autotune.db.read"):
             main(argv)
-        said = [r.getMessage() for r in caplog.records if r.name == "autotune.dbread"]
+        said = [r.getMessage() for r in caplog.records if r.name == "autotune.db.read"]
         reads = argv[argv[0] == "db"] in (TRIAL_READERS if trial else RESULT_READERS)
         assert len(said) == reads, (argv, said)
         assert all(m.startswith(f"skipped {row}: its ") for m in said), said
@@ -187,7 +187,7 @@ def test_a_tampered_date_does_not_stop_the_runtime_serving_the_kernel(tmp_path):
 
 
 def test_a_trial_of_an_older_kernel_version_passes_check_as_the_read_tools_keep_it(tmp_path):
-    from autotune.dbcheck import check_database
+    from autotune.db.check import check_database
     from autotune.trial import TrialRecord
 
     path = tmp_path / "t.db"

@@ -84,7 +84,7 @@ def test_export_then_import_round_trips_and_conflicts_keep_the_faster(filled, tm
 
 
 def test_a_bulk_import_merges_across_batches_and_repeated_keys(filled, tmp_path, monkeypatch):
-    from autotune import dbwrite
+    from autotune.db import write as dbwrite
 
     monkeypatch.setattr(dbwrite, "KEYS_PER_QUERY", 2)  # 5 signatures: three lookups
     entries = {e.key.signature: e.as_row() for e in TuningDB(filled).query(platform="tpu")}

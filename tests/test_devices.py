@@ -85,7 +85,7 @@ def test_more_devices_than_the_host_has_is_one_line_and_nothing_is_written(
 
 def test_a_worker_pinned_to_a_forced_host_device_computes_there(subprocess_env):
     code = (
-        "from autotune.worker.child import pinned_device; import jax.numpy as jnp; "
+        "from autotune.tuning.worker.child import pinned_device; import jax.numpy as jnp; "
         "d = pinned_device(2); print(d.id, jnp.ones(3).devices().pop().id)"
     )
     env = {**subprocess_env, "XLA_FLAGS": FORCED_DEVICES}

@@ -99,9 +99,10 @@ def test_three_workers_share_one_study_and_store_its_best_trial(
 
 
 def test_a_finished_shared_study_leaves_nothing_queued_or_running(tmp_path, monkeypatch):
-    from autotune import studies
-    from autotune.search import Evaluation, run_search
+    from autotune.search import studies
+    from autotune.search.loop import run_search
     from autotune.space import Param, Space
+    from autotune.trial import Evaluation
 
     storage = f"sqlite:///{tmp_path / 'studies.db'}"
     space = Space((Param("b", tuple(range(12))),))

@@ -11,12 +11,12 @@ import numpy as np
 import pytest
 from toy_kernels import make_input, scale
 
-from autotune import measure
-from autotune.compiling import Program
-from autotune.measure import TimingPolicy, measure_candidate, per_call_seconds
-from autotune.task import task_of_call
-from autotune.worker import DeviceWorker, WorkerLimits
-from autotune.worker.parent import child_env
+from autotune.measure import timing as measure
+from autotune.measure.compiling import Program
+from autotune.measure.timing import TimingPolicy, measure_candidate, per_call_seconds
+from autotune.tuning.task import task_of_call
+from autotune.tuning.worker import DeviceWorker, WorkerLimits
+from autotune.tuning.worker.parent import child_env
 
 NO_WARMUP = TimingPolicy(warmup=0, warmup_s=0.0, min_reps=3, max_reps=6, max_time_s=0.05)
 

@@ -1,10 +1,10 @@
-"""The "gp" strategy's Gaussian process (autotune.gp) on synthetic data."""
+"""The "gp" strategy's Gaussian process (autotune.search.gp) on synthetic data."""
 
 import numpy as np
 from scipy.optimize import approx_fprime
 from scipy.stats import spearmanr
 
-from autotune import gp
+from autotune.search import gp
 
 
 def test_the_posterior_gradient_matches_finite_differences():

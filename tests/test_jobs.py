@@ -16,11 +16,11 @@ from toy_kernels import make_input, scale
 from autotune import TuningDB, configure
 from autotune.device import current_device
 from autotune.errors import JobError
-from autotune.jobfile import load_job
-from autotune.jobs import parse_shard, shard
+from autotune.search.strategies import DEFAULT_STRATEGY, STRATEGIES
+from autotune.service.jobfile import load_job
+from autotune.service.jobs import parse_shard, shard
 from autotune.signature import TuningKey
-from autotune.strategies import DEFAULT_STRATEGY, STRATEGIES
-from autotune.tune_settings import TuneSettings
+from autotune.tuning.settings import TuneSettings
 
 JOB = """
 [defaults]
@@ -310,12 +310,12 @@ H200 = dataclasses.replace(
 
 
 def test_a_jobs_tasks_are_keyed_by_the_device_its_workers_measure_on(monkeypatch):
-    import autotune.worker.parent
-    from autotune.tune_settings import TuneSettings
-    from autotune.worker.parent import tuning_device
+    import autotune.tuning.worker.parent
+    from autotune.tuning.settings import TuneSettings
+    from autotune.tuning.worker.parent import tuning_device
 
     worker_device = current_device()
-    monkeypatch.setattr(autotune.worker.parent, "current_device", lambda: H200)
+    monkeypatch.setattr(autotune.tuning.worker.parent, "current_device", lambda: H200)
     apart = TuneSettings(isolate=True, worker_platforms="cpu")  # as the CLI runs a job
     assert tuning_device(apart) == worker_device  # asked of a real worker child
     assert tuning_device(TuneSettings(isolate=True)) == H200  # the worker inherits ours
@@ -325,9 +325,9 @@ def test_a_jobs_tasks_are_keyed_by_the_device_its_workers_measure_on(monkeypatch
 def test_a_task_tuned_on_the_workers_device_is_skipped(db_url):
     from test_db_tools import put
 
-    from autotune.jobs import run_tasks
     from autotune.registry import resolve
-    from autotune.task import make_task
+    from autotune.service.jobs import run_tasks
+    from autotune.tuning.task import make_task
 
     task = make_task("toy_kernels:scale", "32x128")
     spec = resolve(task.kernel).spec

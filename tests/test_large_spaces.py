@@ -6,12 +6,14 @@ import numpy as np
 import optuna
 import pytest
 
-from autotune.candidates import GP_EXPLOIT_EVERY, GP_EXPLOIT_FROM, GP_SCORED, _gp_score
 from autotune.errors import SpaceError
-from autotune.search import LISTED_UP_TO, Evaluation, _Encoding, make_sampler, run_search
+from autotune.search.loop import LISTED_UP_TO, _Encoding, make_sampler, run_search
+from autotune.search.samplers.base import SCORED
+from autotune.search.samplers.gp import GP_EXPLOIT_EVERY, GP_EXPLOIT_FROM, _gp_score
+from autotune.search.valid_set import ListedSet
 from autotune.signature import ArgSpec, Signature
 from autotune.space import Param, Space
-from autotune.valid_set import ListedSet
+from autotune.trial import Evaluation
 
 SIG = Signature((ArgSpec((64,), "float32"),))
 
@@ -79,14 +81,14 @@ def test_the_random_strategy_searches_a_space_too_large_to_list():
 
 
 def test_sampled_scoring_proposes_the_best_scored_configuration_of_a_smooth_landscape():
-    # 9,000 listed configurations, more than GP_SCORED: each proposal scores a sample, the
+    # 9,000 listed configurations, more than SCORED: each proposal scores a sample, the
     # neighbours of the fastest and a hill-climb, and on a smooth landscape still lands on the
     # configuration that scoring all of them would choose
     space = Space(
         (Param("x", tuple(range(30))), Param("y", tuple(range(30))), Param("z", tuple(range(10))))
     )
     valid = list(space.all_configs())
-    assert len(valid) > GP_SCORED
+    assert len(valid) > SCORED
     vset = ListedSet(space, valid)
     enc = _Encoding(space)
     sampler = make_sampler("gp", 0, enc, vset)

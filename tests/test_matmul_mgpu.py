@@ -11,9 +11,9 @@ import jax.numpy as jnp
 import pytest
 from kernel_checks import close, rand
 
-from autotune.check import lowering_error
 from autotune.device import DeviceInfo
 from autotune.kernels import matmul_mgpu, matmul_mgpu_reference
+from autotune.measure.lowering import lowering_error
 
 pytest.importorskip("absl", reason="Mosaic GPU imports absl: pip install absl-py")
 module = sys.modules["autotune.kernels.matmul_mgpu"]

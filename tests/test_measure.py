@@ -8,9 +8,9 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from autotune import finalists
-from autotune.finalists import Finalist, rank, remeasure, round_minima, select
-from autotune.measure import (
+from autotune.measure import finalists
+from autotune.measure.finalists import Finalist, rank, remeasure, round_minima, select
+from autotune.measure.timing import (
     TimingPolicy,
     cupti_samples,
     device_times_from_trace,
@@ -50,7 +50,7 @@ def test_no_device_timer_reports_on_the_cpu_so_the_wall_clock_times_and_says_so(
     assert cupti_samples(compiled, sets, 0, 3) == []
     assert trace_samples(compiled, sets, 0, 3) == []
     assert len(wall_samples(compiled, sets, 0, 3)) == 3
-    with caplog.at_level(logging.WARNING, logger="autotune.measure"):
+    with caplog.at_level(logging.WARNING, logger="autotune.measure.timing"):
         for _ in range(2):
             timing = time_compiled(compiled, args, TimingPolicy(timer="cupti", max_time_s=0.05))
             assert timing.timer == "wall" and timing.n >= 5 and timing.min_s <= timing.median_s
@@ -75,7 +75,7 @@ def test_finalists_are_timed_interleaved_by_the_timer_of_the_platform():
 
 
 def _finalist(block, samples, default=8):
-    from autotune.registry import config_distance
+    from autotune.registry.spec import config_distance
 
     config = {"block": block}
     distance = config_distance(config, {"block": default})
@@ -119,7 +119,7 @@ def test_a_candidate_faster_in_every_interleaved_round_wins_on_a_loaded_host():
 
 
 def test_finalists_not_told_apart_are_within_the_noise_and_the_default_kept():
-    from autotune.tune_result import TuneResult
+    from autotune.tuning.result import TuneResult
 
     # 9% faster by its median round, but faster in 3 rounds of 5 only: not beaten
     near = _finalist(16, [1.0, 1.2, 1.0, 1.2, 1.0])
@@ -130,7 +130,7 @@ def test_finalists_not_told_apart_are_within_the_noise_and_the_default_kept():
     result = TuneResult("k", None, {"block": 8}, 1.1, {"block": 8}, 1.1, finalists=ranked)
     assert result.within_noise == (
         "after 5 interleaved rounds the winner and block=16 were not told apart (sign test, "
-        "autotune.finalists): the choice is within the noise"
+        "autotune.measure.finalists): the choice is within the noise"
     )
 
 
@@ -178,7 +178,7 @@ def test_finalists_are_the_fastest_few_the_noise_band_and_the_default():
 
 
 def test_inputs_smaller_than_the_cache_rotate_among_distinct_copies():
-    from autotune.measure import rotation_sets
+    from autotune.measure.timing import rotation_sets
 
     x = jnp.arange(256, dtype=jnp.float32)  # 1 KiB
     sets = rotation_sets([x], cache_bytes=4096)
@@ -200,8 +200,8 @@ def test_inputs_smaller_than_the_cache_rotate_among_distinct_copies():
 def test_a_candidate_that_fails_while_it_is_timed_is_a_runtime_error_not_an_exception():
     from toy_kernels import make_input, scale
 
-    from autotune.compiling import Program
-    from autotune.measure import measure_candidate
+    from autotune.measure.compiling import Program
+    from autotune.measure.timing import measure_candidate
 
     x = make_input(rows=32)
     calls = []

@@ -17,10 +17,12 @@ from third_party_mgpu import double_rows, double_rows_reference
 from toy_kernels import rows_divide
 
 import autotune
-from autotune import BestEntry, TuningDB, lookup, runtime_state
+from autotune import BestEntry, TuningDB
 from autotune.device import DeviceInfo, current_device
 from autotune.kernels import matmul, matmul_mgpu
-from autotune.measure import TimingPolicy
+from autotune.measure.timing import TimingPolicy
+from autotune.runtime import lookup
+from autotune.runtime import state as runtime_state
 
 pytest.importorskip("absl", reason="Mosaic GPU imports absl: pip install absl-py")
 QUICK = TimingPolicy(warmup=1, min_reps=2, max_reps=3, max_time_s=0.05)

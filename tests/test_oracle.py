@@ -12,9 +12,10 @@ from third_party_mgpu import double_rows, double_rows_reference
 from toy_kernels import rows_divide
 
 import autotune
-from autotune import TuningDB, oracle
+from autotune import TuningDB
 from autotune.errors import KernelError
-from autotune.measure import TimingPolicy
+from autotune.measure import oracle
+from autotune.measure.timing import TimingPolicy
 
 pytest.importorskip("absl", reason="Mosaic GPU imports absl: pip install absl-py")
 QUICK = TimingPolicy(warmup=1, min_reps=2, max_reps=3, max_time_s=0.05)

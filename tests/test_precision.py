@@ -12,7 +12,7 @@ import pytest
 from autotune.kernels.bmm import bmm
 from autotune.kernels.flash_attention import flash_attention
 from autotune.kernels.matmul import matmul
-from autotune.verify import compare, tolerance
+from autotune.measure.verify import compare, tolerance
 
 F32 = jax.ShapeDtypeStruct
 CALLS = {

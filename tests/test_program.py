@@ -130,7 +130,7 @@ def test_the_cli_lists_and_tunes_a_programs_calls_by_shard(capsys, monkeypatch, 
 
 def test_a_job_file_task_may_name_a_program(tmp_path, monkeypatch):
     from autotune.errors import JobError
-    from autotune.jobfile import load_job
+    from autotune.service.jobfile import load_job
 
     monkeypatch.syspath_prepend(BENCHMARKS)
     job = tmp_path / "job.toml"
@@ -239,7 +239,7 @@ def test_a_program_that_calls_no_autotuned_kernel_is_said(tmp_path, capsys, monk
     db = str(tmp_path / "t.db")
     rc, out, err = cli(capsys, "tune", "--program", "plain_step:factory", "--db", db)
     assert rc == 2 and "makes no @autotuned call: nothing to tune" in err and err.count("\n") == 1
-    with caplog.at_level(logging.WARNING, logger="autotune.program"):
+    with caplog.at_level(logging.WARNING, logger="autotune.service.program"):
         assert autotune.tune_program(lambda x: x + 1, (jnp.ones(4),), db=db) == []
     assert "makes no @autotuned call" in caplog.text
     with pytest.raises(AutotuneError, match=r"args is an array: give the arguments as a tuple"):

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from autotune.cli import main
 from autotune.errors import SignatureError, SpaceError
+from autotune.search.strategies import STRATEGIES
 from autotune.signature import (
     _SHORT,
     ArgSpec,
@@ -22,8 +23,7 @@ from autotune.signature import (
     short_dtype,
 )
 from autotune.space import load_space_file
-from autotune.strategies import STRATEGIES
-from autotune.task import parse_dtypes, parse_shapes
+from autotune.tuning.task import parse_dtypes, parse_shapes
 
 FEW = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 DTYPES = sorted(_SHORT)

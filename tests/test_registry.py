@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from autotune import autotuned
-from autotune.code_version import kernel_code, normalised
 from autotune.errors import KernelError
+from autotune.registry.version import kernel_code, normalised
 
 WRAPPER = textwrap.dedent(
     """

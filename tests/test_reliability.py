@@ -23,7 +23,7 @@ import pytest
 from toy_kernels import make_input, scale
 
 import autotune
-import autotune.runtime_state
+import autotune.runtime.state
 from autotune import TuningDB
 from autotune.cli import main
 from autotune.device import current_device
@@ -71,14 +71,14 @@ def calls_survive(path, caplog):
     the runtime's warnings. Every result must be right."""
     autotune.configure(db=path)
     caplog.clear()
-    with caplog.at_level(logging.WARNING, logger="autotune.runtime_state"):
+    with caplog.at_level(logging.WARNING, logger="autotune.runtime.state"):
         for rows in (64, 64, 32):
             x = make_input(rows=rows)
             np.testing.assert_allclose(scale(x), x * 2)
-        autotune.runtime_state.clear_memo()
+        autotune.runtime.state.clear_memo()
         x = make_input(rows=64)
         np.testing.assert_allclose(scale(x), x * 2)
-    return [r.getMessage() for r in caplog.records if r.name == "autotune.runtime_state"]
+    return [r.getMessage() for r in caplog.records if r.name == "autotune.runtime.state"]
 
 
 def db_check(path, capsys):
@@ -218,7 +218,7 @@ CHILD = textwrap.dedent(
     seen = []
     class H(logging.Handler):
         def emit(self, record): seen.append(record.getMessage())
-    logging.getLogger("autotune.runtime_state").addHandler(H())
+    logging.getLogger("autotune.runtime.state").addHandler(H())
     out = {}
     for rows in (64, 64, 32):
         x = make_input(rows=rows)
@@ -305,7 +305,7 @@ def test_database_in_a_read_only_folder_is_served(tmp_path, caplog, capsys):
     before = _digest(path)
     with read_only_folder(folder):
         autotune.configure(db=path)
-        with caplog.at_level(logging.WARNING, logger="autotune.runtime_state"):
+        with caplog.at_level(logging.WARNING, logger="autotune.runtime.state"):
             assert scale.explain(make_input(rows=64))["source"] == "db"
             assert scale.explain(make_input(rows=32))["source"] == "nearest"  # a miss: not stored
             np.testing.assert_allclose(scale(make_input(rows=64)), make_input(rows=64) * 2)
@@ -345,7 +345,7 @@ def test_database_locked_by_another_process(tmp_path, caplog):
         autotune.configure(db=path)
         # a hit reads the WAL snapshot: served, no wait, no warning
         x = make_input(rows=64)
-        with caplog.at_level(logging.WARNING, logger="autotune.runtime_state"):
+        with caplog.at_level(logging.WARNING, logger="autotune.runtime.state"):
             assert scale.explain(x)["source"] == "db"
             np.testing.assert_allclose(scale(x), x * 2)
             # a miss cannot be recorded: the call waits the runtime's short timeout, not 30 s
@@ -355,7 +355,7 @@ def test_database_locked_by_another_process(tmp_path, caplog):
             for _ in range(2):
                 np.testing.assert_allclose(scale(make_input(rows=32)), make_input(rows=32) * 2)
         assert waited < 5, waited
-        warnings = [r.getMessage() for r in caplog.records if r.name == "autotune.runtime_state"]
+        warnings = [r.getMessage() for r in caplog.records if r.name == "autotune.runtime.state"]
         assert len(warnings) == 1 and "database is locked" in warnings[0], warnings
         autotune.configure(db=path, strict=True)
         with pytest.raises(AutotuneError, match="locked"):

@@ -336,9 +336,9 @@ def test_a_programs_page_names_every_call_and_the_steps_total_before_and_after(
 
 def test_tune_programs_outcomes_make_the_same_view(step_db, tmp_path):
     import autotune
-    from autotune.program import program_tasks
-    from autotune.progress import Outcome
-    from autotune.tune_settings import TuneSettings
+    from autotune.service.program import program_tasks
+    from autotune.service.progress import Outcome
+    from autotune.tuning.settings import TuneSettings
 
     _, times = step_db
     calls = autotune.calls_in(*train_step.tiny())  # listed again: served from the database now

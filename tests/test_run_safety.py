@@ -18,9 +18,11 @@ import toy_kernels
 from toy_kernels import make_input, scale
 
 import autotune
-from autotune import TuningDB, jobs, studies
+from autotune import TuningDB
 from autotune.cli import main
 from autotune.errors import DatabaseError
+from autotune.search import studies
+from autotune.service import jobs
 
 TESTS = Path(__file__).parent
 
@@ -243,7 +245,7 @@ def test_a_corrupt_studies_file_is_set_aside_with_a_warning(tmp_path, caplog):
     studies = tmp_path / "t-studies.db"
     garbage = os.urandom(8192)
     studies.write_bytes(garbage)
-    with caplog.at_level(logging.WARNING, logger="autotune.studies"):
+    with caplog.at_level(logging.WARNING, logger="autotune.search.studies"):
         result = autotune.tune(
             scale,
             [make_input(rows=32)],

@@ -13,11 +13,12 @@ from jax.experimental import pallas as pl
 from toy_kernels import make_input, rows_divide, scale
 
 import autotune
-from autotune import BestEntry, TuningDB, runtime_state
+from autotune import BestEntry, TuningDB
 from autotune.device import current_device
 from autotune.errors import AutotuneError
-from autotune.measure import TimingPolicy
-from autotune.nearest import ShapeIndex
+from autotune.measure.timing import TimingPolicy
+from autotune.runtime import state as runtime_state
+from autotune.runtime.nearest import ShapeIndex
 from autotune.signature import parse_args, shape_distance
 
 QUICK = TimingPolicy(warmup=1, min_reps=2, max_reps=3, max_time_s=0.05)

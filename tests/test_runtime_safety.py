@@ -13,7 +13,7 @@ from test_reliability import store
 from toy_kernels import make_input, scale
 
 import autotune
-import autotune.runtime
+import autotune.runtime.decorator
 from autotune import TuningDB
 from autotune.errors import AutotuneError
 
@@ -31,7 +31,7 @@ def test_a_database_locked_at_the_first_lookup_is_opened_again_later(tmp_path):
     np.testing.assert_allclose(scale(x), x * 2)  # the fallback, at once
     holder.execute("COMMIT")
     holder.close()
-    deadline = time.monotonic() + 10 * autotune.runtime_state.REOPEN_FIRST_S
+    deadline = time.monotonic() + 10 * autotune.runtime.state.REOPEN_FIRST_S
     while toy_kernels.TRACED["scale"][-1] != {"block_rows": 16} and time.monotonic() < deadline:
         time.sleep(0.2)
         np.testing.assert_allclose(scale(x), x * 2)

@@ -16,11 +16,10 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import inspect
 
-from autotune import dbopen as dbmod
-from autotune import migrations, schema
-from autotune.db import TuningDB
+from autotune.db import TuningDB, migrations, schema
+from autotune.db import connection as dbmod
+from autotune.db.migrations.versions.v3_trial_device_memory import COLUMNS as V3_COLUMNS
 from autotune.errors import DatabaseError
-from autotune.migrations.versions.v3_trial_device_memory import COLUMNS as V3_COLUMNS
 
 FIXTURES = Path(__file__).parent / "fixtures"
 ROLES = ("trials", "results", "misses")
@@ -207,7 +206,7 @@ def test_tuning_database_and_studies_share_one_postgres_database(pg_url):
     from toy_kernels import make_input, scale
 
     import autotune
-    from autotune.studies import optuna_url
+    from autotune.search.studies import optuna_url
 
     result = autotune.tune(
         scale, [make_input(rows=16)], n_trials=2, db=pg_url, storage=pg_url, strategy="grid"
@@ -230,7 +229,7 @@ def test_an_upgrade_beside_optuna_leaves_its_alembic_version_alone(pg_url, next_
     import optuna
     from sqlalchemy import create_engine
 
-    from autotune.studies import optuna_url
+    from autotune.search.studies import optuna_url
 
     storage = optuna.storages.RDBStorage(optuna_url(pg_url))  # Optuna's alembic_version too
     storage.engine.dispose()

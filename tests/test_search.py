@@ -11,31 +11,23 @@ import pytest
 from toy_kernels import make_input, scale
 
 import autotune
-from autotune import BestEntry, TuningDB, cli, gp
-from autotune.candidates import (
+from autotune import BestEntry, TuningDB, cli
+from autotune.errors import SpaceError
+from autotune.search import gp
+from autotune.search.landscapes import load_landscape, replay
+from autotune.search.loop import LOOKAHEAD, _Encoding, make_sampler, programs_note, run_search
+from autotune.search.samplers.base import CandidateSampler
+from autotune.search.samplers.gp import (
     GP_EXPLOIT_EVERY,
     GP_EXPLOIT_FROM,
     GP_LATE_FROM,
     GP_MIN_GAIN,
-    CandidateSampler,
     compress_slow,
 )
-from autotune.errors import SpaceError
-from autotune.search import (
-    LOOKAHEAD,
-    STRATEGIES,
-    Evaluation,
-    _Encoding,
-    load_landscape,
-    make_sampler,
-    programs_note,
-    replay,
-    run_search,
-)
+from autotune.search.strategies import STARTUP_TRIALS, STRATEGIES
+from autotune.search.valid_set import ListedSet
 from autotune.space import Param, Space
-from autotune.strategies import STARTUP_TRIALS
-from autotune.trial import TrialRecord
-from autotune.valid_set import ListedSet
+from autotune.trial import Evaluation, TrialRecord
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "landscapes"
 

@@ -1,4 +1,4 @@
-"""Claims in a shared study (autotune.studies), on a real SQLite Optuna storage."""
+"""Claims in a shared study (autotune.search.studies), on a real SQLite Optuna storage."""
 
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ from concurrent.futures import ThreadPoolExecutor
 import optuna
 import pytest
 
-from autotune import search as search_module
-from autotune.search import _Encoding, run_search
+from autotune.search import loop as search_module
+from autotune.search.loop import _Encoding, run_search
+from autotune.search.studies import SharedStudy
 from autotune.space import Param, Space
-from autotune.studies import SharedStudy
 from autotune.trial import Evaluation, config_id
 
 
@@ -164,7 +164,7 @@ def test_a_worker_interrupted_in_the_middle_of_an_ask_leaves_the_rerun_its_budge
 
 
 def test_an_unclaimed_trial_is_released_after_the_grace_while_others_search(tmp_path, monkeypatch):
-    from autotune import studies
+    from autotune.search import studies
 
     storage = f"sqlite:///{tmp_path / 'studies.db'}"
     monkeypatch.setattr(studies, "HEARTBEAT_S", 0.2)
@@ -203,9 +203,8 @@ class _InterruptingCursor(sqlite3.Cursor):
 
 
 def test_an_interrupt_inside_a_read_leaves_the_studies_file_writable(tmp_path, monkeypatch):
-    from autotune import studies
+    from autotune.search import studies
 
-    # every transaction on a studies file begins IMMEDIATE, a read's included: the interrupted
     # read's write lock must go with its connection, not wait for the exception to be dropped
     connect_args = {"isolation_level": None, "timeout": 2.0, "factory": _Interrupting}
     monkeypatch.setattr(studies, "_SQLITE_ENGINE", {"connect_args": connect_args})

@@ -128,7 +128,7 @@ def test_a_tampered_shipped_entry_falls_back_with_one_warning(library, caplog):
     doc = json.loads(table.read_text())
     doc["entries"][0]["config"] = {"block_rows": 32}  # in the space, but 32 does not divide 48
     table.write_text(json.dumps(doc))
-    with caplog.at_level(logging.WARNING, logger="autotune.runtime_state"):
+    with caplog.at_level(logging.WARNING, logger="autotune.runtime.state"):
         assert library.explain(X)["source"] == "default"
         np.testing.assert_allclose(library(X), X * 2.0)
         np.testing.assert_allclose(library(X + 1), (X + 1) * 2.0)
@@ -142,7 +142,7 @@ def test_a_table_of_another_kernel_version_is_not_served(library, caplog):
     doc = json.loads(table.read_text())
     doc["entries"][0]["kernel_version"] = "0" * 12
     table.write_text(json.dumps(doc))
-    with caplog.at_level(logging.WARNING, logger="autotune.runtime_state"):
+    with caplog.at_level(logging.WARNING, logger="autotune.runtime.state"):
         assert library.explain(X)["source"] == "default"
     assert "only for kernel version 000000000000" in caplog.text
 
@@ -159,7 +159,7 @@ def test_db_list_shipped_and_db_check_read_the_shipped_tables(library, capsys, d
     doc = json.loads(table.read_text())
     doc["entries"][0]["config"] = {"block_rows": 5}
     table.write_text(json.dumps(doc))
-    autotune.tables._SHIPPED.clear()  # the CLI reads a table once per process, as model code
+    autotune.db.tables._SHIPPED.clear()  # the CLI reads a table once per process, as model code
     TuningDB(db_url).close()  # a sound, empty database: the problem is the table's
     rc, out, _ = cli(capsys, "db", "check", "--db", db_url, *imp)
     db_line, table_line, problem = out.splitlines()
@@ -190,7 +190,7 @@ def test_one_unreadable_table_is_said_and_the_others_are_listed(library, capsys,
 
     (tmp_path / "broken").mkdir()
     (tmp_path / "broken" / "cpu.json").write_text("{not json")
-    autotune.variants("broken_table", [jnp.dot], tuned=tmp_path / "broken")
+    autotune.runtime.variants("broken_table", [jnp.dot], tuned=tmp_path / "broken")
     imp = ["--import", "mylib.toy_shipped"]
     rc, out, err = cli(capsys, "db", "list", "--shipped", "--format", "json", *imp)
     assert rc == 1 and [r["kernel"] for r in json.loads(out)] == ["shipped_scale"]
@@ -205,7 +205,7 @@ def test_a_table_nested_too_deeply_is_a_warning_and_the_fallback(library, tmp_pa
     table.write_text(nested)
     overlaid = tmp_path / "overlay.json"
     overlaid.write_text(nested)
-    with caplog.at_level(logging.WARNING, logger="autotune.runtime_state"):
+    with caplog.at_level(logging.WARNING, logger="autotune.runtime.state"):
         np.testing.assert_allclose(jax.jit(lambda x: library(x))(X), X * 2.0)
         with autotune.overlay(overlaid):
             np.testing.assert_allclose(jax.jit(lambda x: library(x) + 1)(X), X * 2.0 + 1)
@@ -233,7 +233,7 @@ def test_a_lookup_reads_only_its_device_kinds_entries_and_checks_only_its_kernel
     table.write_text(json.dumps({**doc, "entries": [other, mine]}))
     elsewhere = {**mine, "device_kind": "NVIDIA H200", "platform": "gpu", "time_s": -1.0}
     (table.parent / "h200.json").write_text(json.dumps({**doc, "entries": [elsewhere]}))
-    with caplog.at_level(logging.WARNING, logger="autotune.runtime_state"):
+    with caplog.at_level(logging.WARNING, logger="autotune.runtime.state"):
         got = library.explain(X)
     assert (got["source"], got["config"]) == ("shipped", {"block_rows": 16})
     assert caplog.records == []
@@ -250,7 +250,7 @@ def test_a_variant_groups_shipped_choice_is_served_and_resolved_beside_its_modul
     monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
 
     members = [autotune.Member(jnp.dot, name="dot"), autotune.Member(jnp.matmul, name="xla")]
-    group = autotune.variants("shipped_dot", members, tuned=tmp_path / "tuned")
+    group = autotune.runtime.variants("shipped_dot", members, tuned=tmp_path / "tuned")
     x, y = jnp.ones((4, 3)), jnp.ones((3, 2))
     device = current_device()
     key = group.spec.key(group.spec.signature([x, y], {}, device), device)
@@ -262,7 +262,7 @@ def test_a_variant_groups_shipped_choice_is_served_and_resolved_beside_its_modul
     got = group.explain(x, y)  # untuned, the group would call its first member, dot
     assert (got["variant"], got["source"]) == ("xla", "shipped")
     np.testing.assert_allclose(group(x, y), x @ y)
-    relative = autotune.variants("shipped_dot_here", members, tuned="tuned")
+    relative = autotune.runtime.variants("shipped_dot_here", members, tuned="tuned")
     assert relative.spec.tuned == Path(__file__).resolve().parent / "tuned"
 
 
@@ -271,7 +271,7 @@ def test_a_shipped_entry_without_tuned_at_is_listed_and_checked(library, capsys,
     doc = json.loads(table.read_text())
     del doc["entries"][0]["tuned_at"]  # the export format does not require it
     table.write_text(json.dumps(doc))
-    autotune.tables._SHIPPED.clear()
+    autotune.db.tables._SHIPPED.clear()
     imp = ["--import", "mylib.toy_shipped"]
     rc, out, _ = cli(capsys, "db", "list", "--shipped", "--format", "json", *imp)
     assert rc == 0 and json.loads(out)[0]["served"] == "yes"

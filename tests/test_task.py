@@ -9,10 +9,10 @@ from autotune.cli.common import parse_static
 from autotune.db import TuningDB
 from autotune.device import current_device
 from autotune.errors import SignatureError
-from autotune.jobfile import load_job
-from autotune.pending import pending_tasks
 from autotune.registry import resolve
-from autotune.task import make_task, task_of_call
+from autotune.service.jobfile import load_job
+from autotune.service.pending import pending_tasks
+from autotune.tuning.task import make_task, task_of_call
 
 JOB = """
 [[task]]

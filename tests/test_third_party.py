@@ -12,9 +12,9 @@ import pytest
 from third_party_kernels import BlockSizes, scaled_matmul
 
 import autotune
-from autotune.check import tpu_lowering_error
 from autotune.errors import SpaceError
-from autotune.measure import TimingPolicy
+from autotune.measure.lowering import tpu_lowering_error
+from autotune.measure.timing import TimingPolicy
 
 DEFAULT_BLOCKS = BlockSizes()
 QUICK = TimingPolicy(warmup=1, min_reps=2, max_reps=3, max_time_s=0.05)

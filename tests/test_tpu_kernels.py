@@ -23,10 +23,9 @@ from jaxlib.mlir.passmanager import PassManager
 from kernel_checks import close, rand
 
 from autotune.backends import mosaic_tpu
-from autotune.check import lowering_error
+from autotune.backends.hardware import MiB
 from autotune.cli import main
 from autotune.device import DeviceInfo
-from autotune.hardware import MiB
 from autotune.kernels import (
     attention_reference,
     bmm,
@@ -41,6 +40,7 @@ from autotune.kernels import (
     softmax,
     vector_add,
 )
+from autotune.measure.lowering import lowering_error
 
 # the modules (autotune.kernels' attributes of these names are the kernels)
 mm_module = importlib.import_module("autotune.kernels.matmul")

@@ -14,8 +14,8 @@ from jax.experimental import pallas as pl
 
 import autotune
 from autotune import backends
-from autotune.check import check_space, lowering_error
 from autotune.kernels import flash_attention, matmul, softmax, vector_add
+from autotune.measure.lowering import check_space, lowering_error
 
 BF16, F32 = jnp.bfloat16, jnp.float32
 

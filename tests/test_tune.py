@@ -100,9 +100,9 @@ def test_no_valid_configuration_is_a_clear_error(db_url):
 
 
 def test_a_kept_default_says_why_when_a_candidate_looked_faster():
-    from autotune.finalists import Finalist, rank
-    from autotune.measure import Timing
-    from autotune.tune_result import TuneResult
+    from autotune.measure.finalists import Finalist, rank
+    from autotune.measure.timing import Timing
+    from autotune.tuning.result import TuneResult
 
     def finalist(config, first_s, median_s, distance):
         timing = Timing(median_s, median_s, median_s * 0.99, median_s * 1.01, 10, "wall")
@@ -124,8 +124,8 @@ def test_a_kept_default_says_why_when_a_candidate_looked_faster():
 
 
 def test_a_candidate_above_the_memory_bound_is_compiled_but_never_run(db_url):
-    from autotune.compiling import compile_config
     from autotune.kernels import softmax
+    from autotune.measure.compiling import compile_config
 
     x = jnp.ones((16, 128), jnp.float32)
     peak = {

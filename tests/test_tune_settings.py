@@ -8,7 +8,7 @@ from toy_kernels import make_input, scale
 
 import autotune
 from autotune import SettingsError, TuneSettings
-from autotune.worker import WorkerLimits
+from autotune.tuning.worker import WorkerLimits
 
 
 @pytest.mark.parametrize(
@@ -67,8 +67,8 @@ def test_the_settings_load_neither_optuna_nor_sqlalchemy():
 def test_the_settings_load_no_worker_and_no_measurement():
     script = (
         "import sys, autotune; autotune.TuneSettings(); "
-        "print(sorted(m for m in sys.modules if m.startswith(('autotune.worker', "
-        "'autotune.measure', 'numpy'))))"
+        "print(sorted(m for m in sys.modules if m.startswith(('autotune.tuning.worker', "
+        "'autotune.measure.timing', 'numpy'))))"
     )
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"

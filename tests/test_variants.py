@@ -9,7 +9,7 @@ import pytest
 
 import autotune
 from autotune import TuningDB
-from autotune.dbcheck import check_database
+from autotune.db.check import check_database
 from autotune.device import current_device
 from autotune.errors import KernelError
 from autotune.kernels import attention_reference, attention_variants, matmul, matmul_variants
@@ -26,7 +26,7 @@ def only_16_bit(x, y):
 
 
 def test_a_tuned_group_of_matmul_and_xla_serves_xla_on_a_cpu(db_url, tmp_path):
-    group = autotune.variants("matmul_or_dot", [matmul, jnp.dot])
+    group = autotune.runtime.variants("matmul_or_dot", [matmul, jnp.dot])
     args = [jax.ShapeDtypeStruct(X_SHAPE, jnp.float32), jax.ShapeDtypeStruct(Y_SHAPE, jnp.float32)]
     result = autotune.tune(group, args, n_trials=2, db=db_url)
 
@@ -63,7 +63,7 @@ def test_an_untuned_group_serves_its_first_member_that_can_run_under_jit_and_gra
     def needs_hopper(device):
         return f"a Mosaic GPU kernel needs a Hopper GPU; this call runs on {device.platform}"
 
-    group = autotune.variants(
+    group = autotune.runtime.variants(
         "guarded_dot",
         [
             autotune.Member(jnp.dot, name="mgpu", why_not=needs_hopper),
@@ -72,7 +72,7 @@ def test_an_untuned_group_serves_its_first_member_that_can_run_under_jit_and_gra
         ],
     )
     x, y = jnp.arange(15.0).reshape(3, 5), jnp.ones((5, 2))
-    with caplog.at_level("WARNING", logger="autotune.runtime_state"):
+    with caplog.at_level("WARNING", logger="autotune.runtime.state"):
         got = group.explain(x, y)
     assert (got["variant"], got["source"]) == ("xla", "default")
     # a member that raised is said once (perhaps a bug of its own); one that declined is not
@@ -90,11 +90,13 @@ def test_an_untuned_group_serves_its_first_member_that_can_run_under_jit_and_gra
 
 
 def test_a_chosen_member_that_cannot_run_here_gives_way_with_one_warning(caplog):
-    group = autotune.variants("picky_dot", [only_16_bit, autotune.Member(jnp.dot, name="xla")])
+    group = autotune.runtime.variants(
+        "picky_dot", [only_16_bit, autotune.Member(jnp.dot, name="xla")]
+    )
     x, y = jnp.ones((4, 3)), jnp.ones((3, 2))
     entry = {**group.explain(x, y)["key"], "config": {"variant": "only_16_bit"}, "time_s": 1e-6}
     caplog.clear()  # untuned, the group said that its first member raised when traced
-    with autotune.overlay([entry]), caplog.at_level("WARNING", logger="autotune.runtime_state"):
+    with autotune.overlay([entry]), caplog.at_level("WARNING", logger="autotune.runtime.state"):
         got = group.explain(x, y)
         np.testing.assert_allclose(group(x, y), x @ y)
     assert (got["variant"], got["source"]) == ("xla", "default")
@@ -103,7 +105,7 @@ def test_a_chosen_member_that_cannot_run_here_gives_way_with_one_warning(caplog)
 
 
 def test_a_group_with_no_member_that_can_run_says_why_each_cannot():
-    group = autotune.variants("sixteen_bit_only", [only_16_bit])
+    group = autotune.runtime.variants("sixteen_bit_only", [only_16_bit])
     with pytest.raises(KernelError, match="no member of variant group 'sixteen_bit_only'.*only 16"):
         group(jnp.ones((2, 2)), jnp.ones((2, 2)))
 
@@ -118,12 +120,12 @@ def test_a_group_with_no_member_that_can_run_says_why_each_cannot():
 )
 def test_a_bad_group_is_refused_with_the_fix(members, message):
     with pytest.raises(KernelError, match=message):
-        autotune.variants("bad_group", members)
+        autotune.runtime.variants("bad_group", members)
 
 
 def test_a_group_may_not_hide_a_kernel_of_its_name():
     with pytest.raises(KernelError, match="would hide the kernel of that name"):
-        autotune.variants("matmul", [matmul, jnp.dot])
+        autotune.runtime.variants("matmul", [matmul, jnp.dot])
     assert autotune.registry.resolve("matmul") is matmul
 
 
@@ -146,11 +148,13 @@ def test_the_shipped_groups_skip_mosaic_gpu_and_cudnn_here_and_reconcile_layouts
 def test_a_forced_group_task_tunes_its_members_afresh(tmp_path, db_url):
     from toy_kernels import scale
 
-    from autotune.jobs import run_tasks
-    from autotune.task import make_task
-    from autotune.tune_settings import TuneSettings
+    from autotune.service.jobs import run_tasks
+    from autotune.tuning.settings import TuneSettings
+    from autotune.tuning.task import make_task
 
-    autotune.variants("forced_scale", [scale, autotune.Member(lambda x: x * 2.0, name="xla")])
+    autotune.runtime.variants(
+        "forced_scale", [scale, autotune.Member(lambda x: x * 2.0, name="xla")]
+    )
     task = make_task("forced_scale", "32x128", trials=2, strategy="grid")
     settings = TuneSettings(storage=f"sqlite:///{tmp_path / 'studies.db'}")
     (first,) = run_tasks([task], current_device(), db=db_url, settings=settings)

@@ -13,8 +13,8 @@ import pytest
 from conftest import FORCED_DEVICES
 
 from autotune import TuningDB
-from autotune.claims import claim
 from autotune.cli import main
+from autotune.service.claims import claim
 from autotune.signature import TuningKey
 
 MODEL = """
@@ -111,7 +111,7 @@ def test_two_watchers_never_tune_one_key_twice_on_postgresql(tmp_path, subproces
 def test_a_key_claimed_by_one_process_is_refused_to_another(tmp_path, subprocess_env, db_url):
     key = TuningKey("softmax", "v1", "cpu", "cpu", "interpret", "f32[8,128]", "{}")
     other = (
-        "import sys; from autotune import TuningDB; from autotune.claims import claim; "
+        "import sys; from autotune import TuningDB; from autotune.service.claims import claim; "
         "from autotune.signature import TuningKey; "
         f"key = TuningKey(*{tuple(key.as_dict().values())!r}); "
         "db = TuningDB(sys.argv[1]); "

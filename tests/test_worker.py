@@ -12,9 +12,9 @@ from toy_kernels import make_input, scale
 import autotune
 from autotune import TuningDB
 from autotune.errors import KernelError
-from autotune.measure import TimingPolicy
-from autotune.task import task_of_call
-from autotune.worker import DeviceWorker, WorkerLimits
+from autotune.measure.timing import TimingPolicy
+from autotune.tuning.task import task_of_call
+from autotune.tuning.worker import DeviceWorker, WorkerLimits
 
 FAST = TimingPolicy(warmup=1, min_reps=3, max_reps=20, max_time_s=0.05)
 LIMITS = WorkerLimits(compile_s=5.0, run_s=5.0, start_s=60.0)
@@ -100,8 +100,8 @@ def test_one_worker_serves_several_tasks_and_survives_a_crash_between(db_url):
 
 PARENT = """
 from toy_kernels import make_input
-from autotune.task import task_of_call
-from autotune.worker import DeviceWorker
+from autotune.tuning.task import task_of_call
+from autotune.tuning.worker import DeviceWorker
 x = make_input(rows=32)
 w = DeviceWorker(task_of_call("toy_kernels:fragile_scale", [x]), [x])
 print(w._proc.pid, flush=True)

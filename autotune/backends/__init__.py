@@ -17,8 +17,8 @@ from types import ModuleType
 from typing import Any
 
 from autotune.backends import interpret, mosaic_gpu, mosaic_tpu, triton
-from autotune.hardware import next_pow2
-from autotune.platforms import PLATFORMS, platform_of
+from autotune.backends.hardware import next_pow2
+from autotune.backends.platforms import PLATFORMS, platform_of
 
 
 def _no_cache(device_kind: str) -> int:
@@ -50,23 +50,23 @@ class Backend:
     interpret_mode: Callable[[], contextlib.AbstractContextManager]
     reset_interpret_state: Callable[[], None]
     # SLOW_INTERPRET: its interpret mode simulates the device (threads, barriers), too slow to
-    # judge candidates at every shape (autotune.oracle)
+    # judge candidates at every shape (autotune.measure.oracle)
     slow_interpret: bool = False
     # POW2_BLOCKS: its blocks are powers of two (whole_block, clamp_block)
     pow2_blocks: bool = False
     # STICKY_FAULTS: a kernel that fails at run time leaves the process's device unusable
-    # (a CUDA fault), so a device worker is replaced after one (autotune.worker.parent)
+    # (a CUDA fault), so a device worker is replaced after one (autotune.tuning.worker.parent)
     sticky_faults: bool = False
     # KIND_PREFIX: how its platform's device kinds begin ("TPU v5 lite"; "": any)
     kind_prefix: str = ""
     # DEFAULT_KIND: the device whose limits constraints assume where none is named (a check
-    # on a host without the device: autotune.check)
+    # on a host without the device: autotune.measure.lowering)
     default_kind: str = ""
     # unknown_kind(device_kind): why a device kind named by a user is not one of its chips
     # this project knows (None: it is, or the backend takes any)
     unknown_kind: Callable[[str], str | None] = _any_kind
     # cache_bytes(device_kind): the cache a repeated call's inputs could stay in between
-    # timed calls, so timing rotates copies of smaller inputs (autotune.measure)
+    # timed calls, so timing rotates copies of smaller inputs (autotune.measure.timing)
     cache_bytes: Callable[[str], int] = _no_cache
     # pinned_env(index, env): the environment that gives a process its platform's local device
     # `index` alone, `env` the host's (a CPU's forced host devices share one process: none)
@@ -177,7 +177,7 @@ _LOWERING_FOR: contextvars.ContextVar[str | None] = contextvars.ContextVar(
 @contextlib.contextmanager
 def lowering_for(platform: str) -> Iterator[None]:
     """Trace kernels for `platform` ("tpu", "gpu") whatever this host's device: what lowering
-    for another platform on a CPU-only host needs (`autotune.check`)."""
+    for another platform on a CPU-only host needs (`autotune.measure.lowering`)."""
     token = _LOWERING_FOR.set(platform)
     try:
         yield

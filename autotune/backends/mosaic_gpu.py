@@ -3,7 +3,7 @@ interpret mode.
 
 Mosaic GPU kernels lower for "cuda" on a CPU-only host, and the lowering applies Mosaic GPU's
 own rules (shared memory among them), so a configuration can be checked without a GPU
-(`autotune.check`). They run on a CPU under GPU interpret mode, a simulator of the GPU's
+(`autotune.measure.lowering`). They run on a CPU under GPU interpret mode, a simulator of the GPU's
 memories, threads and barriers: correct but slow (its cost grows with the number of tile steps).
 """
 
@@ -14,9 +14,9 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
+from autotune.backends.hardware import GPU_SMEM, by_kind, gpu_l2_bytes
+from autotune.backends.platforms import platform_of
 from autotune.errors import KernelError
-from autotune.hardware import GPU_SMEM, by_kind, gpu_l2_bytes
-from autotune.platforms import platform_of
 
 NAME = "mosaic_gpu"
 TITLE = "Mosaic GPU"  # in messages

@@ -4,7 +4,7 @@ TPU interpret mode runs TPU kernels on a CPU, TPU-only grid specs (scalar prefet
 scratch) included; the TPU lowering (which enforces the block-shape rules) runs on a CPU-only
 host too. The chip facts below (VMEM per generation, cores a grid splits across) are what the
 kernels' constraints and VMEM models use (`scoped_vmem_bytes`, `vmem_budget`), beside the
-TPU's tiling rule (`autotune.hardware`), and the layout of grids for megacore chips
+TPU's tiling rule (`autotune.backends.hardware`), and the layout of grids for megacore chips
 (`ParallelGrid`).
 
 Sources: JAX's `jax/_src/pallas/mosaic/tpu_info.py` (VMEM capacity, TensorCores per chip and
@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from autotune.hardware import MiB
+from autotune.backends.hardware import MiB
 
 NAME = "mosaic_tpu"
 TITLE = "Mosaic TPU"  # in messages

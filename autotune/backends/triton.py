@@ -1,7 +1,7 @@
 """Triton, a Pallas backend on a GPU: its knobs and how it is told apart.
 
 jax 0.10.2 lowers a Triton kernel for "cuda" on a CPU-only host (to Triton IR inside a custom
-call: `autotune.check`), which enforces Pallas-Triton's rules (e.g. every array's size a power of
+call: `autotune.measure.lowering`), which enforces Pallas-Triton's rules (e.g. every array's size a power of
 two); Triton's own compile, with its shared-memory and register limits, runs on the GPU only
 (later jax versions call `triton.compile` at lowering through the CUDA plugin: checked there).
 A kernel passes Triton's compiler parameters (`compiler_params`) to say it lowers through Triton:
@@ -9,7 +9,7 @@ without them, a `pallas_call` lowers through Mosaic GPU on this jax. On a CPU it
 interpret mode through its own `interpret` argument, passing no compiler parameters there (TPU
 interpret mode, all a kernel without that argument gets, refuses Triton's). The GPU's limits that
 Triton kernels' constraints use (shared memory, registers, the element cap of a block) are in
-`autotune.hardware`, beside the helpers the kernels import them with.
+`autotune.backends.hardware`, beside the helpers the kernels import them with.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from autotune.backends import interpret
-from autotune.hardware import gpu_l2_bytes
+from autotune.backends.hardware import gpu_l2_bytes
 
 NAME = "triton"
 TITLE = "Triton"  # in messages
@@ -57,7 +57,7 @@ reset_interpret_state = interpret.reset_interpret_state
 
 def compiler_params(num_warps: int, num_stages: int | None, platform: str) -> Any:
     """Triton's knobs for a kernel laid out for `platform` (`autotune.backends.kernel_platform`:
-    the platform it is lowered for, a GPU's even on a CPU host under `autotune.check`); None
+    the platform it is lowered for, a GPU's even on a CPU host under `autotune.measure.lowering`); None
     elsewhere (TPU and interpret mode take their compilers' defaults)."""
     if platform != PLATFORM:
         return None

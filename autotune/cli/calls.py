@@ -24,7 +24,7 @@ def add_parser(sub: Any) -> None:
 
 
 def cmd_calls(args: argparse.Namespace) -> int:
-    from autotune.program import calls_in, load_program
+    from autotune.runtime.calls import calls_in, load_program
 
     import_user_modules(args)
     fn, call_args, kwargs = load_program(args.program)

@@ -6,11 +6,11 @@ import argparse
 from typing import Any
 
 from autotune import backends
-from autotune.check import LOWERING_TARGETS
 from autotune.cli.common import UsageError, add_import_argument, import_user_modules, parse_static
 from autotune.cli.output import table
-from autotune.task import check_call, make_task
+from autotune.measure.lowering import LOWERING_TARGETS
 from autotune.trial import config_text
+from autotune.tuning.task import check_call, make_task
 
 
 def add_parser(sub: Any) -> None:
@@ -40,7 +40,7 @@ def add_parser(sub: Any) -> None:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    from autotune.check import check_space
+    from autotune.measure.lowering import check_space
     from autotune.registry import resolve
 
     import_user_modules(args)

@@ -15,14 +15,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from autotune.backends.platforms import PLATFORMS
 from autotune.cli.common import DB_HELP, Parser, add_import_argument, import_user_modules
 from autotune.cli.output import FORMATS, render
 from autotune.db import TuningDB
-from autotune.dbconnect import check_url, normalize_url
-from autotune.dbexport import PREFER, validate_export
+from autotune.db.export import PREFER, validate_export
+from autotune.db.schema import KEY_COLUMNS
 from autotune.errors import AutotuneError
-from autotune.platforms import PLATFORMS
-from autotune.schema import KEY_COLUMNS
+from autotune.sql import check_url, normalize_url
 
 
 def _filters(q: argparse.ArgumentParser) -> None:
@@ -233,7 +233,7 @@ def cmd_list(args: argparse.Namespace) -> int:
 def shipped_entries(filters: dict[str, Any]) -> tuple[list[dict[str, Any]], list[str]]:
     """The shipped tables' entries that match `filters`, each with `served`: "yes", or why the
     runtime would not serve it; and a sentence per table that cannot be read."""
-    from autotune.dbcheck import shipped_entries as entries
+    from autotune.db.check import shipped_entries as entries
     from autotune.signature import parse_args, short_dtype
 
     rows, unreadable = entries(filters.pop("kernel"))
@@ -255,7 +255,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     """Exit 0 when the database and the shipped tables are sound, 1 when they have problems
     (each printed on a line). Entries of kernels not registered here are checked but for their
     configs, and said on a line of their own: not a problem."""
-    from autotune.dbcheck import check_database, check_shipped, format_report, format_unchecked
+    from autotune.db.check import check_database, check_shipped, format_report, format_unchecked
 
     import_user_modules(args)
     url = normalize_url(args.db)
@@ -397,7 +397,7 @@ def cmd_stats(args: argparse.Namespace, db: TuningDB) -> int:
 
 
 def cmd_landscape(args: argparse.Namespace, db: TuningDB) -> int:
-    from autotune.landscape import landscape_rows, write_landscape
+    from autotune.db.landscape import landscape_rows, write_landscape
 
     header, rows = landscape_rows(db, args.kernel, args.signature, args.device_kind)
     text = write_landscape(args.output, header, rows)

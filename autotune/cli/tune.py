@@ -9,7 +9,6 @@ import os
 import sys
 from typing import Any
 
-from autotune import jobfile, jobs
 from autotune.cli.common import (
     DB_HELP,
     UsageError,
@@ -17,15 +16,16 @@ from autotune.cli.common import (
     import_user_modules,
     parse_static,
 )
-from autotune.dbconnect import check_url
 from autotune.errors import AutotuneError, SettingsError
-from autotune.policies import WorkerLimits
-from autotune.strategies import STRATEGIES
-from autotune.task import check_task, make_task
+from autotune.measure.policies import WorkerLimits
+from autotune.search.strategies import STRATEGIES
+from autotune.service import jobfile, jobs
+from autotune.service.watch import MAX_WAIT_S
+from autotune.sql import check_url
 from autotune.trial import config_text
-from autotune.tune_settings import DEFAULTS, TuneSettings, checked
-from autotune.watch import MAX_WAIT_S
-from autotune.worker import device_count
+from autotune.tuning.settings import DEFAULTS, TuneSettings, checked
+from autotune.tuning.task import check_task, make_task
+from autotune.tuning.worker import device_count
 
 # the flags that set the tuning settings, by field: a refusal names the flag
 FLAGS = {
@@ -216,7 +216,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
     if args.job or args.pending or args.program:
         return cmd_tune_job(args, settings)
 
-    from autotune import studies
+    from autotune.search import studies
 
     if args.kernel is None or args.shape is None:
         raise UsageError(
@@ -300,11 +300,11 @@ def cmd_tune_job(args: argparse.Namespace, settings: TuneSettings) -> int:
     from rich.console import Console
 
     from autotune.db import TuningDB
-    from autotune.pending import pending_tasks
-    from autotune.program import program_tasks_of
-    from autotune.progress import Display
-    from autotune.studies import default_storage
-    from autotune.worker.parent import tuning_device
+    from autotune.search.studies import default_storage
+    from autotune.service.pending import pending_tasks
+    from autotune.service.program import program_tasks_of
+    from autotune.service.progress import Display
+    from autotune.tuning.worker.parent import tuning_device
 
     if sum(map(bool, (args.job, args.pending, args.program))) > 1:
         raise UsageError("give one of --job FILE, --pending and --program, not more")
@@ -358,9 +358,9 @@ def watch_misses(args: argparse.Namespace, db: Any, device: Any, settings: TuneS
     """--pending --watch: tune misses as they are recorded, until Ctrl-C or SIGTERM."""
     from rich.console import Console
 
-    from autotune.progress import Display
-    from autotune.studies import default_storage
-    from autotune.watch import watch
+    from autotune.search.studies import default_storage
+    from autotune.service.progress import Display
+    from autotune.service.watch import watch
 
     storage = args.storage or default_storage(db.url)
     console = Console(highlight=False)

@@ -116,7 +116,7 @@ def entry_charts(v: EntryView) -> list[Chart]:
 
 def _calls(program: Any) -> tuple[str, Sequence[Any]]:
     if isinstance(program, str):
-        from autotune.program import calls_in, load_program
+        from autotune.runtime.calls import calls_in, load_program
 
         return program, calls_in(*load_program(program))
     return "the program", list(program)

@@ -82,7 +82,7 @@ class EntryView:
 
 def read_entries(db: Any, kernel: str | None = None) -> list[EntryView]:
     """Every best entry of `db` (of one kernel, given one) with its trials."""
-    from autotune.schema import KEY_COLUMNS
+    from autotune.db.schema import KEY_COLUMNS
 
     entries = [e.as_row() for e in db.query(kernel=kernel)]
     by_key: dict[tuple, list[dict[str, Any]]] = {}

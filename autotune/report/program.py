@@ -106,8 +106,8 @@ def _row(db: Any, index: int, item: Any) -> CallRow:
 
 
 def _serving_entry(db: Any, kernel: Any, source: str, key: dict[str, Any]) -> dict[str, Any] | None:
+    from autotune.db.tables import shipped_table
     from autotune.signature import TuningKey
-    from autotune.tables import shipped_table
 
     entry = None
     if source == "db":

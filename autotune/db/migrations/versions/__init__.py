@@ -1,0 +1,1 @@
+"""Alembic revision scripts, one per schema version (see autotune.db.migrations)."""

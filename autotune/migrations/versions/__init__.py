@@ -1,1 +1,0 @@
-"""Alembic revision scripts, one per schema version (see autotune.migrations)."""

@@ -1,0 +1,185 @@
+"""What a program calls: `calls_in`, and loading a program named 'package.module:factory'.
+
+`calls_in` traces a function to a jaxpr (arrays or jax.ShapeDtypeStructs in: nothing runs)
+and reads the `@autotuned` calls off it: each kernel's jitted entry traces its call inside a
+named scope that the runtime remembers (autotune.runtime.traced_calls), and the scope's name stays
+on the entry's operations in every jaxpr that holds them, also where jit served the entry
+from its cache. Calls that `fn` differentiates include the backward's: the shipped kernels'
+VJPs call backward kernels that are `@autotuned` themselves.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import reprlib
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from autotune.errors import AutotuneError
+from autotune.signature import is_array
+
+log = logging.getLogger(__name__)
+
+
+class ProgramError(AutotuneError):
+    """A program named on the command line or in a job file that cannot be loaded."""
+
+
+def load_program(target: str) -> tuple[Callable, tuple, dict[str, Any]]:
+    """'package.module:factory' to (fn, args, kwargs): `factory()` returns (fn, args) or
+    (fn, args, kwargs), the arguments arrays or jax.ShapeDtypeStructs."""
+
+    from autotune.registry import import_user_module
+
+    module_name, sep, attr = target.partition(":")
+    if not sep or not module_name or not attr:
+        raise ProgramError(f"program {target!r}: write package.module:factory")
+    factory: Any = import_user_module(module_name, f"for program {target!r}", ProgramError)
+    for part in attr.split("."):
+        factory = getattr(factory, part, None)
+    if factory is None:
+        raise ProgramError(f"program {target!r}: {module_name} has no function {attr!r}")
+    if not callable(factory):
+        raise ProgramError(
+            f"program {target!r}: {module_name}.{attr} is not a function (it is "
+            f"{reprlib.repr(factory)}): name a function that returns (fn, args)"
+        )
+    try:
+        made = factory()
+    except Exception as e:  # the user's code: one line that names it, not a traceback
+        raise ProgramError(f"program {target!r}: {attr}() raised {type(e).__name__}: {e}") from e
+    if not (isinstance(made, tuple) and len(made) in (2, 3) and callable(made[0])):
+        raise ProgramError(
+            f"program {target!r}: {attr}() must return (fn, args) or (fn, args, kwargs), "
+            f"got {type(made).__name__}"
+        )
+    fn, args, kwargs = made if len(made) == 3 else (*made, {})
+    if not isinstance(args, (tuple, list)) or not isinstance(kwargs, Mapping):
+        raise ProgramError(
+            f"program {target!r}: {attr}() must return args as a tuple and kwargs as a dict"
+        )
+    return fn, tuple(args), dict(kwargs)
+
+
+@dataclass(frozen=True)
+class ProgramCall:
+    """One `@autotuned` call of a program, as `autotune db` names it, and where it is served from."""
+
+    kernel: str  # the registered name
+    signature: str  # shapes and dtypes, e.g. "f32[64,128],f32[128,64]"
+    static: str  # static arguments as JSON, e.g. '{"causal":true}'
+    source: str  # "db", "nearest", "default" or "caller" (the call passes its block sizes)
+    config: dict[str, Any]  # what the call runs with now (the trace's, where it is older)
+    args: tuple  # jax.ShapeDtypeStruct per array argument
+    kwargs: dict[str, Any]  # static arguments, tunable ones and `interpret` left out
+    # the mesh axes the call is mapped over, with their sizes (inside `jax.shard_map`, or a
+    # kernel's call on sharded arrays): its shapes are each device's, {} where it is not mapped
+    mesh_axes: dict[str, int] = field(default_factory=dict)
+    detail: str = ""  # where the trace found runs another config than a new trace would
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "kernel": self.kernel,
+            "signature": self.signature,
+            "static": self.static,
+            "source": self.source,
+            "config": self.config,
+            "mesh_axes": self.mesh_axes,
+            "detail": self.detail,
+        }
+
+
+def calls_in(
+    fn: Callable, args: Sequence[Any], kwargs: Mapping[str, Any] | None = None
+) -> list[ProgramCall]:
+    """Every `@autotuned` call that `fn(*args, **kwargs)` makes, each once, in the order the
+    program makes them; arguments may be arrays or jax.ShapeDtypeStructs (nothing runs)."""
+    import jax
+
+    from autotune.runtime.state import listing
+    from autotune.runtime.traced_calls import TRACED_CALLS, TRACED_SCOPE_PREFIX
+
+    if not isinstance(args, (tuple, list)):
+        what = "an array" if is_array(args) else f"a {type(args).__name__}"
+        raise AutotuneError(
+            f"calls_in: args is {what}: give the arguments as a tuple, e.g. calls_in(fn, (x,)) "
+            "for fn(x)"
+        )
+    kwargs = dict(kwargs or {})
+    positions = [i for i, a in enumerate(args) if is_array(a)]
+    names = [k for k, v in kwargs.items() if is_array(v)]
+
+    def program(arrays: list[Any], named: dict[str, Any]) -> Any:
+        call_args = list(args)
+        for i, a in zip(positions, arrays):
+            call_args[i] = a
+        return fn(*call_args, **{**kwargs, **named})
+
+    try:
+        with listing():  # reads only: no miss counted, no database created
+            closed = jax.make_jaxpr(program)(
+                [_abstract(args[i]) for i in positions], {k: _abstract(kwargs[k]) for k in names}
+            )
+    except AutotuneError:
+        raise
+    except Exception as e:
+        raise AutotuneError(
+            f"calls_in: tracing {getattr(fn, '__name__', fn)!r} failed: {type(e).__name__}: {e}"
+        ) from e
+    pattern = re.compile(re.escape(TRACED_SCOPE_PREFIX) + r"\d+")
+    found: dict[tuple, ProgramCall] = {}
+    for stack in _name_stacks(closed.jaxpr):
+        for scope in pattern.findall(stack):
+            traced = TRACED_CALLS[scope]
+            call = _program_call(traced)
+            found.setdefault((call.kernel, call.signature, call.static), call)
+    return list(found.values())
+
+
+def _abstract(a: Any) -> Any:
+    """An array's shape and dtype, and its sharding where it is a mesh's (a sharded program
+    traces its calls at each device's shape)."""
+    import jax
+
+    sharding = getattr(a, "sharding", None)
+    named = sharding if isinstance(sharding, jax.sharding.NamedSharding) else None
+    return jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=named)
+
+
+def _name_stacks(jaxpr: Any) -> Iterator[str]:
+    """The name stack of every operation in a jaxpr and the jaxprs inside it, in order."""
+    for eqn in jaxpr.eqns:
+        yield str(eqn.source_info.name_stack)
+        for value in eqn.params.values():
+            for v in value if isinstance(value, (tuple, list)) else (value,):
+                inner = getattr(v, "jaxpr", v)  # a ClosedJaxpr holds its Jaxpr
+                if hasattr(inner, "eqns"):
+                    yield from _name_stacks(inner)
+
+
+def _program_call(traced: Any) -> ProgramCall:
+    """A traced call as listed: the configuration its trace runs, and where a call traced now
+    would run another (the trace is older: an overlay ended, an entry was stored), says so."""
+    kernel = traced.kernel
+    explained = kernel.explain(*traced.args, **dict(traced.kwargs))
+    source, config, detail = explained["source"], explained["config"], ""
+    if config != traced.config:
+        detail = (
+            f"an older trace: a call traced now would run {config} ({source}); jit this "
+            "function again to run that"
+        )
+        source, config = traced.source, traced.config
+    tunables = kernel.spec.tunables | {"interpret"}
+    return ProgramCall(
+        kernel=kernel.spec.name,
+        signature=explained["key"]["signature"],
+        static=explained["key"]["static"],
+        source=source,
+        config=config,
+        args=traced.args,
+        kwargs={k: v for k, v in traced.kwargs.items() if k not in tunables},
+        mesh_axes=traced.mesh_axes,
+        detail=detail,
+    )

@@ -1,0 +1,209 @@
+"""The lookup chain: where a call's configuration comes from, asked in LOOKUP_ORDER.
+
+An active overlay (autotune.runtime.overlays), the user's database, the table shipped with the kernel
+(`tuned=`, autotune.db.tables): the first entry of the call's key whose config lies in today's
+space and keeps its constraints is served (tables and databases are data, never code). Then the
+fallback policy: the nearest tuned shape whose config fits the call, from the database or the
+shipped table, else the kernel's defaults (refused where they break a constraint); or raise in
+strict mode. A miss is reported in the Resolution, for the runtime to record once the call ran.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import heapq
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from autotune.db.tables import EntryTable, shipped_table
+from autotune.device import current_device
+from autotune.errors import AutotuneError
+from autotune.registry.spec import KernelSpec
+from autotune.runtime import nearest
+from autotune.runtime import state as runtime_state
+from autotune.runtime.overlays import overlay_entry
+from autotune.signature import Signature, TuningKey
+from autotune.space import Space
+
+# Where a call's configuration comes from, asked in this order: an active overlay
+# (autotune.runtime.overlays), the user's database, the table shipped with the kernel (`tuned=`, see
+# autotune.db.tables); then the fallback policy: the nearest tuned shape, or the default.
+LOOKUP_ORDER = ("overlay", "db", "shipped", "nearest", "default")
+_STORED = {"overlay": "overlaid", "db": "stored", "shipped": "shipped"}  # in warnings
+
+
+@dataclass(frozen=True)
+class Resolution:
+    """The configuration a call uses, and where it came from."""
+
+    config: dict[str, Any]
+    source: str  # "overlay", "db", "shipped", "nearest" or "default" (see LOOKUP_ORDER)
+    key: TuningKey
+    signature: Signature
+    detail: str = ""  # e.g. the signature a nearest entry was tuned for
+    refused: bool = False  # no candidate fits and the default breaks a constraint: detail says
+    miss: bool = False  # the database had no entry: recorded once a call of it has run
+
+
+def resolve(
+    spec: KernelSpec,
+    args: Sequence[Any],
+    kwargs: Mapping[str, Any],
+    default_config: Callable[[Signature], dict[str, Any]],
+    record_miss: bool = True,
+) -> Resolution:
+    """Look the configuration of the call `spec.fn(*args, **kwargs)` up (see the module
+    docstring); `default_config(sig)` is what a call without an entry uses. The Resolution
+    says a miss unless `record_miss` is False or no database is open."""
+    state = runtime_state.current()
+    device = current_device()
+    sig = spec.signature(args, kwargs, device)
+    key = spec.key(sig, device)
+    space = spec.space(device.platform)
+    db = runtime_state.database()
+    for source, entry in _entries(spec, key, db):
+        problem = space.check_stored(entry.config) or broken(space, entry.config, sig)
+        if problem is None:
+            return Resolution(dict(entry.config), source, key, sig)
+        message = f"{_STORED[source]} config of {key.kernel} {key.signature} ignored: {problem}"
+        if state.settings.strict:
+            raise AutotuneError(
+                f"{message} (strict mode): re-tune it, or check it with `autotune db check`"
+            )
+        runtime_state.warn_once(
+            f"invalid:{source}:{key}", f"pallas-autotune: {message}; using the fallback"
+        )
+    miss = bool(db) and record_miss
+    if state.settings.fallback == "nearest" and not state.settings.strict:
+        near = _nearest(spec, db, key, sig, space)
+        if near is not None:
+            return dataclasses.replace(near, miss=miss)
+    default = _default_resolution(space, key, sig, default_config(sig))
+    if state.settings.strict:
+        if miss and not default.refused:  # the call will not run: counted now
+            runtime_state.record_miss(key)
+        raise AutotuneError(
+            f"no tuned configuration for {key.kernel} {key.signature} on {key.device_kind} "
+            f"(strict mode): run `autotune tune {key.kernel} ...` or `autotune tune --pending`"
+        )
+    return dataclasses.replace(default, miss=miss and not default.refused)
+
+
+def _entries(spec: KernelSpec, key: TuningKey, db: Any) -> Iterator[tuple[str, Any]]:
+    """The tuned entries of `key`, in the lookup order, each with its source; each is read
+    only if the ones before it were not served."""
+    entry = overlay_entry(key)
+    if entry is not None:
+        yield "overlay", entry
+    entry = runtime_state.db_call("lookup", lambda: db.best(key)) if db else None
+    if entry is not None:
+        yield "db", entry
+    entry = _shipped_entry(spec, key)
+    if entry is not None:
+        yield "shipped", entry
+
+
+def _shipped_table(spec: KernelSpec, key: TuningKey) -> EntryTable | None:
+    """The entries of the kernel's shipped table (`tuned=`) on this device kind, or None: it
+    has none, or they cannot be read (warned once)."""
+    if spec.tuned is None:
+        return None
+    try:
+        return shipped_table(spec.tuned).for_device(key.kernel, key.device_kind)
+    except AutotuneError as e:
+        if runtime_state.current().settings.strict:
+            raise
+        runtime_state.warn_once(f"shipped:{spec.tuned}", f"pallas-autotune: {spec.name}: {e}")
+        return None
+
+
+def _shipped_entry(spec: KernelSpec, key: TuningKey) -> Any:
+    """The entry of `key` in the kernel's shipped table, if it has one; a table that has
+    the key only for another kernel version warns once."""
+    table = _shipped_table(spec, key)
+    if table is None:
+        return None
+    entry = table.best(key)
+    if entry is None and (stale := table.stale(key)) is not None:
+        runtime_state.warn_once(
+            f"stale-shipped:{key}",
+            f"pallas-autotune: the table shipped with {key.kernel} ({table.where}) has "
+            f"{key.signature} only for kernel version {stale.key.kernel_version}, not "
+            f"{key.kernel_version}; not served: ship a table tuned for this version",
+        )
+    return entry
+
+
+def _nearest(
+    spec: KernelSpec, db: Any, key: TuningKey, sig: Signature, space: Space
+) -> Resolution | None:
+    """The entry of the nearest tuned shape on this device whose config fits this call,
+    from the user's database (`db`, None where it is not open) and the kernel's shipped
+    table: a library's table serves the shapes between those it was tuned for too. Both are
+    searched in memory (autotune.runtime.nearest: the database's entries read once per process, and
+    again after any write).
+
+    Deterministic: ordered by distance, then the database before the table, then signature
+    text, so every host picks the same.
+    """
+    filters = {k: v for k, v in key.as_dict().items() if k not in ("signature", "kernel_version")}
+    version = key.kernel_version
+    indexes = []  # (0 for the database or 1 for the shipped table, its index)
+    if db:
+        cache = runtime_state.current().shapes
+        index = runtime_state.db_call(
+            "nearest-shape lookup", lambda: nearest.cached(cache, db, filters, version)
+        )
+        if index is not None:
+            indexes.append((0, index))
+            if key.signature in index.stale:
+                runtime_state.warn_once(
+                    f"stale:{key}",
+                    f"pallas-autotune: {key.kernel} {key.signature} was tuned for an older "
+                    f"kernel version ({index.stale[key.signature]}); not served: re-tune it",
+                )
+    table = _shipped_table(spec, key)
+    if table is not None:
+        shipped = [
+            (e.key.signature, e.key.kernel_version, e.config) for e in table.query(**filters)
+        ]
+        indexes.append((1, nearest.ShapeIndex.of(shipped, version)))
+    ranked = heapq.merge(*(_ranked(index, rank, sig) for rank, index in indexes), key=_order)
+    for _, rank, signature, config in ranked:
+        if space.check_stored(config) is None and broken(space, config, sig) is None:
+            where = " (shipped table)" if rank else ""
+            return Resolution(
+                dict(config), "nearest", key, sig, detail=f"tuned for {signature}{where}"
+            )
+    return None
+
+
+def _ranked(index: nearest.ShapeIndex, rank: int, sig: Signature) -> Iterator[tuple]:
+    """(distance, rank, signature, config) of `index`'s entries, nearest first."""
+    for d, signature, config in index.nearest(sig.args):
+        yield d, rank, signature, config
+
+
+def _order(ranked: tuple) -> tuple:
+    return ranked[:3]
+
+
+def _default_resolution(space: Space, key: TuningKey, sig: Signature, config: dict) -> Resolution:
+    """The default configuration of a call, refused (never run) where it breaks a constraint:
+    then no candidate of the space fits the call, and the kernel would compute garbage."""
+    problem = broken(space, config, sig)
+    if problem is None or any(0 in shape for shape in sig.shapes):  # empty: nothing to get wrong
+        return Resolution(config, "default", key, sig)
+    given = ", ".join(f"{n}=..." for n in space.names)
+    detail = (
+        f"{key.kernel} {sig.text}: no configuration of its space fits this call, and the default "
+        f"{config} {problem}: pass the block sizes explicitly ({given}), or widen its space"
+    )
+    return Resolution(config, "default", key, sig, detail=detail, refused=True)
+
+
+def broken(space: Space, config: dict, sig: Signature) -> str | None:
+    """What `config` breaks for this call ("breaks ... for f32[...]"), or None."""
+    violated = space.violations(config, sig)
+    return f"breaks {', '.join(violated)} for {sig.text}" if violated else None

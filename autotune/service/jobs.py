@@ -1,0 +1,237 @@
+"""Running a job: a list of tuning tasks (from a job file or recorded misses), sharded across
+machines, each tuned in turn with its progress reported. A task already tuned for the device
+kind and kernel version is skipped (unless forced), and a task's search is an Optuna study in a
+storage, so running an interrupted job again resumes it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from autotune.device import DeviceInfo
+from autotune.errors import AutotuneError, JobError
+from autotune.service.progress import JobProgress, Outcome
+from autotune.signature import TuningKey
+from autotune.trial import config_text
+from autotune.tuning.settings import DEFAULTS, TuneSettings
+from autotune.tuning.storing import open_db
+from autotune.tuning.task import Task, bind
+
+log = logging.getLogger(__name__)
+
+
+def parse_shard(text: str) -> tuple[int, int]:
+    """'2/4' -> (2, 4): shard indices run from 0 to N-1 (a Kubernetes JOB_COMPLETION_INDEX)."""
+    i, sep, n = text.partition("/")
+    if not sep or not i.isdigit() or not n.isdigit() or int(n) < 1 or int(i) >= int(n):
+        raise JobError(f"malformed --shard {text!r}: write i/N with 0 <= i < N, e.g. 0/4")
+    return int(i), int(n)
+
+
+def shard(tasks: Sequence[Task], index: int, count: int) -> list[Task]:
+    """Every count-th task from `index`: the shards of one task list are disjoint, cover it, and
+    are the same on every machine that reads the same job file."""
+    return [t for k, t in enumerate(tasks) if k % count == index]
+
+
+def run_tasks(
+    tasks: Sequence[Task],
+    device: DeviceInfo | None,
+    *,
+    db: Any = None,
+    settings: TuneSettings = DEFAULTS,
+    force: bool = False,
+    retune: bool = False,
+    show: Callable[[JobProgress, Outcome | None], None] | None = None,
+) -> list[Outcome]:
+    """Tune each task in order on `device` (see tuning_device) or, where `settings.devices`
+    names several and the tasks are at least as many, side by side, each task on one of the
+    devices (fewer tasks run in turn, each on every device); those it already has an entry
+    for are skipped unless `force` (which tunes them in fresh studies) or `retune` (which
+    resumes their studies: the command line's single task, tuned whether or not it was).
+    Where nothing is skipped `device` may be None: each task is bound to the device its worker
+    measures on.
+
+    Each task is tuned with `settings`, its own budget, strategy and seed (Task.settings), and
+    the study of its key in `settings.storage`.
+
+    A task that fails (no valid configuration, a kernel error) is reported and the job goes on.
+    """
+    if device is None and not retune:
+        raise JobError("run_tasks: give the device the tasks are checked on, or retune=True")
+    handle = open_db(db)
+    job = _Job(tasks, device, handle, settings, force, retune, show)
+    try:
+        spread = _spread_over(tasks, device, settings)
+        if spread > 1:
+            return job.spread(spread)
+        progress = JobProgress(n_tasks=len(tasks), budget_left=sum(t.trials for t in tasks))
+        outcomes = []
+        for i, task in enumerate(tasks, 1):
+            progress.budget_left -= task.trials
+            outcomes.append(job.run(i, task, progress))
+        return outcomes
+    finally:
+        if handle is not db:
+            handle.close()
+
+
+def _spread_over(tasks: Sequence[Task], device: DeviceInfo | None, settings: TuneSettings) -> int:
+    """On how many devices a job runs its tasks side by side, one device each: all it has where
+    the tasks are at least as many (1: the tasks run in turn, each on every device)."""
+    if settings.devices == 1 or device is None or len(tasks) < 2:
+        return 1
+    from autotune.tuning.worker import device_count
+
+    n = device_count(settings)
+    return n if len(tasks) >= n else 1
+
+
+class _Job:
+    """Running a job's tasks: one at a time (`run`), or side by side on several devices, each
+    task on one (`spread`)."""
+
+    def __init__(
+        self,
+        tasks: Sequence[Task],
+        device: DeviceInfo | None,
+        handle: Any,
+        settings: TuneSettings,
+        force: bool,
+        retune: bool,
+        show: Callable[[JobProgress, Outcome | None], None] | None,
+    ) -> None:
+        self.tasks, self.device, self.handle, self.settings = tasks, device, handle, settings
+        self.force, self.retune, self.show = force, retune, show
+        self.showing = threading.Lock()  # one display, for every device's tasks
+        self.stop = threading.Event()  # an interrupt: the devices end after their trial
+
+    def run(self, i: int, task: Task, progress: JobProgress, worker: Any = None) -> Outcome:
+        """Task `i` tuned (with `worker`, a DeviceWorker, where given), its outcome shown."""
+        progress.task_index, progress.task = i, task
+        progress.trial, progress.n_trials, progress.best_s = 0, task.trials, None
+        outcome = self._tuned(task, progress, worker)
+        self._show(progress, outcome)
+        return outcome
+
+    def spread(self, n: int) -> list[Outcome]:
+        """The tasks side by side on `n` devices: a device worker pinned to each, started for
+        its first task and kept for its next, takes the next task as it finishes one."""
+        waiting = list(enumerate(self.tasks, 1))
+        outcomes: dict[int, Outcome] = {}
+
+        def lane(index: int) -> None:
+            progress = JobProgress(n_tasks=len(self.tasks))
+            with contextlib.ExitStack() as stack:
+                worker = None
+                while not self.stop.is_set():
+                    with self.showing:
+                        if not waiting:
+                            return
+                        i, task = waiting.pop(0)
+                    if worker is None:
+                        try:
+                            worker = stack.enter_context(self._worker(task, index))
+                        except (AutotuneError, TypeError) as e:  # this task fails, as alone
+                            progress.task_index, progress.task = i, task
+                            outcomes[i] = Outcome(task, "failed", str(e))
+                            self._show(progress, outcomes[i])
+                            continue
+                    outcomes[i] = self.run(i, task, progress, worker)
+
+        with ThreadPoolExecutor(n) as pool:
+            lanes = [pool.submit(lane, index) for index in range(n)]
+            try:
+                for future in lanes:
+                    future.result()
+            except BaseException:
+                self.stop.set()  # the others end after the trial they measure
+                raise
+        return [outcomes[i] for i in sorted(outcomes)]
+
+    def _worker(self, task: Task, index: int) -> Any:
+        """A device worker pinned to local device `index`, set up for `task`."""
+        from autotune.measure.inputs import random_inputs
+        from autotune.tuning.worker import device_worker
+
+        bound = bind(task, self.device)
+        args = random_inputs(bound.args, 0)
+        return device_worker(bound.task, args, self.settings.replace(devices=1), index)
+
+    def _show(self, progress: JobProgress, outcome: Outcome | None) -> None:
+        if self.show:
+            with self.showing:
+                self.show(progress, outcome)
+
+    def _tuned(self, task: Task, progress: JobProgress, worker: Any) -> Outcome:
+        from autotune.search.studies import delete_study, study_name_of
+        from autotune.tuning.tune import tune_task
+
+        settings = self.settings
+        try:
+            bound = bind(task, self.device) if self.device is not None else task
+            if not (self.force or self.retune) and self.handle.best(bound.key) is not None:
+                progress.n_trials = 0
+                return Outcome(task, "skipped", "already tuned for this device kind")
+            if self.force and settings.storage:
+                for old in (bound.key, *_member_keys(bound)):
+                    delete_study(settings.storage, study_name_of(old))
+
+            def on_trial(record: Any, j: int, n: int) -> None:
+                if self.stop.is_set():  # another device's task was interrupted
+                    raise KeyboardInterrupt
+                progress.trial, progress.n_trials, progress.record = j, n, record
+                progress.trials_done += 1
+                if record.time_s is not None and record.status == "ok":
+                    best = progress.best_s
+                    progress.best_s = min(best, record.time_s) if best else record.time_s
+                self._show(progress, None)
+
+            # each task in the study of its own key (autotune.search.studies.study_name_of)
+            run = settings.replace(study_name=None)
+            if worker is not None:  # the task runs on the device of the worker given
+                run = run.replace(devices=1)
+            result = tune_task(bound, run, db=self.handle, progress=on_trial, worker=worker)
+            progress.best_s = result.best_time_s
+            return Outcome(task, "tuned", _summary(result), result)
+        except TypeError as e:  # the kernel's own signature refused the arguments
+            return Outcome(task, "failed", f"the kernel refused these arguments: {e}")
+        except AutotuneError as e:
+            return Outcome(task, "failed", str(e))
+
+
+def _member_keys(bound: Any) -> list[TuningKey]:
+    """A variant group's members' keys (each member is tuned in a study of its own key)."""
+    from autotune.runtime.variants import VariantGroup
+
+    if not isinstance(bound.kernel, VariantGroup):
+        return []
+    return bound.kernel.member_keys(bound.args, bound.task.static_dict, bound.device)
+
+
+def _summary(result: Any) -> str:
+    config = config_text(result.best_config)
+    speedup = f"{result.speedup:.2f}x" if result.speedup else "n/a"
+    resumed = f" ({resumed_text(result)})" if result.resumed else ""
+    first = ", first-pass figures" if result.first_pass else ""
+    first += ", within the noise" if result.within_noise else ""
+    trials = f"{result.n_measured} trials{duplicates(result)}"
+    return (
+        f"{config} {result.best_time_s * 1e3:.4f} ms, speedup {speedup}, {trials}{resumed}{first}"
+    )
+
+
+def duplicates(result: Any) -> str:
+    """' (+3 duplicates)': the trials stored but not measured, their program measured already."""
+    n = result.n_duplicates
+    return f" (+{n} duplicate{'s' * (n != 1)})" if n else ""
+
+
+def resumed_text(result: Any) -> str:
+    """'4 of 10 trials already measured': what a resumed study did not measure again."""
+    return f"{result.resumed} of {result.n_measured} trials already measured"

@@ -1,0 +1,185 @@
+"""Where a tuning database lives and how it is opened: URLs and files, private SQLite files with
+their pragmas (WAL, busy timeout, BEGIN IMMEDIATE for writers), read-only SQLite engines, and a
+server's time limits."""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import sqlite3
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import create_engine, event
+from sqlalchemy.engine import Connection, Engine, make_url
+from sqlalchemy.exc import ArgumentError
+
+from autotune.errors import DatabaseError
+
+DEFAULT_BUSY_TIMEOUT_S = 30.0  # tools wait this long for another writer; the runtime much less
+
+
+def default_db_path() -> Path:
+    """The per-user SQLite file: $XDG_CACHE_HOME/pallas-autotune/tuning.db."""
+    cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(cache) / "pallas-autotune" / "tuning.db"
+
+
+def normalize_url(url: str | os.PathLike | None) -> str:
+    """An SQLAlchemy URL from a URL, a file path, or None ($PALLAS_AUTOTUNE_DB, else the
+    default per-user file)."""
+    url = url if url is not None else os.environ.get("PALLAS_AUTOTUNE_DB") or None
+    if url is None:
+        path = default_db_path()
+        make_private_dir(path.parent)
+        return sqlite_url(path)
+    url = os.fspath(url)
+    if url.startswith(("postgresql://", "postgres://")):
+        # the driver of the `postgres` extra; SQLAlchemy 2.0 would pick psycopg2 for a bare URL
+        return "postgresql+psycopg://" + url.split("://", 1)[1]
+    if "://" in url:
+        return url
+    return sqlite_url(Path(url).expanduser().resolve())
+
+
+def sqlite_url(path: Path) -> str:
+    """The SQLAlchemy URL of exactly this SQLite file: SQLAlchemy reads `%` in a URL as an
+    escape, `?` as the start of a query and `#` as a fragment, so those are escaped."""
+    text = str(path).replace("%", "%25").replace("?", "%3F").replace("#", "%23")
+    return f"sqlite:///{text}"
+
+
+def check_url(url: str, what: str = "--db") -> None:
+    """Refuse a database URL whose kind is unknown or whose driver is not installed, without
+    connecting or creating anything."""
+    if not str(url).strip():
+        raise DatabaseError(f"{what} is empty: give a file path or a database URL")
+    try:
+        create_engine(normalize_url(url)).dispose()  # loads the driver; connects to nothing
+    except ImportError as e:
+        raise DatabaseError(
+            f"{what} {url}: its database driver is not installed ({e}): install it, or use a "
+            "file path or a postgresql:// URL (pip install 'pallas-autotune[postgres]')"
+        ) from None
+    except ArgumentError as e:
+        raise DatabaseError(
+            f"{what} {url} is not a database URL ({e}): give a file path, sqlite:///FILE or "
+            "postgresql://USER@HOST/NAME"
+        ) from None
+
+
+def make_private_dir(path: Path) -> None:
+    path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    os.chmod(path, 0o700)
+
+
+def sqlite_file(url: str) -> Path | None:
+    """The file of a SQLite URL (None: not SQLite, or in memory)."""
+    try:
+        parsed = make_url(url)
+    except ArgumentError:
+        return None
+    if parsed.get_backend_name() != "sqlite" or parsed.database in (None, "", ":memory:"):
+        return None
+    return Path(parsed.database)
+
+
+def sqlite_reader(file: Path, busy_timeout_s: float = DEFAULT_BUSY_TIMEOUT_S) -> Engine:
+    """An engine that only reads `file`. WAL mode reads through the -shm file; in a folder
+    that cannot be written (a read-only mount, a database baked into an image) SQLite cannot
+    create it, so a database without one is opened immutable: nothing can be writing to it."""
+    shm = file.with_name(file.name + "-shm")
+    mode = "mode=ro" if shm.exists() or os.access(file.parent, os.W_OK) else "immutable=1"
+    uri = f"{file.absolute().as_uri()}?{mode}"  # as_uri escapes what a URI would misread
+
+    def connect() -> sqlite3.Connection:
+        return sqlite3.connect(uri, uri=True, timeout=busy_timeout_s, check_same_thread=False)
+
+    return create_engine(sqlite_url(file), creator=connect)
+
+
+def writable(file: Path) -> bool:
+    """Whether SQLite can write `file`: the file itself (if it exists) and, for the -wal and
+    -shm files beside it, its folder."""
+    return os.access(file.parent, os.W_OK) and (not file.exists() or os.access(file, os.W_OK))
+
+
+def create_private_file(file: Path) -> None:
+    """Create a new database file 0600 before SQLite opens it (its -wal and -shm files copy
+    the mode); an empty file is a valid empty SQLite database."""
+    with contextlib.suppress(FileExistsError):
+        os.close(os.open(file, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+
+
+def sqlite_pragmas(busy_timeout_s: float, read_only: bool) -> Callable[[Any, Any], None]:
+    def on_connect(dbapi_conn: Any, _record: Any) -> None:
+        # transactions are begun by sqlite_begin, not by the driver (SQLAlchemy's recipe)
+        dbapi_conn.isolation_level = None
+        cur = dbapi_conn.cursor()
+        cur.execute(f"PRAGMA busy_timeout={int(busy_timeout_s * 1000)}")  # an int we computed
+        if not read_only:  # switching the journal mode is a write
+            _switch_to_wal(cur, busy_timeout_s)
+        cur.close()
+
+    return on_connect
+
+
+def _switch_to_wal(cur: sqlite3.Cursor, busy_timeout_s: float) -> None:
+    """PRAGMA journal_mode=WAL, retried while the file is locked, up to the busy timeout.
+
+    The switch reads the file under a shared lock, then asks for an exclusive one. When another
+    connection is switching at the same moment, SQLite answers "database is locked" at once
+    instead of calling the busy handler (waiting could deadlock: each holds what the other
+    waits for). Eight processes opening a new file together hit that in about 1 round in 9;
+    the caller's busy timeout is what they agreed to wait."""
+    deadline = time.monotonic() + busy_timeout_s
+    pause = 0.005
+    while True:
+        try:
+            cur.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as e:
+            busy = e.sqlite_errorcode & 0xFF == sqlite3.SQLITE_BUSY  # or an extended BUSY code
+            if not busy or time.monotonic() >= deadline:
+                raise
+        time.sleep(pause)
+        pause = min(2 * pause, 0.1)
+
+
+def sqlite_begin(conn: Connection) -> None:
+    mode = conn.get_execution_options().get("sqlite_begin", "DEFERRED")
+    conn.exec_driver_sql("BEGIN IMMEDIATE" if mode == "IMMEDIATE" else "BEGIN")
+
+
+def close_interrupted_cursors(engine: Engine) -> None:
+    """Close the cursor of a statement that an interrupt (Ctrl-C, or SIGTERM's exit) lands in,
+    on a SQLite engine. SQLAlchemy discards that connection without closing the cursor, and
+    SQLite keeps a connection closed with a statement unfinished as a zombie that holds its
+    transaction's locks (BEGIN IMMEDIATE's write lock) for as long as the cursor lives: the
+    interrupt's traceback holds it. Every other connection to the file then waits out its busy
+    timeout and fails, the interrupted run's own clean-up included (and a notebook's, until its
+    last traceback is dropped)."""
+    event.listen(engine, "handle_error", _close_interrupted_cursor)
+
+
+def _close_interrupted_cursor(ctx: Any) -> None:
+    if isinstance(ctx.original_exception, Exception):  # an error, not an interrupt
+        return
+    cursor = getattr(ctx.execution_context, "cursor", None)
+    if cursor is not None:
+        with contextlib.suppress(Exception):  # what a handler raises would replace the interrupt
+            cursor.close()
+
+
+def server_args(url: str, busy_timeout_s: float) -> dict[str, Any]:
+    """PostgreSQL: wait at most the busy timeout for a lock, and for the server to answer."""
+    if not url.startswith("postgresql+psycopg"):
+        return {}
+    ms = int(busy_timeout_s * 1000)
+    return {
+        "connect_timeout": max(2, math.ceil(busy_timeout_s)),
+        "options": f"-c lock_timeout={ms}",
+    }

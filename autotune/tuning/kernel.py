@@ -1,0 +1,381 @@
+"""Tuning one kernel for one task: inputs -> oracle -> search (measure + verify) -> database.
+
+The public entry (autotune.tuning.tune) comes here for a kernel, and a variant group's tuning
+(autotune.tuning.group) for each of its members. The task comes bound to a device
+(autotune.tuning.task.BoundTask); it is measured on the device its worker owns (autotune.tuning.worker's
+`task_worker`), every trial stored as it is measured, the finalists re-measured side by side,
+the winner stored (autotune.tuning.storing).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from autotune import registry
+from autotune.errors import DatabaseError, KernelError, SpaceError
+from autotune.measure.compiling import MEMORY_FIELDS
+from autotune.measure.finalists import Finalist, remeasure
+from autotune.measure.inputs import random_inputs
+from autotune.measure.oracle import make_oracle
+from autotune.registry.spec import KernelSpec
+from autotune.search.loop import LISTED_UP_TO, programs_note, run_search
+from autotune.search.studies import SharedStudy, delete_study, study_name_of
+from autotune.signature import TuningKey
+from autotune.trial import Config, Evaluation, StoredEntry, TrialRecord, config_id
+from autotune.tuning.result import TuneResult
+from autotune.tuning.settings import TuneSettings
+from autotune.tuning.storing import decide_and_store, open_db
+from autotune.tuning.task import BoundTask
+from autotune.tuning.warmstart import warm_starts
+from autotune.tuning.worker import DeviceWorker, Worker, task_workers
+
+log = logging.getLogger(__name__)
+
+
+def tune_kernel(
+    bound: BoundTask,
+    settings: TuneSettings,
+    *,
+    db: Any = None,
+    store: bool = True,
+    progress: Callable[[TrialRecord, int, int], None] | None = None,
+    worker: DeviceWorker | None = None,
+) -> TuneResult:
+    """Tune `bound`'s kernel with `settings` (its budget, strategy and seed included) on random
+    inputs of its arguments; the rest as in autotune.tuning.tune.tune."""
+    start = time.perf_counter()
+    args = random_inputs(bound.args, 0 if settings.seed is None else settings.seed)
+    restarts_before = worker.restarts if worker is not None else 0
+    worker_start = time.perf_counter()
+    # a worker given, or several devices, imply isolation
+    isolated = settings.isolate or worker is not None or settings.devices != 1
+    with (
+        task_workers(bound.spec, bound.task, args, settings, worker) as measurers,
+        _studies_written(settings.storage),
+    ):
+        start_s = time.perf_counter() - worker_start if isolated else 0.0
+        # the device its workers measure on (a job bound the task to it already)
+        on = bound.on(measurers[0].device)
+        result = _tune(on, measurers, args, settings, db, store, progress)
+    result.worker_start_s = start_s
+    result.restarts = sum(m.restarts for m in measurers) - restarts_before
+    result.wall_s = time.perf_counter() - start
+    return result
+
+
+@contextlib.contextmanager
+def _studies_written(storage: str | None) -> Any:
+    """A studies storage that stops taking writes (a full disk) mid-run: one line. The tuning
+    database's own failures are DatabaseErrors already; SQLAlchemy's here are Optuna's."""
+    import optuna
+    import sqlalchemy
+
+    try:
+        yield
+    except (optuna.exceptions.StorageInternalError, sqlalchemy.exc.SQLAlchemyError) as e:
+        if storage is None:
+            raise
+        cause = e.__cause__ if isinstance(e, optuna.exceptions.StorageInternalError) else e
+        reason = str(getattr(cause, "orig", None) or cause or e).splitlines()[0]
+        raise DatabaseError(
+            f"the studies storage {storage} cannot be written ({reason}): free space there or "
+            "give --storage another database; the trials measured so far are in the tuning "
+            "database"
+        ) from e
+
+
+def _tune(
+    bound: BoundTask,
+    workers: Sequence[Worker],
+    args: list[Any],
+    settings: TuneSettings,
+    db: Any,
+    store: bool,
+    progress: Callable[[TrialRecord, int, int], None] | None,
+) -> TuneResult:
+    spec, sig, key, space = bound.spec, bound.signature, bound.key, bound.space
+    worker = workers[0]  # the one that re-measures the finalists, side by side
+    kwargs = bound.task.static_dict
+    n_trials, storage = settings.n_trials, settings.storage
+    valid = _valid_configs(spec, sig, space)
+    default = spec.default_config(sig)
+    oracle_start = time.perf_counter()
+    oracle = make_oracle(spec, default, args, kwargs, sig.backend or None)
+    oracle_s = time.perf_counter() - oracle_start
+    for w in workers:
+        w.set_oracle(oracle.output)
+    run_id = uuid.uuid4().hex
+    handle = open_db(db) if store else None
+
+    warm = warm_starts(handle or db, key, sig, space) if settings.warm_start else []
+    study = (settings.study_name or study_name_of(key)) if storage else None
+    # trials an interrupted run (or another worker) measured: they count against the budget
+    resumed, joined = _resumed(storage, study, handle, key) if storage else (0, None)
+    budget = n_trials if valid is None else min(n_trials, len(valid))
+    started = measured = resumed  # trials begun, and measured, these included
+    counting = threading.Lock()  # the devices' searches count and report in turn
+    stop = threading.Event()  # an interrupt: the devices' searches end before their next trial
+    # the programs measured in the study, by fingerprint: a config that compiles to one of them
+    # is stored as its duplicate, not measured (this process's devices' and, in a shared study,
+    # every worker's)
+    programs: dict[str, TrialRecord] = {}
+    view = joined or (SharedStudy(storage, study, None) if storage else None)
+
+    def measure(config: Config, is_default: bool = False, on: Worker = worker) -> TrialRecord:
+        with counting:
+            if view is not None:
+                for fp, first in view.programs().items():
+                    programs.setdefault(fp, first)
+            known = dict(programs)
+        record = on.measure(config, known.keys(), settings.max_memory)
+        record.device = on.device_id
+        record.is_default = is_default or config == default
+        if record.status == "duplicate":  # the program's trial, and its memory figures
+            of = known[record.fingerprint]
+            record.duplicate_of = of.db_id
+            for column in MEMORY_FIELDS:
+                setattr(record, column, getattr(of, column))
+        else:
+            record.oracle = oracle.name
+        if handle is not None:  # stored at once: an interrupted run loses no measurement
+            try:
+                (record.db_id,) = handle.add_trials(key, run_id, [record])
+            except DatabaseError as e:
+                raise DatabaseError(
+                    f"{e} ({spec.name} {sig.text}: this run's trials and best entry are not saved)"
+                ) from e
+        if record.fingerprint and record.status != "duplicate":
+            with counting:
+                programs.setdefault(record.fingerprint, record)
+        return record
+
+    def evaluate_on(on: Worker) -> Callable[[Config], Evaluation]:
+        def evaluate(config: Config) -> Evaluation:
+            nonlocal started, measured
+            with counting:
+                # the devices of this process never overrun the budget: a claim made beside
+                # the budget's last one is given back, and that device's search ends
+                if stop.is_set() or (len(workers) > 1 and started >= budget):
+                    raise _LaneEnds
+                started += 1
+            record = measure(config, on=on)
+            with counting:
+                if record.status == "duplicate":  # not measured: its program's figure
+                    started -= 1
+                    evaluation = Evaluation(record, _value(programs[record.fingerprint]))
+                else:
+                    measured += 1
+                    evaluation = Evaluation(record, _value(record))
+                if progress:
+                    try:
+                        progress(record, measured, budget)
+                    except BaseException as e:  # an interrupt: the search counts what was stored
+                        e.evaluation = evaluation  # type: ignore[attr-defined]
+                        raise
+            return evaluation
+
+        return evaluate
+
+    def search(on: Worker, storage: str | None) -> list[Evaluation]:
+        return run_search(
+            space,
+            sig,
+            evaluate_on(on),
+            n_trials=n_trials,
+            strategy=settings.strategy,
+            seed=settings.seed,
+            initial=[default, *warm],
+            valid=valid,
+            time_limit_s=settings.time_limit_s,
+            patience=settings.patience,
+            storage=storage,
+            study_name=study or study_name_of(key),
+            upcoming=on.prefetch,
+        )
+
+    try:
+        if len(workers) == 1:
+            evaluations = search(worker, storage)
+        else:
+            evaluations = _search_on_devices(search, workers, storage, stop)
+        # with a storage, these are every worker's trials of the study, resumed ones included
+        trials = [ev.record for ev in evaluations]
+
+        def winner(rival: StoredEntry | None) -> TuneResult:
+            return _result(
+                spec, sig, key, trials, default, measure, run_id, worker, settings.finalists, rival
+            )
+
+        shared = storage is not None
+        result = decide_and_store(
+            winner, key, trials, handle, settings.strategy, worker.device, shared
+        )
+        result.oracle_s, result.oracle, result.resumed = oracle_s, oracle.name, resumed
+        n_valid = None if valid is None else len(valid)
+        result.programs_note = programs_note([t.status for t in trials], n_valid, n_trials)
+        if handle is not None:
+            result.db_url = handle.url
+            registry.entry_stored()
+    finally:
+        if joined is not None:
+            joined.leave()
+        if handle is not None and handle is not db:
+            handle.close()
+    return result
+
+
+class _LaneEnds(Exception):
+    """A device's search ends before measuring its claim: the budget is spent by the others,
+    or the run is interrupted (see evaluate_on)."""
+
+
+def _search_on_devices(
+    search: Callable[[Worker, str | None], list[Evaluation]],
+    workers: Sequence[Worker],
+    storage: str | None,
+    stop: threading.Event,
+) -> list[Evaluation]:
+    """One search per worker, each in a thread, sharing the budget through one study (in
+    `storage`, else in a studies file of this run's own); every worker's trials."""
+    with contextlib.ExitStack() as stack:
+        if storage is None:
+            folder = stack.enter_context(tempfile.TemporaryDirectory(prefix="autotune-studies-"))
+            storage = str(Path(folder) / "studies.db")
+
+        def lane(on: Worker) -> list[Evaluation] | None:
+            try:
+                return search(on, storage)
+            except _LaneEnds:
+                return None  # the others' searches hold every trial
+
+        pool = stack.enter_context(ThreadPoolExecutor(len(workers)))
+        lanes = [pool.submit(lane, w) for w in workers]
+        try:
+            results = [f.result() for f in lanes]
+        except BaseException:
+            stop.set()  # the others end after the trial they measure
+            raise
+        return next(r for r in results if r is not None)
+
+
+def _resumed(
+    storage: str, study: str, handle: Any, key: TuningKey
+) -> tuple[int, SharedStudy | None]:
+    """How many trials of `study` earlier runs (or other workers) measured, and the study,
+    joined (this run leaves it when it ends) unless it was deleted. A study whose trials the
+    tuning database does not hold (it was deleted, or another file moved over it, since they
+    were stored) is not resumed: it is deleted, and the run tunes afresh, rather than count
+    trials and name a best trial that are not there."""
+    shared = SharedStudy(storage, study, None)
+    shared.join()  # counted once joined: a study that is joined is deleted by no other worker
+    records = shared.records()
+    # what counts against the budget: distinct programs measured (a duplicate is not measured)
+    n_measured = sum(r is None or r.status != "duplicate" for r in records)
+    if handle is None or not records:  # a run that stores nothing has nothing to agree with
+        return n_measured, shared
+    held = {t.db_id: config_id(t.config) for t in handle.trials(**key.as_dict())}
+    if all(r is not None and held.get(r.db_id) == config_id(r.config) for r in records):
+        return n_measured, shared
+    lacking = f"the tuning database {handle.url} lacks trials of the study {study!r}"
+    shared.leave()
+    if shared.in_use():
+        raise DatabaseError(
+            f"{lacking}, which another worker is searching: give this run the database that "
+            "worker stores in, or another --storage"
+        )
+    log.warning("%s (replaced since they were stored): tuning afresh", lacking)
+    delete_study(storage, study, unless_in_use=True)
+    return 0, None
+
+
+def _value(record: TrialRecord) -> float | None:
+    """A measured trial's objective: its median time, None where it failed."""
+    return record.time_s if record.status == "ok" else None
+
+
+def _valid_configs(spec: KernelSpec, sig: Any, space: Any) -> list[Config] | None:
+    """The valid configurations of `space` for `sig`; None for a space too large to list,
+    which the search draws from instead (search.LISTED_UP_TO)."""
+    valid = space.valid_configs(sig) if space.size <= LISTED_UP_TO else None
+    if valid == []:
+        raise SpaceError(
+            f"no configuration of {spec.name}'s {sig.platform} space ({space.size} candidates) "
+            f"fits {sig.text}: widen the space (space= of @autotuned, or its search_spaces file) "
+            "or check its constraints"
+        )
+    return valid
+
+
+def _result(
+    spec: Any,
+    sig: Any,
+    key: TuningKey,
+    trials: list[TrialRecord],
+    default: dict[str, Any],
+    measure: Callable[..., TrialRecord],
+    run_id: str,
+    worker: Any,
+    n_finalists: int,
+    rival: StoredEntry | None = None,
+) -> TuneResult:
+    """The winner among `trials`, after the finalists' interleaved re-measurement (`rival`,
+    another worker's stored entry, among them)."""
+    if not trials:  # the budget has at least one trial and one valid config: time ran out
+        raise KernelError(
+            f"the time limit ran out before any candidate of {spec.name} for {sig.text} was "
+            "measured: give more time (--time-limit / time_limit_s)"
+        )
+    default_trial = next((t for t in trials if t.is_default), None)
+    if default_trial is None:
+        # the default lies outside the space, or a worker measuring it was killed: measure it
+        # as the baseline; it takes part in the finalists like any measured candidate
+        default_trial = measure(default, is_default=True)
+        trials = [*trials, default_trial]
+    if default_trial.status == "duplicate":
+        # the trial that measured the default's program stands for it, the finalists included
+        default_trial = next(
+            t
+            for t in trials
+            if t.fingerprint == default_trial.fingerprint and t.status != "duplicate"
+        )
+    ok = [t for t in trials if t.status == "ok"]
+    if not ok:
+        raise KernelError(
+            f"no candidate of {spec.name} for {sig.text} ran and matched the oracle "
+            f"({', '.join(sorted({t.status for t in trials}))}): see `autotune db trials --kernel {spec.name}`"
+        )
+    best = min(ok, key=lambda t: (t.time_s, trials.index(t)))
+    best_time_s = best.time_s
+    default_time_s = default_trial.time_s if default_trial.status == "ok" else None
+    ranked: list[Finalist] = []
+    finalists_start = time.perf_counter()
+    if n_finalists > 0:
+        also = [default_trial.config, *([rival.config] if rival else [])]
+        ranked = remeasure(worker, ok, default, n_finalists, also)  # the default too, if ok
+        best = next(t for t in ok if t.config == ranked[0].config)
+        best_time_s = ranked[0].time_s
+        default_time_s = next(
+            (f.time_s for f in ranked if f.config == default_trial.config), default_time_s
+        )
+    result = TuneResult(
+        kernel=spec.name,
+        key=key,
+        best_config=best.config,
+        best_time_s=best_time_s,
+        default_config=default,
+        default_time_s=default_time_s,
+        trials=trials,
+        run_id=run_id,
+        finalists=ranked,
+        finalists_s=time.perf_counter() - finalists_start,
+    )
+    return result
