@@ -190,7 +190,7 @@ def test_one_unreadable_table_is_said_and_the_others_are_listed(library, capsys,
 
     (tmp_path / "broken").mkdir()
     (tmp_path / "broken" / "cpu.json").write_text("{not json")
-    autotune.runtime.variants("broken_table", [jnp.dot], tuned=tmp_path / "broken")
+    autotune.variants("broken_table", [jnp.dot], tuned=tmp_path / "broken")
     imp = ["--import", "mylib.toy_shipped"]
     rc, out, err = cli(capsys, "db", "list", "--shipped", "--format", "json", *imp)
     assert rc == 1 and [r["kernel"] for r in json.loads(out)] == ["shipped_scale"]
@@ -250,7 +250,7 @@ def test_a_variant_groups_shipped_choice_is_served_and_resolved_beside_its_modul
     monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
 
     members = [autotune.Member(jnp.dot, name="dot"), autotune.Member(jnp.matmul, name="xla")]
-    group = autotune.runtime.variants("shipped_dot", members, tuned=tmp_path / "tuned")
+    group = autotune.variants("shipped_dot", members, tuned=tmp_path / "tuned")
     x, y = jnp.ones((4, 3)), jnp.ones((3, 2))
     device = current_device()
     key = group.spec.key(group.spec.signature([x, y], {}, device), device)
@@ -262,7 +262,7 @@ def test_a_variant_groups_shipped_choice_is_served_and_resolved_beside_its_modul
     got = group.explain(x, y)  # untuned, the group would call its first member, dot
     assert (got["variant"], got["source"]) == ("xla", "shipped")
     np.testing.assert_allclose(group(x, y), x @ y)
-    relative = autotune.runtime.variants("shipped_dot_here", members, tuned="tuned")
+    relative = autotune.variants("shipped_dot_here", members, tuned="tuned")
     assert relative.spec.tuned == Path(__file__).resolve().parent / "tuned"
 
 

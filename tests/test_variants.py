@@ -26,7 +26,7 @@ def only_16_bit(x, y):
 
 
 def test_a_tuned_group_of_matmul_and_xla_serves_xla_on_a_cpu(db_url, tmp_path):
-    group = autotune.runtime.variants("matmul_or_dot", [matmul, jnp.dot])
+    group = autotune.variants("matmul_or_dot", [matmul, jnp.dot])
     args = [jax.ShapeDtypeStruct(X_SHAPE, jnp.float32), jax.ShapeDtypeStruct(Y_SHAPE, jnp.float32)]
     result = autotune.tune(group, args, n_trials=2, db=db_url)
 
@@ -63,7 +63,7 @@ def test_an_untuned_group_serves_its_first_member_that_can_run_under_jit_and_gra
     def needs_hopper(device):
         return f"a Mosaic GPU kernel needs a Hopper GPU; this call runs on {device.platform}"
 
-    group = autotune.runtime.variants(
+    group = autotune.variants(
         "guarded_dot",
         [
             autotune.Member(jnp.dot, name="mgpu", why_not=needs_hopper),
@@ -90,7 +90,7 @@ def test_an_untuned_group_serves_its_first_member_that_can_run_under_jit_and_gra
 
 
 def test_a_chosen_member_that_cannot_run_here_gives_way_with_one_warning(caplog):
-    group = autotune.runtime.variants(
+    group = autotune.variants(
         "picky_dot", [only_16_bit, autotune.Member(jnp.dot, name="xla")]
     )
     x, y = jnp.ones((4, 3)), jnp.ones((3, 2))
@@ -105,7 +105,7 @@ def test_a_chosen_member_that_cannot_run_here_gives_way_with_one_warning(caplog)
 
 
 def test_a_group_with_no_member_that_can_run_says_why_each_cannot():
-    group = autotune.runtime.variants("sixteen_bit_only", [only_16_bit])
+    group = autotune.variants("sixteen_bit_only", [only_16_bit])
     with pytest.raises(KernelError, match="no member of variant group 'sixteen_bit_only'.*only 16"):
         group(jnp.ones((2, 2)), jnp.ones((2, 2)))
 
@@ -120,12 +120,12 @@ def test_a_group_with_no_member_that_can_run_says_why_each_cannot():
 )
 def test_a_bad_group_is_refused_with_the_fix(members, message):
     with pytest.raises(KernelError, match=message):
-        autotune.runtime.variants("bad_group", members)
+        autotune.variants("bad_group", members)
 
 
 def test_a_group_may_not_hide_a_kernel_of_its_name():
     with pytest.raises(KernelError, match="would hide the kernel of that name"):
-        autotune.runtime.variants("matmul", [matmul, jnp.dot])
+        autotune.variants("matmul", [matmul, jnp.dot])
     assert autotune.registry.resolve("matmul") is matmul
 
 
@@ -152,7 +152,7 @@ def test_a_forced_group_task_tunes_its_members_afresh(tmp_path, db_url):
     from autotune.tuning.settings import TuneSettings
     from autotune.tuning.task import make_task
 
-    autotune.runtime.variants(
+    autotune.variants(
         "forced_scale", [scale, autotune.Member(lambda x: x * 2.0, name="xla")]
     )
     task = make_task("forced_scale", "32x128", trials=2, strategy="grid")
