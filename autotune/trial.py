@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from autotune.signature import TuningKey
 
@@ -176,3 +176,18 @@ ENTRY_DEFAULTS = {
     "run_id": "",
     "strategy": "",
 }
+
+
+class EntrySource(Protocol):
+    """What serves tuned configurations by key: the tuning database (autotune.db.TuningDB), a
+    table shipped with a kernel and an overlay (autotune.db.tables.EntryTable). The runtime
+    asks them in its lookup order (autotune.runtime.lookup); what they return is data, checked
+    against today's space before it is served."""
+
+    def best(self, key: TuningKey) -> StoredEntry | None:
+        """The entry of exactly this key (kernel version and device kind included), or None."""
+        ...
+
+    def query(self, **filters: Any) -> list[StoredEntry]:
+        """The entries whose key fields equal every filter given."""
+        ...

@@ -11,6 +11,7 @@ from typing import Any
 from sqlalchemy import delete
 from sqlalchemy.orm import Session
 
+from autotune.db.connection import Connection
 from autotune.db.export import EXPORT_FORMAT, PREFER, validate_export
 from autotune.db.read import Reads
 from autotune.db.schema import (
@@ -22,19 +23,23 @@ from autotune.db.schema import (
     encode_config,
     utcnow,
 )
-from autotune.db.write import Writes, upsert_entries
+from autotune.db.write import upsert_entries
 from autotune.errors import DatabaseError
 from autotune.trial import ENTRY_DEFAULTS
 
 
-class Admin(Reads, Writes):
-    """The administration of the TuningDB facade."""
+class Admin:
+    """The administration of a tuning database (the `autotune db` tools), through its
+    `connection`; exports read through `reads`."""
+
+    def __init__(self, connection: Connection, reads: Reads) -> None:
+        self.connection, self.reads = connection, reads
 
     def export(self, **filters: Any) -> dict[str, Any]:
         """Best entries as a portable document (JSON-serialisable; no database ids)."""
         entries = [
             {k: v for k, v in e.as_row().items() if k not in ("id", "trial_id")}
-            for e in self.query(**filters)
+            for e in self.reads.query(**filters)
         ]
         return {"format": EXPORT_FORMAT, "schema": SCHEMA_VERSION, "entries": entries}
 
@@ -45,13 +50,13 @@ class Admin(Reads, Writes):
         if prefer not in PREFER:
             raise DatabaseError(f"unknown preference {prefer!r}: use one of {', '.join(PREFER)}")
         entries = validate_export(doc)
-        with self.session(write=True) as s:
+        with self.connection.session(write=True) as s:
             return merge_entries(s, entries, prefer)
 
     def delete_entries(self, ids: Iterable[int], with_trials: bool = True) -> int:
         """Delete best entries by id (and the trials stored under their keys); returns how many."""
         n = 0
-        with self.session(write=True) as s:
+        with self.connection.session(write=True) as s:
             for entry_id in ids:
                 row = s.get(Result, entry_id)
                 if row is None:
@@ -65,7 +70,7 @@ class Admin(Reads, Writes):
 
     def delete_misses(self, ids: Iterable[int]) -> int:
         ids = list(ids)
-        with self.session(write=True) as s:
+        with self.connection.session(write=True) as s:
             if ids:
                 s.execute(delete(Miss).where(Miss.id.in_(ids)))
         return len(ids)

@@ -1,5 +1,5 @@
 """Opening a tuning database and knowing it is still the one opened: the connection every
-part of the TuningDB facade (autotune.db) works through.
+room of TuningDB (autotune.db.database) works through.
 
 Any SQLAlchemy URL works; the default is a SQLite file in the user's cache directory (WAL mode,
 busy timeout), and a PostgreSQL URL serves a team. Opening checks the schema version: one of an
@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 import sqlite3
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from sqlalchemy import create_engine, event, insert, inspect, select, update
 from sqlalchemy.engine import Connection as SqlConnection
@@ -38,8 +38,6 @@ from autotune.sql import (
     writable,
 )
 
-_Self = TypeVar("_Self", bound="Connection")
-
 
 class Connection:
     """An open tuning database: its engines, and sessions that turn every database failure
@@ -51,16 +49,11 @@ class Connection:
         *,
         busy_timeout_s: float = DEFAULT_BUSY_TIMEOUT_S,
         create: bool = True,
-        skip_tampered: bool = False,
     ) -> None:
         """`create`: create the database (file and tables) if there is none; tools that only
-        read pass False, and are refused one that does not exist. `skip_tampered`: the tools
-        pass True: a row that a tampering hand made unreadable (`dbcheck.tampered`) is left out
-        of every read, with one warning line naming it (the runtime validates what it serves)."""
-        self._warned: set[tuple[str, int]] = set()  # the tampered rows named already
+        read pass False, and are refused one that does not exist."""
         self.url = normalize_url(url)
         self.create = create
-        self.skip_tampered = skip_tampered
         file = sqlite_file(self.url)
         self.read_only = False  # a SQLite file that this process cannot write: served as is
         self._file: Path | None = None  # the SQLite file written to, and its identity
@@ -167,12 +160,6 @@ class Connection:
             f"tuning database {self._file} was deleted or replaced while this process used "
             "it: nothing more is written to it; run again"
         )
-
-    def __enter__(self: _Self) -> _Self:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def session(self, write: bool = False) -> _GuardedSession:
         if write and self.read_only:

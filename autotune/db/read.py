@@ -79,13 +79,20 @@ def _is_number(value: Any) -> bool:
     return value is None or (isinstance(value, (int, float)) and not isinstance(value, bool))
 
 
-class Reads(Connection):
-    """The reads of the TuningDB facade."""
+class Reads:
+    """The reads of a tuning database, through its `connection`. With `skip_tampered` (the
+    tools), a row that a tampering hand made unreadable (`autotune.db.check.tampered`) is left
+    out of every read, with one warning line naming it (the runtime validates what it serves)."""
+
+    def __init__(self, connection: Connection, skip_tampered: bool = False) -> None:
+        self.connection = connection
+        self.skip_tampered = skip_tampered
+        self._warned: set[tuple[str, int]] = set()  # the tampered rows named already
 
     def best(self, key: TuningKey) -> StoredEntry | None:
         """The best entry of exactly this key, or None."""
         table = Result.__table__
-        with self.session() as s:
+        with self.connection.session() as s:
             row = s.execute(select(table).filter_by(**key.as_dict())).first()
             return StoredEntry.from_row(row_record(table, row)) if row else None
 
@@ -97,7 +104,7 @@ class Reads(Connection):
         """What changes whenever a best entry under `filters` (key columns) is added, replaced
         or deleted: their count, last id, latest tuning time and total time (every writer
         here tunes anew, or merges in a faster or newer entry). One indexed query."""
-        with self.session() as s:
+        with self.connection.session() as s:
             return self._state(s, filters)
 
     def entry_shapes(self, **filters: Any) -> tuple[tuple, list[tuple[str, str, str]]]:
@@ -106,7 +113,7 @@ class Reads(Connection):
         Text columns, fetched as the driver gives them: 100k rows in well under 0.1 s."""
         table = Result.__table__
         columns = (table.c.signature, table.c.kernel_version, table.c.config)
-        with self.session() as s:
+        with self.connection.session() as s:
             # the state first: a write between the two reads (each its own snapshot on a
             # server) then shows as a change at the next check, never hides one
             state = self._state(s, filters)
@@ -135,7 +142,7 @@ class Reads(Connection):
     def entry(self, entry_id: int) -> StoredEntry | None:
         """One best entry by id (None: no such entry, or one left out as tampered)."""
         table = Result.__table__
-        with self.session() as s:
+        with self.connection.session() as s:
             row = s.execute(select(table).where(table.c.id == entry_id)).first()
             record = row_record(table, row) if row else None
         if record is None or not self._readable(Result, [record]):
@@ -150,7 +157,7 @@ class Reads(Connection):
             raise DatabaseError(f"unknown filter(s) {', '.join(unknown)} for {model.__tablename__}")
         table = model.__table__
         stmt = select(table).filter_by(**{k: v for k, v in filters.items() if v is not None})
-        with self.session() as s:
+        with self.connection.session() as s:
             rows = [row_record(table, r) for r in s.execute(stmt.order_by(table.c.id))]
         rows = self._readable(model, rows)
         if dtype is not None:

@@ -107,12 +107,15 @@ def _by_columns(rows: Iterable[dict[str, Any]]) -> list[list[dict[str, Any]]]:
     return list(groups.values())
 
 
-class Writes(Connection):
-    """The writes of the TuningDB facade."""
+class Writes:
+    """The writes to a tuning database, through its `connection`."""
+
+    def __init__(self, connection: Connection) -> None:
+        self.connection = connection
 
     def add_trials(self, key: TuningKey, run_id: str, trials: Iterable[TrialRecord]) -> list[int]:
         """Store trial records; returns their ids."""
-        with self.session(write=True) as s:
+        with self.connection.session(write=True) as s:
             rows = []
             for t in trials:
                 fields = {k: v for k, v in vars(t).items() if k in Trial.__table__.columns}
@@ -166,7 +169,7 @@ class Writes(Connection):
         fields = _best_fields(entry)
         for _ in range(tries):
             try:
-                with self.session(write=True) as s:
+                with self.connection.session(write=True) as s:
                     done, row = upsert_entry(s, key.as_dict(), fields, keep)
                     if done == "kept":
                         return StoredEntry.from_row(row_record(Result.__table__, row))
@@ -180,11 +183,11 @@ class Writes(Connection):
     def record_miss(self, key: TuningKey) -> None:
         """Count a lookup miss of `key` (one atomic write; callers call it once per new key).
         A read-only database has nowhere to count it: nothing is done."""
-        if self.read_only:
+        if self.connection.read_only:
             return
         for _ in range(3):  # a concurrent writer may insert the key between our update and insert
             try:
-                with self.session(write=True) as s:
+                with self.connection.session(write=True) as s:
                     counted = s.execute(
                         update(Miss)
                         .filter_by(**key.as_dict())

@@ -22,9 +22,10 @@ from autotune.errors import AutotuneError
 from autotune.registry.spec import KernelSpec
 from autotune.runtime import nearest
 from autotune.runtime import state as runtime_state
-from autotune.runtime.overlays import overlay_entry
+from autotune.runtime.overlays import active_overlays
 from autotune.signature import Signature, TuningKey
 from autotune.space import Space
+from autotune.trial import EntrySource, StoredEntry
 
 # Where a call's configuration comes from, asked in this order: an active overlay
 # (autotune.runtime.overlays), the user's database, the table shipped with the kernel (`tuned=`, see
@@ -90,10 +91,13 @@ def resolve(
     return dataclasses.replace(default, miss=miss and not default.refused)
 
 
-def _entries(spec: KernelSpec, key: TuningKey, db: Any) -> Iterator[tuple[str, Any]]:
-    """The tuned entries of `key`, in the lookup order, each with its source; each is read
-    only if the ones before it were not served."""
-    entry = overlay_entry(key)
+def _entries(
+    spec: KernelSpec, key: TuningKey, db: EntrySource | None
+) -> Iterator[tuple[str, StoredEntry]]:
+    """The tuned entries of `key`, in the lookup order, each with its source: the innermost
+    active overlay that has one, the database, the shipped table; each source is read only if
+    the ones before it were not served."""
+    entry = next(filter(None, (table.best(key) for table in active_overlays())), None)
     if entry is not None:
         yield "overlay", entry
     entry = runtime_state.db_call("lookup", lambda: db.best(key)) if db else None
@@ -118,7 +122,7 @@ def _shipped_table(spec: KernelSpec, key: TuningKey) -> EntryTable | None:
         return None
 
 
-def _shipped_entry(spec: KernelSpec, key: TuningKey) -> Any:
+def _shipped_entry(spec: KernelSpec, key: TuningKey) -> StoredEntry | None:
     """The entry of `key` in the kernel's shipped table, if it has one; a table that has
     the key only for another kernel version warns once."""
     table = _shipped_table(spec, key)

@@ -19,7 +19,6 @@ from typing import Any
 from autotune.db.tables import EntryTable, entries_of
 from autotune.errors import AutotuneError
 from autotune.runtime.state import current, drop_lookups, warn_once
-from autotune.signature import TuningKey
 
 _ACTIVE: contextvars.ContextVar[tuple[EntryTable, ...]] = contextvars.ContextVar(
     "autotune_overlays", default=()
@@ -49,15 +48,6 @@ def overlay(source: Any) -> Iterator[EntryTable]:
     finally:
         _ACTIVE.reset(token)
         drop_lookups()
-
-
-def overlay_entry(key: TuningKey) -> dict[str, Any] | None:
-    """The entry of `key` in the innermost active overlay that has one, or None."""
-    for table in _ACTIVE.get():
-        entry = table.best(key)
-        if entry is not None:
-            return entry
-    return None
 
 
 def active_overlays() -> tuple[EntryTable, ...]:
