@@ -6,14 +6,21 @@ named scope that the runtime remembers (autotune.runtime.traced_calls), and the 
 on the entry's operations in every jaxpr that holds them, also where jit served the entry
 from its cache. Calls that `fn` differentiates include the backward's: the shipped kernels'
 VJPs call backward kernels that are `@autotuned` themselves.
+
+On a mesh each call is listed as each device runs it, at its local shape. Inside a shard_map and
+on a mesh's Explicit axes the trace says it; on Auto axes (`jax.sharding.Mesh(devices, names)`)
+only XLA's partitioner does, when it compiles the program (autotune.runtime.partitioned): so a
+program that makes such calls is compiled too (nothing runs), where its arguments' shardings are
+a mesh of this process's devices; elsewhere its calls are listed at their global shapes, saying
+so.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
-import re
 import reprlib
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -78,6 +85,9 @@ class ProgramCall:
     # kernel's call on sharded arrays): its shapes are each device's, {} where it is not mapped
     mesh_axes: dict[str, int] = field(default_factory=dict)
     detail: str = ""  # where the trace found runs another config than a new trace would
+    # what the call gathers to every device first, on a mesh ("x's axis 1 (over mesh axis
+    # 'd')"): it runs at those axes' global size, not each device's part
+    gathered: tuple[str, ...] = ()
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -87,6 +97,7 @@ class ProgramCall:
             "source": self.source,
             "config": self.config,
             "mesh_axes": self.mesh_axes,
+            "gathered": list(self.gathered),
             "detail": self.detail,
         }
 
@@ -95,11 +106,19 @@ def calls_in(
     fn: Callable, args: Sequence[Any], kwargs: Mapping[str, Any] | None = None
 ) -> list[ProgramCall]:
     """Every `@autotuned` call that `fn(*args, **kwargs)` makes, each once, in the order the
-    program makes them; arguments may be arrays or jax.ShapeDtypeStructs (nothing runs)."""
+    program makes them; arguments may be arrays or jax.ShapeDtypeStructs (nothing runs). On a
+    mesh the calls are each device's, at its local shape, from the arguments' shardings (give
+    a ShapeDtypeStruct its `sharding=`): a call's `mesh_axes` says which axes it is split
+    over, `gathered` what it gathers first."""
     import jax
 
+    from autotune.runtime.partitioned import (
+        BACKWARD_SCOPE_PREFIX,
+        PARTITIONED_CALLS,
+        PARTITIONED_SCOPE_PREFIX,
+    )
     from autotune.runtime.state import listing
-    from autotune.runtime.traced_calls import TRACED_CALLS, TRACED_SCOPE_PREFIX
+    from autotune.runtime.traced_calls import TRACED_CALLS, TRACED_SCOPE_PREFIX, scopes_in
 
     if not isinstance(args, (tuple, list)):
         what = "an array" if is_array(args) else f"a {type(args).__name__}"
@@ -117,25 +136,50 @@ def calls_in(
             call_args[i] = a
         return fn(*call_args, **{**kwargs, **named})
 
+    arrays = [_abstract(args[i]) for i in positions]
+    named = {k: _abstract(kwargs[k]) for k in names}
+    prefixes = (TRACED_SCOPE_PREFIX, PARTITIONED_SCOPE_PREFIX, BACKWARD_SCOPE_PREFIX)
+    with listing() as current:  # reads only: no miss counted, no database created
+        closed = _traced(fn, lambda: jax.make_jaxpr(program)(arrays, named))
+        scopes = scopes_in(closed.jaxpr, prefixes)
+        split_by_xla = [s for s in scopes if not s.startswith(TRACED_SCOPE_PREFIX)]
+        compiled = bool(split_by_xla) and _on_devices([*arrays, *named.values()])
+        if compiled:  # XLA's partitioner traces each device's call as it compiles (runs none)
+            _traced(fn, lambda: jax.jit(program).lower(arrays, named).compile())
+    found: dict[tuple, ProgramCall] = {}
+    for scope in scopes:
+        if scope.startswith(TRACED_SCOPE_PREFIX):
+            calls = [_program_call(TRACED_CALLS[scope])]
+        elif compiled:
+            calls = [_program_call(TRACED_CALLS[s]) for s in current.partitioned.get(scope, [])]
+        elif scope.startswith(BACKWARD_SCOPE_PREFIX):  # its calls are known once compiled
+            calls = []
+        else:
+            calls = [_whole_call(PARTITIONED_CALLS[scope])]
+        for call in calls:
+            found.setdefault((call.kernel, call.signature, call.static), call)
+    return list(found.values())
+
+
+def _traced(fn: Callable, trace: Callable[[], Any]) -> Any:
+    """`trace()`, its failure one AutotuneError that names `fn`."""
     try:
-        with listing():  # reads only: no miss counted, no database created
-            closed = jax.make_jaxpr(program)(
-                [_abstract(args[i]) for i in positions], {k: _abstract(kwargs[k]) for k in names}
-            )
+        return trace()
     except AutotuneError:
         raise
     except Exception as e:
         raise AutotuneError(
             f"calls_in: tracing {getattr(fn, '__name__', fn)!r} failed: {type(e).__name__}: {e}"
         ) from e
-    pattern = re.compile(re.escape(TRACED_SCOPE_PREFIX) + r"\d+")
-    found: dict[tuple, ProgramCall] = {}
-    for stack in _name_stacks(closed.jaxpr):
-        for scope in pattern.findall(stack):
-            traced = TRACED_CALLS[scope]
-            call = _program_call(traced)
-            found.setdefault((call.kernel, call.signature, call.static), call)
-    return list(found.values())
+
+
+def _on_devices(arrays: Sequence[Any]) -> bool:
+    """Whether every argument's sharding is on this process's devices (a `jax.sharding.Mesh`,
+    not an AbstractMesh described for a device this host lacks): the program can be compiled."""
+    import jax
+
+    meshes = [getattr(a.sharding, "mesh", None) for a in arrays if a.sharding is not None]
+    return all(m is None or isinstance(m, jax.sharding.Mesh) for m in meshes)
 
 
 def _abstract(a: Any) -> Any:
@@ -146,17 +190,6 @@ def _abstract(a: Any) -> Any:
     sharding = getattr(a, "sharding", None)
     named = sharding if isinstance(sharding, jax.sharding.NamedSharding) else None
     return jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=named)
-
-
-def _name_stacks(jaxpr: Any) -> Iterator[str]:
-    """The name stack of every operation in a jaxpr and the jaxprs inside it, in order."""
-    for eqn in jaxpr.eqns:
-        yield str(eqn.source_info.name_stack)
-        for value in eqn.params.values():
-            for v in value if isinstance(value, (tuple, list)) else (value,):
-                inner = getattr(v, "jaxpr", v)  # a ClosedJaxpr holds its Jaxpr
-                if hasattr(inner, "eqns"):
-                    yield from _name_stacks(inner)
 
 
 def _program_call(traced: Any) -> ProgramCall:
@@ -182,4 +215,18 @@ def _program_call(traced: Any) -> ProgramCall:
         kwargs={k: v for k, v in traced.kwargs.items() if k not in tunables},
         mesh_axes=traced.mesh_axes,
         detail=detail,
+        gathered=traced.gathered,
     )
+
+
+def _whole_call(traced: Any) -> ProgramCall:
+    """A call on a mesh's Auto axes, listed at its global shape: how XLA splits it is decided
+    only when it compiles the program, which this host cannot (its arguments' mesh is not of
+    this process's devices)."""
+    call = _program_call(traced)
+    detail = (
+        "on a mesh's Auto axes: listed at its global shape, as XLA splits it only when it "
+        "compiles the program; give the arguments shardings over a jax.sharding.Mesh of this "
+        "host's devices (or over Explicit axes) to list each device's call"
+    )
+    return dataclasses.replace(call, detail="; ".join(filter(None, (call.detail, detail))))
