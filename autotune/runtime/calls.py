@@ -17,7 +17,6 @@ so.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import reprlib
 from collections.abc import Callable, Mapping, Sequence
@@ -108,8 +107,8 @@ def calls_in(
     """Every `@autotuned` call that `fn(*args, **kwargs)` makes, each once, in the order the
     program makes them; arguments may be arrays or jax.ShapeDtypeStructs (nothing runs). On a
     mesh the calls are each device's, at its local shape, from the arguments' shardings (give
-    a ShapeDtypeStruct its `sharding=`): a call's `mesh_axes` says which axes it is split
-    over, `gathered` what it gathers first."""
+    a ShapeDtypeStruct its `sharding=`): a call's `mesh_axes` says the mesh it runs on each
+    device of, `gathered` what it gathers first."""
     import jax
 
     from autotune.runtime.partitioned import (
@@ -192,13 +191,14 @@ def _abstract(a: Any) -> Any:
     return jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=named)
 
 
-def _program_call(traced: Any) -> ProgramCall:
+def _program_call(traced: Any, detail: str = "") -> ProgramCall:
     """A traced call as listed: the configuration its trace runs, and where a call traced now
-    would run another (the trace is older: an overlay ended, an entry was stored), says so."""
+    would run another (the trace is older: an overlay ended, an entry was stored), says so.
+    With a `detail`, a call whose configuration no trace chose yet: as a lookup now gives it."""
     kernel = traced.kernel
     explained = kernel.explain(*traced.args, **dict(traced.kwargs))
-    source, config, detail = explained["source"], explained["config"], ""
-    if config != traced.config:
+    source, config = explained["source"], explained["config"]
+    if not detail and config != traced.config:
         detail = (
             f"an older trace: a call traced now would run {config} ({source}); jit this "
             "function again to run that"
@@ -223,10 +223,9 @@ def _whole_call(traced: Any) -> ProgramCall:
     """A call on a mesh's Auto axes, listed at its global shape: how XLA splits it is decided
     only when it compiles the program, which this host cannot (its arguments' mesh is not of
     this process's devices)."""
-    call = _program_call(traced)
     detail = (
         "on a mesh's Auto axes: listed at its global shape, as XLA splits it only when it "
         "compiles the program; give the arguments shardings over a jax.sharding.Mesh of this "
         "host's devices (or over Explicit axes) to list each device's call"
     )
-    return dataclasses.replace(call, detail="; ".join(filter(None, (call.detail, detail))))
+    return _program_call(traced, detail)

@@ -55,10 +55,11 @@ PARTITIONED_SCOPE_PREFIX = "autotuned_partitioned_"
 BACKWARD_SCOPE_PREFIX = "autotuned_partitioned_backward_"
 PARTITIONED_CALLS: dict[str, TracedCall] = {}
 _SCOPES: dict[tuple, str] = {}
-# Per thread: whether an operation's body (the call at its global shape) is being traced, where
-# the kernels it calls run whole too (a variant group's member, a backward's kernels)
-# (`inside`); whether a call under jax.vmap is, which runs unsplit, as before (`whole`).
+# Per thread: whether an operation's body (the call at its global shape, for its type) is being
+# traced, whose kernel calls run whole too (a variant group's member, a backward's kernels).
 _BODY = threading.local()
+# Per thread: whether a call under jax.vmap is being traced, which runs unsplit, as before.
+_BATCHED = threading.local()
 
 
 def auto_mesh(args: Sequence[Any], kwargs: dict[str, Any]) -> Any | None:
@@ -68,7 +69,7 @@ def auto_mesh(args: Sequence[Any], kwargs: dict[str, Any]) -> Any | None:
     keyword (a Split names positional arrays only), or batched by jax.vmap."""
     import jax
 
-    if any(hasattr(v, "dtype") for v in kwargs.values()) or getattr(_BODY, "whole", False):
+    if any(hasattr(v, "dtype") for v in kwargs.values()) or getattr(_BATCHED, "inside", False):
         return None
     for a in args:
         sharding = getattr(jax.typeof(a), "sharding", None) if hasattr(a, "dtype") else None
@@ -143,7 +144,6 @@ def run(
     kernel's Split says: `local(args, kwargs)` runs each device's part (looked up there),
     `whole(args, kwargs)` is the call at its global shape (its type); `way` names how they run
     the kernel (its entry's trace, or the general path), each way with operations of its own."""
-
     positions = [i for i, a in enumerate(args) if hasattr(a, "dtype")]
     names = argument_names(arg_names, len(args))
     caller = Caller(
@@ -282,7 +282,7 @@ def _batchable(
             return operation(caller, *values)
 
         @split.def_vmap
-        def whole(axis_size: int, batched: list, *values: Any) -> tuple[Any, Any]:
+        def unsplit(axis_size: int, batched: list, *values: Any) -> tuple[Any, Any]:
             mesh = auto_mesh(values, {})
             runtime_state.warn_once(
                 f"batched {kernel_name} {mesh_text(mesh)}",
@@ -291,13 +291,13 @@ def _batchable(
                 "partitioner cannot split a batched kernel. Call it on arrays with a batch axis "
                 "instead (a Split's leading axes), or shard over Explicit axes (jax.make_mesh).",
             )
-            before = getattr(_BODY, "whole", False)
-            _BODY.whole = True
+            before = getattr(_BATCHED, "inside", False)
+            _BATCHED.inside = True
             try:
                 axes = [0 if b else None for b in batched]
                 out = jax.vmap(lambda *v: _body(caller, v, local, backward), in_axes=axes)(*values)
             finally:
-                _BODY.whole = before
+                _BATCHED.inside = before
             return out, jax.tree.map(lambda _: True, out)
 
         return split(*values)
@@ -365,8 +365,6 @@ def _operation(
         own = Layout(ins, None, plan.over, [g for g in plan.gathered if g[0] < n])
         gathered = gathered_text(own, names)
         warn_gathered(kernel_name, mesh_text(mesh), gathered)
-        used = {a for dims in ins for axes in dims for a in axes}
-        axes = {name: mesh.shape[name] for name in mesh.axis_names if name in used}
         parts = [
             jax.ShapeDtypeStruct(_local(s.shape, d, mesh), s.dtype) for s, d in zip(arg_shapes, ins)
         ]
@@ -381,7 +379,7 @@ def _operation(
         with (
             overlays.restored(caller.overlays),
             runtime_state.resumed(caller.listing),
-            laid_out(axes, gathered),
+            laid_out(dict(mesh.shape), gathered),  # run on each device, as a shard_map's
         ):
             closed = jax.make_jaxpr(traced, axis_env=list(mesh.shape.items()))(*parts)
         if caller.listing is not None:  # what this program's calls run as, for calls_in

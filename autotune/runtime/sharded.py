@@ -24,6 +24,7 @@ from typing import Any
 
 from autotune.registry.split import Layout, Split, lay_out
 from autotune.registry.varying import varying_axes
+from autotune.runtime import traced_calls
 from autotune.runtime.state import warn_once
 
 
@@ -125,7 +126,7 @@ def run(kernel_name: str, p: Plan, call: Callable[..., Any], args: Sequence[Any]
 
     warn_gathered(kernel_name, mesh_text(p.mesh), p.gathered)
 
-    def laid_out(a: Any, spec: Any) -> Any:
+    def placed(a: Any, spec: Any) -> Any:
         if not hasattr(a, "dtype") or _dims(a) == dims_of(spec, a.ndim):
             return a
         return jax.sharding.reshard(a, NamedSharding(p.mesh, spec))
@@ -137,7 +138,8 @@ def run(kernel_name: str, p: Plan, call: Callable[..., Any], args: Sequence[Any]
     mapped = jax.shard_map(
         call, mesh=p.mesh, in_specs=p.in_specs, out_specs=p.out_specs, check_vma=False
     )
-    return mapped(*map(laid_out, args, p.in_specs))
+    with traced_calls.laid_out(None, p.gathered):  # the calls it traces are noted so
+        return mapped(*map(placed, args, p.in_specs))
 
 
 def warn_plain_interpreter(kernel_name: str, args: Sequence[Any]) -> None:

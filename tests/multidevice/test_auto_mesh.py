@@ -112,7 +112,7 @@ def test_a_contracted_axis_sharded_is_gathered_with_one_warning_and_listed_so(ca
         "matmul: x's axis 1 (over mesh axis 'h') is gathered first on the mesh (h=4)" in (warned[0])
     )
     [call] = autotune.calls_in(K.matmul, (x, y))
-    assert (call.signature, call.mesh_axes) == ("f32[16,64],f32[64,8]", {})
+    assert (call.signature, call.mesh_axes) == ("f32[16,64],f32[64,8]", {"h": 4})
     assert call.gathered == ("x's axis 1 (over mesh axis 'h')", "y's axis 0 (over mesh axis 'h')")
 
 
@@ -140,3 +140,12 @@ def test_a_splits_sharding_rule_keeps_its_batch_like_factors_and_the_rest_whole_
         "i0d0 i0d1 -> o0d0",
         {"need_replication_factors": ("i0d0", "i0d1", "o0d0")},
     )
+
+
+def test_on_an_auto_mesh_of_devices_this_host_lacks_calls_in_lists_the_global_call_and_why():
+    mesh = jax.sharding.AbstractMesh((4,), ("h",), (jax.sharding.AxisType.Auto,))
+    x = jax.ShapeDtypeStruct((64, 32), jnp.float32, sharding=NamedSharding(mesh, P("h")))
+    w = jax.ShapeDtypeStruct((32, 16), jnp.float32, sharding=NamedSharding(mesh, P()))
+    [call] = autotune.calls_in(jax.jit(K.matmul), (x, w))
+    assert (call.signature, call.mesh_axes, call.source) == ("f32[64,32],f32[32,16]", {}, "default")
+    assert "XLA splits it only when it compiles the program" in call.detail
