@@ -240,3 +240,43 @@ def broken(space: Space, config: dict, sig: Signature) -> str | None:
     violated = space.violations(config, sig)
     return f"breaks {', '.join(violated)} for {sig.text}" if violated else None
 
+
+def check_given(
+    spec: KernelSpec,
+    config: Mapping[str, Any],
+    given: frozenset[str],
+    args: Sequence[Any],
+    kwargs: Mapping[str, Any],
+) -> None:
+    """Raise where the block sizes a call passes itself (`given`, of `config`) break the
+    kernel's constraints for it: run outside them a kernel computes garbage (rows never
+    written, NaN). Called while jit traces the call: it costs nothing per call."""
+    sig = spec.signature(args, kwargs, current_device())
+    problem = given_problem(spec, config, given, sig)
+    if problem:
+        raise AutotuneError(problem)
+
+
+def given_problem(
+    spec: KernelSpec, config: Mapping[str, Any], given: frozenset[str], sig: Signature
+) -> str | None:
+    """What the parameters `given` of `config` break for the call `sig`, naming the values of
+    the kernel's space that keep its constraints there; None where they break nothing (or
+    the call is empty: nothing to get wrong)."""
+    if not given or any(0 in shape for shape in sig.shapes):
+        return None
+    space = spec.space(sig.platform)
+    problem = broken(space, dict(config), sig)
+    if problem is None:
+        return None
+    hints = []
+    for name in sorted(given & set(space.names)):
+        values = [v for v in space.param(name).values if space.is_valid({**config, name: v}, sig)]
+        fit = ", ".join(map(repr, values)) if values else "none (with the others as given)"
+        hints.append(f"{name} {fit}")
+    passed = ", ".join(f"{n}={config[n]!r}" for n in sorted(given))
+    valid = f": of its space, these fit: {'; '.join(hints)}" if hints else ""
+    return (
+        f"{spec.name}: {passed} {problem} (outside its constraints a kernel computes "
+        f"garbage){valid}; or leave {', '.join(sorted(given))} out for the tuned configuration"
+    )
