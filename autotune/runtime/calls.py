@@ -10,6 +10,7 @@ VJPs call backward kernels that are `@autotuned` themselves.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import re
 import reprlib
@@ -78,12 +79,14 @@ class ProgramCall:
     # kernel's call on sharded arrays): its shapes are each device's, {} where it is not mapped
     mesh_axes: dict[str, int] = field(default_factory=dict)
     detail: str = ""  # where the trace found runs another config than a new trace would
+    count: int = 1  # how many times the program makes the call (as traced: a loop's body once)
 
     def as_dict(self) -> dict[str, Any]:
         return {
             "kernel": self.kernel,
             "signature": self.signature,
             "static": self.static,
+            "count": self.count,
             "source": self.source,
             "config": self.config,
             "mesh_axes": self.mesh_axes,
@@ -94,8 +97,9 @@ class ProgramCall:
 def calls_in(
     fn: Callable, args: Sequence[Any], kwargs: Mapping[str, Any] | None = None
 ) -> list[ProgramCall]:
-    """Every `@autotuned` call that `fn(*args, **kwargs)` makes, each once, in the order the
-    program makes them; arguments may be arrays or jax.ShapeDtypeStructs (nothing runs)."""
+    """Every `@autotuned` call that `fn(*args, **kwargs)` makes, each once (with `count`, how
+    many times the program makes it), in the order the program makes them; arguments may be
+    arrays or jax.ShapeDtypeStructs (nothing runs)."""
     import jax
 
     from autotune.runtime.state import listing
@@ -130,12 +134,17 @@ def calls_in(
         ) from e
     pattern = re.compile(re.escape(TRACED_SCOPE_PREFIX) + r"\d+")
     found: dict[tuple, ProgramCall] = {}
+    of_scope: dict[str, tuple] = {}
     for stack in _name_stacks(closed.jaxpr):
         for scope in pattern.findall(stack):
-            traced = TRACED_CALLS[scope]
-            call = _program_call(traced)
-            found.setdefault((call.kernel, call.signature, call.static), call)
-    return list(found.values())
+            if scope not in of_scope:
+                call = _program_call(TRACED_CALLS[scope])
+                of_scope[scope] = (call.kernel, call.signature, call.static)
+                found.setdefault(of_scope[scope], call)
+    counts: dict[tuple, int] = {}
+    for scope, n in _scope_counts(closed.jaxpr, pattern).items():
+        counts[of_scope[scope]] = counts.get(of_scope[scope], 0) + n
+    return [dataclasses.replace(c, count=counts.get(k) or 1) for k, c in found.items()]
 
 
 def _abstract(a: Any) -> Any:
@@ -152,11 +161,60 @@ def _name_stacks(jaxpr: Any) -> Iterator[str]:
     """The name stack of every operation in a jaxpr and the jaxprs inside it, in order."""
     for eqn in jaxpr.eqns:
         yield str(eqn.source_info.name_stack)
-        for value in eqn.params.values():
-            for v in value if isinstance(value, (tuple, list)) else (value,):
-                inner = getattr(v, "jaxpr", v)  # a ClosedJaxpr holds its Jaxpr
-                if hasattr(inner, "eqns"):
-                    yield from _name_stacks(inner)
+        for inner in _inner_jaxprs(eqn):
+            yield from _name_stacks(inner)
+
+
+# the primitives of a jitted function's call: a kernel's entry, or JAX's transpose of one
+_JIT_PRIMITIVES = ("jit", "pjit")
+
+
+def _scope_counts(jaxpr: Any, pattern: re.Pattern) -> dict[str, int]:
+    """How many times each traced call's scope runs a kernel in `jaxpr`. Each entry of a kernel
+    is a jit of its own, whose jaxpr holds the call's operations under its scope: a call counts
+    once per visit of a jaxpr (a jit's jaxpr is visited once per call of it) in which an
+    operation under the scope launches a kernel (a `pallas_call`, or one inside it). JAX's
+    transpose of a forward call carries the forward's scope on operations that launch none
+    (the backward's kernels run under scopes of their own): not counted again."""
+    counts: dict[str, int] = {}
+    launches: dict[int, bool] = {}
+    todo: list[tuple[Any, frozenset[str]]] = [(jaxpr, frozenset())]
+    while todo:
+        current, inside = todo.pop()
+        here: set[str] = set()
+        for eqn in current.eqns:
+            scopes = set(pattern.findall(str(eqn.source_info.name_stack)))
+            inner = list(_inner_jaxprs(eqn))
+            counted = eqn.primitive.name not in _JIT_PRIMITIVES and scopes - inside
+            if counted and _launches_kernel(eqn, inner, launches):
+                here |= scopes - inside
+            todo += [(j, inside | scopes) for j in inner]
+        for scope in here:
+            counts[scope] = counts.get(scope, 0) + 1
+    return counts
+
+
+def _inner_jaxprs(eqn: Any) -> Iterator[Any]:
+    for value in eqn.params.values():
+        for v in value if isinstance(value, (tuple, list)) else (value,):
+            inner = getattr(v, "jaxpr", v)  # a ClosedJaxpr holds its Jaxpr
+            if hasattr(inner, "eqns"):
+                yield inner
+
+
+def _launches_kernel(eqn: Any, inner: list[Any], memo: dict[int, bool]) -> bool:
+    """Whether an operation is a `pallas_call` or holds one (memoised per jaxpr)."""
+    if eqn.primitive.name == "pallas_call":
+        return True
+    for jaxpr in inner:
+        if id(jaxpr) not in memo:
+            memo[id(jaxpr)] = False  # (a jaxpr does not hold itself)
+            memo[id(jaxpr)] = any(
+                _launches_kernel(e, list(_inner_jaxprs(e)), memo) for e in jaxpr.eqns
+            )
+        if memo[id(jaxpr)]:
+            return True
+    return False
 
 
 def _program_call(traced: Any) -> ProgramCall:
