@@ -25,7 +25,7 @@ from autotune.service.watch import MAX_WAIT_S
 from autotune.sql import check_url
 from autotune.trial import config_text
 from autotune.tuning.settings import DEFAULTS, TuneSettings, checked
-from autotune.tuning.task import check_task, make_task
+from autotune.tuning.task import check_task, check_traces, make_task
 from autotune.tuning.worker import device_count
 
 # the flags that set the tuning settings, by field: a refusal names the flag
@@ -237,6 +237,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
         settings.seed,
     )
     check_task(one, args.shape)
+    check_traces(one, args.shape)
     # without --storage, a study beside a SQLite database: a rerun after a crash resumes it,
     # and a finished run deletes it, so the next run tunes afresh
     storage = args.storage or studies.default_storage(args.db)
