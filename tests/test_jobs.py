@@ -371,7 +371,10 @@ def test_progress_counts_duplicates_names_a_small_space_and_explains_the_summary
     lines = out.getvalue().splitlines()
     trials = [line for line in lines if " trial " in line]
     assert len(set(trials)) == len(trials) == 6, lines  # each line says something new
-    assert "the space holds only 6 valid configurations for this call" in trials[0]
+    assert (
+        "the space holds only 6 valid configurations for this call: the budget is 6 trials, not 16"
+        in trials[0]
+    )
     assert "trial 2/6 +4 duplicates (not measured)" in trials[-1]
     assert "2 trials (+4 duplicates)" in outcome.detail
     # the progress shows the first pass's best; the summary, the side-by-side figure, saying so

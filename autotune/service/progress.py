@@ -135,12 +135,15 @@ class Display:
 
 
 def space_note(p: JobProgress) -> str:
-    """Where the task's search space holds fewer valid configurations than its budget: that
-    the trials are all of them (else "")."""
+    """Where the task's search space holds fewer valid configurations than the trials asked
+    for, that the budget is theirs (else "")."""
     asked = getattr(p.task, "trials", 0)
     if not p.n_trials or p.n_trials >= asked:
         return ""
-    return f"  (the space holds only {p.n_trials} valid configurations for this call: all measured)"
+    return (
+        f"  (the space holds only {p.n_trials} valid configurations for this call: the budget "
+        f"is {p.n_trials} trials, not {asked})"
+    )
 
 
 def _clock(seconds: float) -> str:
