@@ -3,10 +3,16 @@
 from __future__ import annotations
 
 import functools
+import logging
+import math
+import os
 from dataclasses import dataclass
+from pathlib import Path
 
 from autotune import backends
 from autotune.backends.platforms import platform_of
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -81,3 +87,41 @@ def accelerator_packages() -> tuple[tuple[str, str], ...]:
         except metadata.PackageNotFoundError:
             continue
     return tuple(found)
+
+
+def available_cores(cgroup: Path = Path("/sys/fs/cgroup/cpu.max")) -> int:
+    """The cores this process may run on: its CPU affinity (a cpuset, `taskset`), bounded by a
+    cgroup's CPU quota (a container's `--cpus`) where one is set."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not Linux
+        cores = os.cpu_count() or 1
+    try:
+        quota, period = cgroup.read_text().split()[:2]
+        if quota != "max":
+            cores = min(cores, max(1, math.ceil(int(quota) / int(period))))
+    except (OSError, ValueError):  # no cgroup v2 quota here
+        pass
+    return cores
+
+
+def shared_cores(platform: str, devices: int, cores: int | None = None) -> str | None:
+    """What measuring on `devices` devices side by side means where they share cores (CPU
+    devices beyond the cores this process has), in words; None where they do not."""
+    cores = available_cores() if cores is None else cores
+    if platform != "cpu" or devices <= cores:
+        return None
+    return (
+        f"{devices} CPU devices measure side by side on {cores} core{'s' * (cores != 1)}: they "
+        "share cores, so each search's first-pass times are inflated (several times over) and "
+        "noisy; the finalists are re-measured side by side on one device, which keeps the "
+        f"choice sound, but for first-pass figures to trust give --devices {cores} or fewer"
+    )
+
+
+@functools.cache
+def warn_shared_cores(platform: str, devices: int) -> None:
+    """Say once per run (per process) that `devices` devices share cores, where they do."""
+    note = shared_cores(platform, devices)
+    if note:
+        log.warning("pallas-autotune: %s", note)

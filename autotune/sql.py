@@ -28,14 +28,20 @@ def default_db_path() -> Path:
     return Path(cache) / "pallas-autotune" / "tuning.db"
 
 
+def not_tuned_yet(file: Path) -> str:
+    """What the absence of the per-user database means, and the command that ends it."""
+    return (
+        f"nothing is tuned yet: there is no tuning database at {file} (the per-user default); "
+        "`autotune tune KERNEL --shape ...` tunes a kernel and creates it"
+    )
+
+
 def normalize_url(url: str | os.PathLike | None) -> str:
     """An SQLAlchemy URL from a URL, a file path, or None ($PALLAS_AUTOTUNE_DB, else the
     default per-user file)."""
     url = url if url is not None else os.environ.get("PALLAS_AUTOTUNE_DB") or None
-    if url is None:
-        path = default_db_path()
-        make_private_dir(path.parent)
-        return sqlite_url(path)
+    if url is None:  # its folder is made by the first open that creates the database
+        return sqlite_url(default_db_path())
     url = os.fspath(url)
     if url.startswith(("postgresql://", "postgres://")):
         # the driver of the `postgres` extra; SQLAlchemy 2.0 would pick psycopg2 for a bare URL

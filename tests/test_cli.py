@@ -273,3 +273,24 @@ def test_a_time_limit_that_ends_before_any_trial_says_so(subprocess_env):
     )
     assert "the time limit ran out before any candidate" in proc.stderr
     assert "--time-limit" in proc.stderr and "()" not in proc.stderr
+
+
+def test_a_kernel_of_the_users_own_named_alone_is_told_how_to_import_it(capsys):
+    from autotune.cli import main
+
+    assert main(["tune", "scale_rows", "--shape", "512x256"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown kernel 'scale_rows'" in err and "--import MODULE" in err
+    assert "'module:scale_rows'" in err and len(err.splitlines()) == 1
+
+
+def test_shapes_the_kernel_cannot_take_are_refused_before_anything_compiles(tmp_path, capsys):
+    from autotune.cli import main
+
+    db = tmp_path / "t.db"
+    rc = main(["tune", "matmul", "--shape", "64x32,64x64", "--db", str(db)])
+    err = capsys.readouterr().err
+    assert rc == 2 and len(err.splitlines()) == 1, err
+    assert "matmul does not take --shape 64x32,64x64 (f32[64,32],f32[64,64])" in err
+    assert "x.shape=(64, 32) and y.shape=(64, 64)" in err  # which dimensions disagree
+    assert "interpret mode" not in err and not db.exists()  # no worker, no database

@@ -271,3 +271,18 @@ def test_check_says_which_kernels_it_could_not_check_and_passes_what_it_could(ca
         "not checked against their kernel: theirs (1 entry): not registered"
     )
     assert "pass --import MODULE" in unchecked
+
+
+def test_on_a_fresh_home_db_list_says_nothing_is_tuned_yet_and_creates_nothing(
+    tmp_path, monkeypatch, capsys
+):
+    monkeypatch.delenv("PALLAS_AUTOTUNE_DB")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    for command in (["db", "list"], ["db", "misses"], ["db", "stats"]):
+        rc, out, err = cli(capsys, *command)
+        assert rc == 0 and err == "", err
+        assert out.startswith("nothing is tuned yet: there is no tuning database at ")
+        assert "`autotune tune KERNEL --shape ...`" in out
+    rc, out, err = cli(capsys, "db", "show", "1")  # a thing asked for by id: an error
+    assert rc == 2 and "nothing is tuned yet" in err and len(err.splitlines()) == 1
+    assert not (tmp_path / "cache").exists()

@@ -109,3 +109,57 @@ def test_tune_from_python_refuses_more_devices_than_a_worker_sees():
     x = jax.ShapeDtypeStruct((64, 64), "float32")
     with pytest.raises(SettingsError, match="devices asks for 2 devices and this host has 1"):
         autotune.tune("matmul", [x, x], devices=2, n_trials=2)
+
+
+def test_shared_cores_are_said_where_more_cpu_devices_measure_than_there_are_cores(tmp_path):
+    from autotune.device import available_cores, shared_cores
+
+    note = shared_cores("cpu", 4, cores=2)
+    assert note.startswith("4 CPU devices measure side by side on 2 cores: they share cores")
+    assert "--devices 2 or fewer" in note
+    assert shared_cores("cpu", 2, cores=2) is None and shared_cores("gpu", 8, cores=2) is None
+    quota = tmp_path / "cpu.max"  # a container's --cpus 1.5
+    quota.write_text("150000 100000\n")
+    assert available_cores(quota) == min(available_cores(tmp_path / "none"), 2)
+    quota.write_text("max 100000\n")
+    assert available_cores(quota) == available_cores(tmp_path / "none")
+
+
+def test_a_run_on_devices_that_share_cores_says_so_once_at_its_start(monkeypatch, caplog):
+    import contextlib
+    import logging
+
+    import autotune.device
+    import autotune.tuning.worker as workers
+    from autotune.device import current_device, warn_shared_cores
+    from autotune.errors import KernelError
+    from autotune.service.jobs import _Job, run_tasks
+    from autotune.tuning.settings import TuneSettings
+    from autotune.tuning.task import make_task
+
+    class Started(contextlib.nullcontext):  # a worker started on a CPU device, measuring nothing
+        device = current_device()
+
+    monkeypatch.setattr(autotune.device, "available_cores", lambda: 2)
+    monkeypatch.setattr(workers, "device_count", lambda settings: 4)
+    monkeypatch.setattr(workers, "device_worker", lambda *a: Started())
+    warn_shared_cores.cache_clear()
+    task = make_task("softmax", "8x128")
+    settings = TuneSettings(devices=4)
+    with caplog.at_level(logging.WARNING, logger="autotune.device"):
+        for _ in range(2):  # a task on every device: once per run, not per task
+            with workers.task_workers(None, task, [], settings) as started:
+                assert len(started) == 4
+        assert len(caplog.records) == 1
+        assert "4 CPU devices measure side by side on 2 cores" in caplog.records[0].getMessage()
+        # a job's tasks side by side, one device each: said at its start too
+        warn_shared_cores.cache_clear()
+
+        def no_worker(self, task, index):
+            raise KernelError("no worker here")
+
+        monkeypatch.setattr(_Job, "_worker", no_worker)
+        outcomes = run_tasks([task] * 4, current_device(), settings=settings)
+        assert [o.status for o in outcomes] == ["failed"] * 4
+        assert len(caplog.records) == 2
+    warn_shared_cores.cache_clear()

@@ -181,11 +181,14 @@ def test_pending_never_imports_a_module_that_a_miss_names(tmp_path, subprocess_e
         text=True,
         timeout=300,
     )
-    assert proc.returncode == 0, proc.stderr
+    assert proc.returncode == 1, proc.stderr  # misses left untuned: not a success
     assert not (tmp_path / "ran").exists()
     assert "skipped 1 pending miss(es) of kernel 'planted:kernel': not registered" in proc.stdout
     assert "--import MODULE" in proc.stdout
-    assert proc.stdout.strip().endswith("0 tuned, 0 skipped, 0 failed")
+    assert proc.stdout.strip().endswith(
+        "0 tuned, 0 skipped, 0 failed, 2 skipped-unknown (kernels planted, planted:kernel not "
+        "registered here: --import MODULE)"
+    )
 
 
 # A suite run in the background inherits SIGINT ignored, and Python then installs no Ctrl-C
@@ -337,3 +340,68 @@ def test_a_task_tuned_on_the_workers_device_is_skipped(db_url):
             put(db, key, block_rows=8, time_s=1e-3)
         (outcome,) = run_tasks([task], device, db=db_url)
         assert outcome.status == "skipped", device
+
+
+def test_progress_counts_duplicates_names_a_small_space_and_explains_the_summarys_figure():
+    import io
+    import re
+
+    import toy_kernels
+    from rich.console import Console
+
+    from autotune import autotuned
+    from autotune.service.jobs import run_tasks
+    from autotune.service.progress import Display
+    from autotune.tuning.task import make_task
+
+    # `spare` changes no program: of the 6 valid configurations, 4 compile to one measured
+    @autotuned(
+        name="spare_scale",
+        space={"block_rows": [8, 16], "spare": [1, 2, 3]},
+        constraints=[toy_kernels.rows_divide],
+    )
+    def spare_scale(x, *, block_rows=8, spare=1, interpret=False):
+        return toy_kernels._scale_call(x, block_rows, interpret)
+
+    out = io.StringIO()
+    task = make_task("spare_scale", "32x128", trials=16, strategy="grid")
+    run = TuneSettings(isolate=False, n_trials=16, strategy="grid", finalists=2)
+    with Display(Console(file=out, width=400), "task") as display:
+        (outcome,) = run_tasks([task], current_device(), settings=run, show=display)
+    lines = out.getvalue().splitlines()
+    trials = [line for line in lines if " trial " in line]
+    assert len(set(trials)) == len(trials) == 6, lines  # each line says something new
+    assert (
+        "the space holds only 6 valid configurations for this call: the budget is 6 trials, not 16"
+        in trials[0]
+    )
+    assert "trial 2/6 +4 duplicates (not measured)" in trials[-1]
+    assert "2 trials (+4 duplicates)" in outcome.detail
+    # the progress shows the first pass's best; the summary, the side-by-side figure, saying so
+    best = re.search(r"best (\S+) ms \(first pass\)", trials[-1]).group(1)
+    assert f"(re-measured side by side with the default; first pass {best} ms)" in outcome.detail
+
+
+def test_pending_misses_of_a_kernel_not_registered_fail_the_run_and_name_import(db_url, capsys):
+    from autotune.cli import main
+
+    device = current_device()
+    with TuningDB(db_url) as db:
+        db.record_miss(
+            TuningKey(
+                "scale_rows",
+                "1",
+                device.platform,
+                device.device_kind,
+                device.backend,
+                "f32[512,256]",
+            )  # fmt: skip
+        )
+    rc = main(["tune", "--pending", "--kernel", "scale_rows", "--no-isolate"])
+    out = capsys.readouterr().out
+    assert rc == 1, out
+    assert "skipped 1 pending miss(es) of kernel 'scale_rows': not registered here" in out
+    assert out.strip().endswith(
+        "0 tuned, 0 skipped, 0 failed, 1 skipped-unknown (kernel scale_rows not registered "
+        "here: --import MODULE)"
+    )

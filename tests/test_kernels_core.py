@@ -5,6 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from autotune.errors import AutotuneError
 from autotune.kernels import matmul, matmul_reference, vector_add, vector_add_reference
 
 TOL = {jnp.float32: 1e-5, jnp.bfloat16: 2e-2}
@@ -58,6 +59,9 @@ def test_vector_add_matches_reference(n, block, dtype):
 def test_vector_add_refuses_blocks_that_are_not_whole_rows_of_lanes():
     x = rand((256,), jnp.float32)
     with pytest.raises(ValueError, match="multiple of 128, got block=64"):
+        vector_add.spec.fn(x, x, block=64, interpret=True)  # the kernel's own check
+    # called as a tunable kernel, its constraints refuse the caller's block first
+    with pytest.raises(AutotuneError, match="block=64 breaks fits_platform.*block 128, 256"):
         vector_add(x, x, block=64)
 
 

@@ -256,3 +256,18 @@ def test_a_program_that_calls_no_autotuned_kernel_is_said(tmp_path, capsys, monk
     assert "makes no @autotuned call" in caplog.text
     with pytest.raises(AutotuneError, match=r"args is an array: give the arguments as a tuple"):
         autotune.calls_in(lambda x: x + 1, jnp.ones((64, 8)))
+
+
+def test_a_programs_tasks_label_their_static_arguments_by_one_rule(monkeypatch):
+    from autotune.service.program import program_tasks
+    from autotune.tuning.settings import TuneSettings
+
+    monkeypatch.syspath_prepend(BENCHMARKS)
+    calls = autotune.calls_in(*train_step.tiny())
+    # the forward matmuls leave `precision` out; the backward's pass its default
+    assert {c.kwargs.get("precision", "left out") for c in calls if c.kernel == "matmul"} == {
+        "left out",
+        None,
+    }
+    labels = [t.label for t in program_tasks(calls, TuneSettings()) if t.kernel == "matmul"]
+    assert len(labels) == 5 and all(label.endswith('{"precision": null}') for label in labels)

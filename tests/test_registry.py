@@ -180,3 +180,145 @@ def test_a_declared_version_is_the_version():
     assert kernel.spec.version == "mylib-1.2"
     with pytest.raises(KernelError, match="version=''"):
         autotuned(name="versioned_declared", space={"block": [8]}, version="")(kernel.spec.fn)
+
+
+# The tutorial's kernel, as a user writes it in a module of their own (no JAX needed to hash it)
+TUTORIAL = textwrap.dedent(
+    """
+    from autotune import autotuned
+
+    BLOCKS = [8, 16, 32, 64]
+
+
+    def rows_divide(config, sig):
+        return sig.shapes[0][0] % config["block_rows"] == 0
+
+
+    def double(x):
+        return x * 2.0
+
+
+    @autotuned(name="{name}", space={{"block_rows": BLOCKS}}, constraints=[rows_divide])
+    def scale_rows(x, *, block_rows=8):
+        return double(x)
+    """
+)
+
+
+def test_the_same_kernel_has_one_version_in_a_script_and_in_a_module(tmp_path, monkeypatch):
+    import subprocess
+
+    kernel = TUTORIAL.format(name="tutorial_scale")
+    (tmp_path / "tutorial_mod.py").write_text(kernel)
+    # the script runs the kernel's module as __main__, with code of its own around it: an `x`
+    # at the top (the kernel's parameter is another x), a constant nothing reads
+    (tmp_path / "script.py").write_text(
+        kernel + "\nx = 3.0\nUNRELATED_CONSTANT = 3\nprint(scale_rows.spec.version)\n"
+    )
+    script = subprocess.run(
+        [sys.executable, "script.py"], cwd=tmp_path, capture_output=True, text=True, timeout=120
+    )
+    assert script.returncode == 0, script.stderr
+    monkeypatch.syspath_prepend(str(tmp_path))
+    module = importlib.import_module("tutorial_mod")
+    monkeypatch.delitem(sys.modules, "tutorial_mod")
+    assert script.stdout.strip() == module.scale_rows.spec.version
+
+
+def test_autotune_kernels_shows_a_version_that_only_the_kernels_own_code_changes(
+    tmp_path, monkeypatch, capsys
+):
+    from autotune.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "dont_write_bytecode", True)  # each import reads the file again
+    path = tmp_path / "versioned_user.py"
+
+    def version(text: str) -> str:
+        path.write_text(text)
+        sys.modules.pop("versioned_user", None)
+        importlib.invalidate_caches()
+        assert main(["kernels", "--import", "versioned_user"]) == 0
+        (row,) = [r for r in capsys.readouterr().out.splitlines() if "versioned_user" in r]
+        return row.split()[1]
+
+    source = TUTORIAL.format(name="versioned_user")
+    try:
+        before = version(source)
+        assert version(source + "\nUNRELATED_CONSTANT = 3\n") == before
+        assert version(source + "\ndef unrelated():\n    return 1\n") == before
+        assert version(source.replace("x * 2.0", "x * 2.5")) != before  # a helper it calls
+        assert version(source.replace("return double(x)", "return double(x) + 0")) != before
+        assert version(source.replace("BLOCKS = [8, 16, 32, 64]", "BLOCKS = [8]")) != before
+    finally:
+        sys.modules.pop("versioned_user", None)
+
+
+# A kernel in a package of its own inside a package of kernels (kernels/flash_attention/ as
+# the shipped kernels are laid out): its code reaches the package's other modules
+KERNEL_PACKAGE = {
+    "kpkg/__init__.py": "",
+    "kpkg/common.py": "SCALE = 2.0\n\n\ndef helper(x):\n    return x * SCALE\n\n\nUNUSED = 1\n",
+    "kpkg/attn/__init__.py": "from kpkg.attn.kernel import attn\n",
+    "kpkg/attn/blocks.py": "BLOCK = 8\n",
+    "kpkg/attn/kernel.py": (
+        "from autotune import autotuned\nfrom kpkg import common\n\nfrom .blocks import BLOCK\n\n"
+        '\n@autotuned(name="versioned_attn", space={"block": [8, 16]})\n'
+        "def attn(x, *, block=BLOCK):\n    return common.helper(x)\n"
+    ),
+}
+
+
+def test_a_kernel_in_a_package_of_its_own_reaches_the_modules_of_its_package(tmp_path):
+    def version(**edits: tuple[str, str]) -> str:
+        root = tmp_path / f"load{len(list(tmp_path.iterdir()))}"
+        for name, text in KERNEL_PACKAGE.items():
+            old, new = edits.get(Path(name).stem, ("", ""))
+            (root / name).parent.mkdir(parents=True, exist_ok=True)
+            (root / name).write_text(text.replace(old, new) if old else text)
+        sys.path.insert(0, str(root))
+        try:
+            importlib.invalidate_caches()
+            return importlib.import_module("kpkg.attn").attn.spec.version
+        finally:
+            sys.path.remove(str(root))
+            for name in [n for n in sys.modules if n == "kpkg" or n.startswith("kpkg.")]:
+                del sys.modules[name]
+
+    before = version()
+    assert version(common=("UNUSED = 1", "UNUSED = 2")) == before
+    assert version(common=("SCALE = 2.0", "SCALE = 3.0")) != before  # read by the helper
+    assert version(blocks=("BLOCK = 8", "BLOCK = 16")) != before  # the default block size
+
+
+def test_a_shape_tuned_for_another_kernel_version_says_so_in_explain_and_a_warning(db_url, caplog):
+    import logging
+
+    import jax.numpy as jnp
+
+    from autotune import TuningDB
+    from autotune.signature import TuningKey
+    from autotune.trial import BestEntry
+
+    @autotuned(name="versioned_declared_stale", space={"block": [8, 16]}, version="v2")
+    def declared(x, *, block=8):
+        return x
+
+    @autotuned(name="versioned_hashed_stale", space={"block": [8, 16]})
+    def hashed(x, *, block=8):
+        return x
+
+    x = jnp.ones((8, 128))
+    with TuningDB(db_url) as db:
+        for kernel in (declared, hashed):
+            key = {**kernel.explain(x)["key"], "kernel_version": "v1"}
+            db.put_best(TuningKey(**key), BestEntry({"block": 16}, 1e-3, 1, "run", "grid"))
+    detail = declared.explain(x)["detail"]
+    assert "was tuned for a different version of the kernel (v1, this one is v2" in detail
+    assert "its declared version changed (version='v2')" in detail
+    assert "its code, space or constraints changed" in hashed.explain(x)["detail"]
+    with caplog.at_level(logging.WARNING, logger="autotune.runtime.state"):
+        declared(x)
+    (warning,) = [r.getMessage() for r in caplog.records if "versioned_declared" in r.getMessage()]
+    assert "a different version of the kernel" in warning and "not served: re-tune it" in warning
+    assert "older" not in warning

@@ -314,13 +314,21 @@ def test_a_programs_page_names_every_call_and_the_steps_total_before_and_after(
     for c in calls:  # every call named, with its signature and where it is served from
         assert any(f">{c.kernel}<" in r and c.signature.replace("],", "],<wbr>") in r for r in rows)
     before, after = (sum(t[k] for t in times.values()) for k in (0, 1))
-    cards = dict(
-        (b, a) for a, b in re.findall(r"<div class=card><b>([^<]*)</b><span>([^<]*)</span>", text)
-    )
-    assert cards["kernel time before (defaults)"] == f"{before * 1e6:.3g} µs"
-    assert cards["kernel time after (tuned)"] == f"{after * 1e6:.3g} µs"
-    assert cards["kernel time speedup"] == f"{before / after:.2f}x"
-    assert cards["calls tuned here"] == "3 of 10"
+    cards = re.findall(r"<div class=card><b>([^<]*)</b><span>([^<]*)</span>", text)
+    # coverage first: the step makes 11 calls (one matmul twice), 3 of them tuned and timed;
+    # the totals are those 3 calls', said so on each
+    assert cards[0] == ("3 of 11", "calls tuned here, with both times (the totals cover these)")
+    assert cards[1:4] == [
+        (f"{before * 1e6:.3g} µs", "their kernel time at the defaults (3 calls)"),
+        (f"{after * 1e6:.3g} µs", "their kernel time tuned (3 calls)"),
+        (f"{before / after:.2f}x", "speedup of those 3 calls"),
+    ]
+    assert "Program train_step:tiny: 11 calls (10 distinct)" in text
+    # what to run next, for the 8 calls served the default or a nearest shape
+    coverage = re.search(r"<p class=coverage>(.*?)</p>", text).group(1)
+    assert coverage.startswith("8 of the 11 calls have no tuned time to compare here")
+    assert "To tune the 8" in coverage
+    assert "<code class=next>autotune tune --program train_step:tiny</code>" in coverage
     # the calls that save most first (call 2, then 3, then 6: 1-based), then the untuned in order
     order = [int(re.search(r'data-v="(\d+)"', r).group(1)) for r in rows]
     assert order == [2, 3, 6, 1, 4, 5, 7, 8, 9, 10]
@@ -401,3 +409,58 @@ def test_the_readme_shows_a_small_picture_of_a_report():
     assert picture.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert picture.stat().st_size < 200_000
     assert report_example.blank(picture) is None
+
+
+def test_a_program_report_counts_calls_made_twice_and_shows_their_mesh_axes(step_db, tmp_path):
+    import dataclasses
+
+    import autotune
+    from autotune.registry import resolve
+
+    calls, times = step_db
+    twice = calls[3]  # the attention output's matmul: the step makes it twice
+    assert twice.count == 2 and sum(c.count for c in calls) == 11
+    k = TuningKey(**resolve(twice.kernel).explain(*twice.args, **twice.kwargs)["key"])
+    with TuningDB() as db:
+        db.put_best(k, BestEntry(twice.config, time_s=1e-4, default_time_s=3e-4, speedup=3.0,
+                                 n_trials=4, run_id="run", strategy="gp"))  # fmt: skip
+    autotune.configure()
+    mapped = dataclasses.replace(autotune.calls_in(*train_step.tiny())[0], mesh_axes={"d": 4})
+    listed = [mapped, *autotune.calls_in(*train_step.tiny())[1:]]
+    with TuningDB() as db:
+        view = report.program_view(db, listed, "train_step:tiny")
+    before = sum(t[0] for t in times.values()) + 2 * 3e-4  # the twice-made call counts twice
+    assert (view.n_timed, view.n_calls) == (5, 11)
+    assert view.before_s == pytest.approx(before)
+    assert view.after_s == pytest.approx(sum(t[1] for t in times.values()) + 2 * 1e-4)
+    text = report.page.program_html(view, {})
+    rows = rows_of(text, "program-table")
+    assert rows[0].count(">matmul<") == 1 and re.search(r'<td class=num data-v="2">2</td>', rows[0])
+    assert "per device, over mesh axes d=4" in next(r for r in rows if ">layer_norm<" in r)
+    # the table scrolls in a box of its own rather than squeezing its signature column
+    assert "<div class=wide><table class=sortable id=program-table>" in text
+    css = report.assets.CSS
+    assert ".wide{overflow-x:auto}" in css and "td.sig{min-width:22ch" in css
+    assert "overflow-wrap:anywhere" not in css  # which lets a column shrink to a character
+
+
+def test_the_history_draws_the_defaults_own_trial_and_writes_the_side_by_side_figures(db_url):
+    k = key(signature="f32[32,64],f32[64,64]")
+    times = [85e-6, 90e-6, 80e-6, 95e-6]  # first pass, on a busy device
+    trials = [TrialRecord(c, "ok", time_s=t, is_default=i == 0)
+              for i, (c, t) in enumerate(zip(GRID, times))]  # fmt: skip
+    with TuningDB(db_url) as db:
+        ids = db.add_trials(k, "run", trials)
+        # the finalists, re-measured side by side: faster than any first-pass figure
+        db.put_best(k, BestEntry(GRID[2], time_s=40e-6, default_time_s=49.5e-6, speedup=1.24,
+                                 n_trials=4, trial_id=ids[2], run_id="run", strategy="gp"))  # fmt: skip
+        (view,) = report.build(db).views
+    (history,) = report.entry_charts(view)
+    root = ET.fromstring(history.svg)
+    texts = [t.text for t in root.iter(f"{SVG}text")]
+    assert "side by side (finalists): default 49.5 µs, stored 40 µs" in texts
+    assert "default's trial" in texts and "default" not in texts
+    dashed = [el for el in root.iter(f"{SVG}line") if el.get("stroke-dasharray") == "5 3"]
+    default_point = [c for c in root.iter(f"{SVG}circle") if c.get("fill") == "#4878cf"][0]
+    assert [float(d.get("y1")) for d in dashed] == [float(default_point.get("cy"))]
+    assert history.data["default_s"] == 85e-6 and "first pass" in history.title

@@ -1,7 +1,7 @@
 """A user's kernel as a library ships it, with a tuned table in `tuned/` beside this module.
 
 The tests copy this file into a temporary package and write the table there (a table names
-the kernel's version, which is a hash of this module's source)."""
+the kernel's version, which hashes the kernel's code)."""
 
 from __future__ import annotations
 

@@ -22,7 +22,7 @@ from autotune.db import TuningDB
 from autotune.db.export import PREFER, validate_export
 from autotune.db.schema import KEY_COLUMNS
 from autotune.errors import AutotuneError
-from autotune.sql import check_url, normalize_url
+from autotune.sql import check_url, default_db_path, normalize_url, not_tuned_yet, sqlite_file
 
 
 def _filters(q: argparse.ArgumentParser) -> None:
@@ -92,7 +92,8 @@ def add_parser(sub: Any) -> None:
         ("trials", "every measured trial"),
         ("misses", "lookups model code made that the database could not answer"),
     ):
-        q = _subcommand(dsub, name, help_, cmd_list if name == "list" else _opened(cmd_query))
+        run = cmd_list if name == "list" else _opened(cmd_query, listing=True)
+        q = _subcommand(dsub, name, help_, run)
         _filters(q)
         q.add_argument("--format", choices=FORMATS, default="table")
         if name == "list":
@@ -139,7 +140,10 @@ def add_parser(sub: Any) -> None:
     q.add_argument("--prefer", choices=PREFER, default="faster", help="on a key conflict")
 
     q = _subcommand(
-        dsub, "stale", "entries tuned for an older version of their kernel", _opened(cmd_stale)
+        dsub,
+        "stale",
+        "entries tuned for another version of their kernel",
+        _opened(cmd_stale, listing=True),
     )
     _filters(q)
     q.add_argument("--format", choices=FORMATS, default="table")
@@ -159,7 +163,7 @@ def add_parser(sub: Any) -> None:
         dsub,
         "stats",
         "entries, trials, misses and speedups per kernel and device",
-        _opened(cmd_stats),
+        _opened(cmd_stats, listing=True),
     )
     _filters(q)
     q.add_argument("--format", choices=FORMATS, default="table")
@@ -187,16 +191,23 @@ def _subcommand(
 
 
 def _opened(
-    command: Callable[[argparse.Namespace, TuningDB], int], create: bool = False
+    command: Callable[[argparse.Namespace, TuningDB], int],
+    create: bool = False,
+    listing: bool = False,
 ) -> Callable[[argparse.Namespace], int]:
     """`command` run with the database open, once the user's kernels are registered and the
     arguments checked: nothing is created for a command line that cannot run, nor for one
-    that only reads or deletes (only `create` commands, which add entries, create one)."""
+    that only reads or deletes (only `create` commands, which add entries, create one). A
+    `listing` before anything is tuned (no per-user database yet) says so, and succeeds."""
 
     @functools.wraps(command)
     def run(args: argparse.Namespace) -> int:
         import_user_modules(args)
         check_arguments(args)
+        file = sqlite_file(normalize_url(args.db))
+        if listing and file == default_db_path() and not file.exists():
+            print(not_tuned_yet(file))
+            return 0
         with TuningDB(args.db, create=create, skip_tampered=True) as db:
             return command(args, db)
 
@@ -220,7 +231,7 @@ def cmd_query(args: argparse.Namespace, db: TuningDB) -> int:
 def cmd_list(args: argparse.Namespace) -> int:
     """`db list`: the database's best entries, or with --shipped the shipped tables'."""
     if not args.shipped:
-        return _opened(cmd_query)(args)
+        return _opened(cmd_query, listing=True)(args)
     import_user_modules(args)
     check_arguments(args)
     rows, unreadable = shipped_entries(_filter_values(args))

@@ -20,11 +20,12 @@ from autotune.errors import AutotuneError, SettingsError
 from autotune.measure.policies import WorkerLimits
 from autotune.search.strategies import STRATEGIES
 from autotune.service import jobfile, jobs
+from autotune.service.progress import space_note
 from autotune.service.watch import MAX_WAIT_S
 from autotune.sql import check_url
 from autotune.trial import config_text
 from autotune.tuning.settings import DEFAULTS, TuneSettings, checked
-from autotune.tuning.task import check_task, make_task
+from autotune.tuning.task import check_task, check_traces, make_task
 from autotune.tuning.worker import device_count
 
 # the flags that set the tuning settings, by field: a refusal names the flag
@@ -236,6 +237,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
         settings.seed,
     )
     check_task(one, args.shape)
+    check_traces(one, args.shape)
     # without --storage, a study beside a SQLite database: a rerun after a crash resumes it,
     # and a finished run deletes it, so the next run tunes afresh
     storage = args.storage or studies.default_storage(args.db)
@@ -248,6 +250,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
             print(
                 f"resuming: {p.trial - 1} of {p.n_trials} trials already measured by an earlier run"
             )
+        if p.trials_done == 1 and space_note(p):
+            print(space_note(p).strip())
         if trial.status == "duplicate":  # not measured: the program of a trial stored before
             time = f"= #{trial.duplicate_of}".ljust(12) if trial.duplicate_of else " " * 12
         else:
@@ -275,7 +279,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
         print(f"resumed: {jobs.resumed_text(result)}")
     print(
         f"\n{result.kernel} {result.key.signature} on {result.key.device_kind} ({result.key.backend})\n"
-        f"  best     {config_text(result.best_config)}  {result.best_time_s * 1e3:.4f} ms\n"
+        f"  best     {config_text(result.best_config)}  {result.best_time_s * 1e3:.4f} ms"
+        f"{jobs.side_by_side(result)}\n"
         f"  default  {config_text(result.default_config)}  {default}\n"
         f"  speedup  {speedup}   trials {result.n_measured}{jobs.duplicates(result)}"
         f"   rejected {result.n_rejected}"
@@ -322,6 +327,7 @@ def cmd_tune_job(args: argparse.Namespace, settings: TuneSettings) -> int:
         device = tuning_device(settings)  # the worker's: this process keeps to the CPU
         if args.watch:
             return watch_misses(args, db, device, settings)
+        unknown: dict[str, int] = {}
         if args.pending:
             tasks, unknown = pending_tasks(db, device, kernel=args.only_kernel, settings=settings)
             for name, count in unknown.items():
@@ -342,8 +348,15 @@ def cmd_tune_job(args: argparse.Namespace, settings: TuneSettings) -> int:
                 tasks, device, db=db, settings=run, force=args.force, show=display
             )
     counts = {s: sum(o.status == s for o in outcomes) for s in ("tuned", "skipped", "failed")}
-    print(", ".join(f"{n} {s}" for s, n in counts.items()))
-    return 1 if counts["failed"] else 0
+    line = ", ".join(f"{n} {s}" for s, n in counts.items())
+    if unknown:  # misses left untuned: the run did not do what it was asked
+        n = sum(unknown.values())
+        line += (
+            f", {n} skipped-unknown (kernel{'s' * (len(unknown) > 1)} "
+            f"{', '.join(sorted(unknown))} not registered here: --import MODULE)"
+        )
+    print(line)
+    return 1 if counts["failed"] or unknown else 0
 
 
 def _unknown(name: str, count: int) -> None:

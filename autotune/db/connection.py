@@ -29,7 +29,10 @@ from autotune.sql import (
     DEFAULT_BUSY_TIMEOUT_S,
     close_interrupted_cursors,
     create_private_file,
+    default_db_path,
+    make_private_dir,
     normalize_url,
+    not_tuned_yet,
     server_args,
     sqlite_begin,
     sqlite_file,
@@ -61,15 +64,20 @@ class Connection:
         self._sidecars: dict[Path, tuple[int, int] | None] = {}  # its -wal and -shm files
         try:
             if file is not None:
+                default = file == default_db_path()
+                if not create and not file.is_file():
+                    raise DatabaseError(
+                        not_tuned_yet(file)
+                        if default
+                        else f"tuning database {file} does not exist: check the path (a tool "
+                        "that only reads never creates one)"
+                    )
+                if default:  # the per-user folder: made private by the first open
+                    make_private_dir(file.parent)
                 if not file.parent.is_dir():
                     raise DatabaseError(
                         f"database directory {file.parent} does not exist: create it, or pick "
                         "another database (--db, PALLAS_AUTOTUNE_DB)"
-                    )
-                if not create and not file.is_file():
-                    raise DatabaseError(
-                        f"tuning database {file} does not exist: check the path (a tool that "
-                        "only reads never creates one)"
                     )
                 self.read_only = file.exists() and not writable(file)
                 if self.read_only:

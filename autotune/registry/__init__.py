@@ -128,7 +128,9 @@ def resolve(target: str) -> Any:
     if target not in kernels:
         known = ", ".join(kernels) or "none"
         raise KernelError(
-            f"unknown kernel {target!r} (registered: {known}); or give 'package.module:function'"
+            f"unknown kernel {target!r} (registered: {known}): a kernel of your own is "
+            "registered by importing the module that defines it (on the command line: "
+            f"--import MODULE), or give it as 'module:{target}'"
         )
     return kernels[target]
 

@@ -110,6 +110,25 @@ class KernelSpec:
         self, args: Sequence[Any], kwargs: Mapping[str, Any], device: DeviceInfo
     ) -> Signature:
         """Bind a call's arguments: arrays form the argument signature, the rest static args."""
+        arrays, given = self._split(args, kwargs)
+        specs = [ArgSpec(tuple(int(d) for d in a.shape), dtype_name(a.dtype)) for a in arrays]
+        static = {name: static_value(name, value) for name, value in given.items()}
+        backend = ""
+        # which backend matters on a GPU (Triton or Mosaic GPU: the key says which) and on the
+        # CPU for a kernel run under its backend's interpret mode
+        if backends.backend_matters(device.platform, self.takes_interpret):
+            backend = self.compiles_through(args, kwargs) or ""
+        return Signature(tuple(specs), static, device.platform, device.device_kind, backend)
+
+    def static_arguments(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> dict[str, Any]:
+        """A call's static arguments as its key counts them: those given and the defaults of
+        the others (tunable parameters, `interpret` and arrays left out)."""
+        return self._split(args, kwargs)[1]
+
+    def _split(
+        self, args: Sequence[Any], kwargs: Mapping[str, Any]
+    ) -> tuple[list[Any], dict[str, Any]]:
+        """A call's arrays, and its static arguments by name (defaults applied)."""
         try:
             bound = inspect.signature(self.fn).bind_partial(*args, **kwargs)
         except TypeError as e:
@@ -120,17 +139,12 @@ class KernelSpec:
             if name in self.bound_names or name == "interpret":
                 continue
             if is_array(value):
-                arrays.append(ArgSpec(tuple(int(d) for d in value.shape), dtype_name(value.dtype)))
+                arrays.append(value)
             elif isinstance(value, dict) and name in _var_keyword(self.fn):
-                static.update({k: static_value(k, v) for k, v in value.items()})
+                static.update(value)
             else:
-                static[name] = static_value(name, value)
-        backend = ""
-        # which backend matters on a GPU (Triton or Mosaic GPU: the key says which) and on the
-        # CPU for a kernel run under its backend's interpret mode
-        if backends.backend_matters(device.platform, self.takes_interpret):
-            backend = self.compiles_through(args, kwargs) or ""
-        return Signature(tuple(arrays), static, device.platform, device.device_kind, backend)
+                static[name] = value
+        return arrays, static
 
     def compiles_through(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> str | None:
         """The backend this kernel lowers through: the declared one, else the one recognised

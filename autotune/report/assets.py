@@ -24,7 +24,12 @@ th[aria-sort=descending]::after{content:" \\25BC"}
 tbody tr:nth-child(even){background:#fafafa}
 tbody tr:hover{background:#eef3fb}
 code,.sig{font-family:ui-monospace,Menlo,Consolas,monospace;font-size:12px}
-.sig{overflow-wrap:anywhere;max-width:300px}
+.sig{overflow-wrap:break-word}
+.wide{overflow-x:auto}  /* a table wider than the page scrolls in its box, never squeezed */
+td.sig{min-width:22ch;max-width:44ch}
+td code{overflow-wrap:break-word}
+.coverage{font-size:15px;margin:6px 0}
+code.next{background:#f4f4f4;padding:1px 5px;border-radius:3px;font-size:13px}
 .small{color:var(--muted);font-size:12px}
 .badge{display:inline-block;border-radius:8px;padding:0 7px;font-size:11px;background:#eee}
 .badge.stale{background:#ffd79a}.badge.current,.badge.db{background:#d4f0d4}

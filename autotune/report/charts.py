@@ -41,6 +41,7 @@ from autotune.report.svg import (
 
 BEST_COLOUR = "#c44e52"
 BEST, CHOSEN = "fastest so far", "stored"  # the history's line, and its ring round a trial
+DEFAULT_TRIAL = "default's trial"  # the history's dashed line: the default's first-pass time
 
 
 @dataclass
@@ -78,11 +79,13 @@ def history_chart(
 ) -> Chart:
     """Every trial in order: measured ones at their time, duplicates as rings (at the time of
     the program they repeat), rejected and failed ones in a band above; the fastest first
-    measurement so far as a line, the default configuration's time as a dashed one, and the
-    trial whose configuration the entry stores circled (the finalists' re-measurement may
-    choose another than the fastest first measurement)."""
+    measurement so far as a line, the default configuration's own trial as a dashed one (a
+    first-pass figure, like every point), and the trial whose configuration the entry stores
+    circled (the finalists' re-measurement may choose another than the fastest first
+    measurement). The entry's stored and default times are the finalists' re-measurement side
+    by side, another figure than the first pass's: they are written above the plot, labelled
+    so, not drawn among the first-pass points."""
     by_id = {t["id"]: t for t in trials}
-    default_s = entry.get("default_time_s")
     chosen = next((i for i, t in enumerate(trials, 1) if t["id"] == entry.get("trial_id")), None)
     points = []
     for i, t in enumerate(trials, 1):
@@ -90,9 +93,10 @@ def history_chart(
         if group == DUPLICATE and time_s is None:
             time_s = by_id.get(t.get("duplicate_of"), {}).get("time_s")
         points.append((i, group, time_s if group in (MEASURED, DUPLICATE) else None))
-    timed = [s for _, _, s in points if s is not None] + ([default_s] if default_s else [])
+    default_s = _default_trial_s(trials, by_id)
+    timed = [s for _, _, s in points if s is not None]
     factor, unit = time_unit(max(timed, default=1.0))
-    title = f"{what}: time per trial in trial order, {unit}"
+    title = f"{what}: time per trial in trial order (first pass), {unit}"
     left, right, top, bottom = 66, W - 14, 52, H - 42
     xs = Scale(1, max(len(points), 2), left + 8, right - 8, integer=True)
     body = x_axis(xs, bottom, top, "trial")
@@ -104,7 +108,7 @@ def history_chart(
             y = ys(default_s * factor)
             body += [
                 line(left, y, right, y, "#999", 'stroke-dasharray="5 3"'),
-                svg_text(right - 2, y - 4, "default", "end", f'fill="{MUTED}"'),
+                svg_text(right - 2, y - 4, DEFAULT_TRIAL, "end", f'fill="{MUTED}"'),
             ]
         best, steps = math.inf, []
         for i, group, s in points:
@@ -118,6 +122,9 @@ def history_chart(
             body.append(
                 f'<polyline points="{" ".join(steps)}" fill="none" stroke="{BEST_COLOUR}" stroke-width="1.5"/>'
             )
+    side = side_by_side_text(entry)
+    if side:
+        body.append(svg_text(16, 32, side, "start", f'fill="{MUTED}"'))
     band = top - 14
     if any(s is None for _, _, s in points) or ys is None:
         body.append(svg_text(left - 6, band + 4, "not timed", "end", f'fill="{MUTED}"'))
@@ -130,8 +137,30 @@ def history_chart(
     extra = [BEST] if ys is not None else []
     body += legend([*shown, *extra, *([CHOSEN] if chosen else [])], 16, 14)
     data = {"points": points, "unit": unit, "factor": factor, "default_s": default_s,
-            "chosen": chosen}  # fmt: skip
+            "chosen": chosen, "side_by_side": side}  # fmt: skip
     return Chart(name, title, svg(body, title), "history", data)
+
+
+def _default_trial_s(trials: Sequence[dict[str, Any]], by_id: dict[int, Any]) -> float | None:
+    """The first-pass time of the default configuration's own trial (a duplicate's: of the
+    trial it repeats), None where no trial of it was measured."""
+    for t in trials:
+        if t.get("is_default"):
+            if t["status"] == "duplicate":
+                t = by_id.get(t.get("duplicate_of"), {})
+            if t.get("status") == "ok" and t.get("time_s"):
+                return t["time_s"]
+    return None
+
+
+def side_by_side_text(entry: dict[str, Any]) -> str:
+    """The entry's stored and default times, which the finalists measured side by side."""
+    tuned, default = entry.get("time_s"), entry.get("default_time_s")
+    if not tuned:
+        return ""
+    factor, unit = time_unit(max(tuned, default or 0.0))
+    default_text = f"default {number(default * factor)} {unit}, " if default else ""
+    return f"side by side (finalists): {default_text}stored {number(tuned * factor)} {unit}"
 
 
 def legend(items: Sequence[str], x: float, y: float) -> list[str]:

@@ -261,37 +261,53 @@ def overview_html(views: Sequence[EntryView], t: Totals) -> str:
 
 
 def program_html(p: ProgramView, anchors: dict[int, str]) -> str:
+    """The program's calls: how many are tuned here first (the total before and after covers
+    only those), the command that tunes the others, then a row per distinct call."""
     e = html.escape
-    n, timed = len(p.rows), p.timed
-    untimed = n - len(timed)
-    cards = [
-        (seconds(p.before_s) if timed else "n/a", "kernel time before (defaults)"),
-        (seconds(p.after_s) if timed else "n/a", "kernel time after (tuned)"),
-        (times(p.before_s / p.after_s) if timed else "n/a", "kernel time speedup"),
-        (f"{len(timed)} of {n}", "calls tuned here"),
-    ]
-    parts = [
-        f"<section id=program><h2>Program {e(p.name)}: {n} calls</h2><div class=cards>"
-        + "".join(f"<div class=card><b>{e(a)}</b><span>{e(b)}</span></div>" for a, b in cards)
-        + "</div>",
-        f"<p class=small>The step's kernel time before and after: summed over the {len(timed)} "
-        "calls whose entry holds both the default's and the tuned time, each distinct call "
-        "counted once (calls_in lists a call once however often the step makes it)."
-        + (
-            f" {untimed} calls are not tuned for this device yet and are left out."
-            if untimed
-            else ""
-        )
-        + " The calls that save most come first.</p>",
-    ]
+    n, n_timed = p.n_calls, p.n_timed
+    distinct = len(p.rows)
+    made = f"{n} calls ({distinct} distinct)" if n != distinct else f"{n} calls"
+    parts = [f"<section id=program><h2>Program {e(p.name)}: {e(made)}</h2>"]
     if not p.rows:
         parts.append("<p>The program makes no @autotuned calls.</p></section>")
         return "".join(parts)
-    longest = max((r.default_s or 0.0 for r in timed), default=0.0) or 1.0
+    cards = [(f"{n_timed} of {n}", "calls tuned here, with both times (the totals cover these)")]
+    if p.timed:
+        cards += [
+            (seconds(p.before_s), f"their kernel time at the defaults ({n_timed} calls)"),
+            (seconds(p.after_s), f"their kernel time tuned ({n_timed} calls)"),
+            (times(p.before_s / p.after_s), f"speedup of those {n_timed} calls"),
+        ]
+    parts.append(
+        "<div class=cards>"
+        + "".join(f"<div class=card><b>{e(a)}</b><span>{e(b)}</span></div>" for a, b in cards)
+        + "</div>"
+    )
+    left = n - n_timed
+    if left:
+        untuned = sum(r.count or 1 for r in p.untuned)
+        todo = (
+            f" To tune the {untuned} served the default or another shape's configuration: "
+            f"<code class=next>{e(p.next_command)}</code>"
+            if untuned
+            else ""
+        )
+        parts.append(
+            f"<p class=coverage>{left} of the {n} calls have no tuned time to compare here "
+            f"and are left out of the totals.{todo}</p>"
+        )
+    parts.append(
+        "<p class=small>Each distinct call is one row; a call the step makes more than once "
+        "counts that many times in the totals (<b>calls</b>). Times are the entries' own: "
+        "the default's and the tuned configuration's, re-measured side by side when tuned. "
+        "The calls that save most come first.</p>"
+    )
+    longest = max((r.default_s or 0.0 for r in p.timed), default=0.0) or 1.0
     heads = [
         "#",
         "kernel",
         "signature",
+        "calls",
         "source",
         "config",
         "default",
@@ -300,9 +316,9 @@ def program_html(p: ProgramView, anchors: dict[int, str]) -> str:
         "saved",
         "default (grey) and tuned",
     ]
-    numeric = {"#", "default", "tuned", "speedup", "saved"}
+    numeric = {"#", "calls", "default", "tuned", "speedup", "saved"}
     parts.append(
-        "<table class=sortable id=program-table><thead><tr>"
+        "<div class=wide><table class=sortable id=program-table><thead><tr>"
         + "".join(f"<th{' class=num' if h in numeric else ''}>{h}</th>" for h in heads)
         + "</tr></thead><tbody>"
     )
@@ -310,8 +326,11 @@ def program_html(p: ProgramView, anchors: dict[int, str]) -> str:
         anchor = anchors.get(r.entry.get("id")) if r.source == "db" and r.entry else None
         name = f'<a href="#e-{anchor}">{e(r.kernel)}</a>' if anchor else e(r.kernel)
         static = static_line(r.static)
+        axes = ", ".join(f"{a}={size}" for a, size in r.mesh_axes.items())
+        mesh = f"<div class=small>per device, over mesh axes {e(axes)}</div>" if axes else ""
         detail = f"<div class=small>{e(r.detail)}</div>" if r.detail else ""
         saved = seconds(r.saved_s) if r.timed else "n/a" if r.entry else "not tuned"
+        count = "n/a" if r.count is None else str(r.count)
         bar = ""
         if r.timed:
             bar = (
@@ -321,7 +340,8 @@ def program_html(p: ProgramView, anchors: dict[int, str]) -> str:
         parts.append(
             "<tr>"
             + num_cell(str(r.index), r.index)
-            + f"<td>{name}</td><td class=sig>{sig(r.signature)}{static}</td>"
+            + f"<td>{name}</td><td class=sig>{sig(r.signature)}{static}{mesh}</td>"
+            + num_cell(count, r.count)
             + f"<td>{badge(r.source, r.source)}{detail}</td>"
             + f"<td><code>{e(config_text(r.config))}</code></td>"
             + num_cell(seconds(r.default_s), r.default_s)
@@ -330,7 +350,7 @@ def program_html(p: ProgramView, anchors: dict[int, str]) -> str:
             + num_cell(saved, r.saved_s)
             + f"<td>{bar}</td></tr>"
         )
-    parts.append("</tbody></table></section>")
+    parts.append("</tbody></table></div></section>")
     return "\n".join(parts)
 
 
@@ -379,7 +399,7 @@ def entry_html(v: EntryView, charts: Sequence[Chart], pngs: set[str] | None) -> 
         (
             "time",
             f"{seconds(r['time_s'])}, default {seconds(r['default_time_s'])}: "
-            f"speedup {times(r['speedup'])}",
+            f"speedup {times(r['speedup'])} (the finalists re-measured side by side)",
         ),
         ("trials", f"{v.n_trials}" + (f" ({e(counts)})" if counts else "")),
     ]

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from autotune.report.charts import BEST, BEST_COLOUR, CHOSEN, Chart
+from autotune.report.charts import BEST, BEST_COLOUR, CHOSEN, DEFAULT_TRIAL, Chart
 from autotune.report.entries import DUPLICATE, FAILED, MEASURED, REJECTED, STATUS_GROUPS
 
 log = logging.getLogger(__name__)
@@ -110,7 +110,9 @@ def _history(ax: Any, d: dict[str, Any]) -> None:
         ring = {"marker": "o", "markersize": 11, "markerfacecolor": "none", "color": "#222"}
         ax.plot([chosen[0]], [chosen[2] * factor], linestyle="", label=CHOSEN, **ring)
     if d["default_s"]:
-        ax.axhline(d["default_s"] * factor, color="#999", linestyle="--", label="default")
+        ax.axhline(d["default_s"] * factor, color="#999", linestyle="--", label=DEFAULT_TRIAL)
+    if d["side_by_side"]:  # the finalists' figures: written, not drawn among the first pass
+        ax.set_title(d["side_by_side"], fontsize=7, loc="left", color="#666")
     from matplotlib.ticker import MaxNLocator
 
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))

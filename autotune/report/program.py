@@ -6,7 +6,7 @@ after tuning; the calls ordered by the time they save."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from autotune.errors import AutotuneError
@@ -28,6 +28,8 @@ class CallRow:
     config: dict[str, Any]  # what it runs with
     detail: str  # why, in words, where the lookup says (e.g. which shape's entry serves it)
     entry: dict[str, Any] | None  # the entry serving it where that holds its times
+    count: int | None = 1  # how many times the program makes it (None: not known)
+    mesh_axes: dict[str, int] = field(default_factory=dict)  # mapped over: shapes per device
 
     @property
     def default_s(self) -> float | None:
@@ -54,27 +56,55 @@ class CallRow:
 class ProgramView:
     name: str  # "module:factory", or what the caller calls it
     rows: list[CallRow]  # the calls that save most first, then those without both times
+    target: str | None = None  # 'module:factory' where the program was named so
 
     @property
     def timed(self) -> list[CallRow]:
         return [r for r in self.rows if r.timed]
 
     @property
+    def n_calls(self) -> int:
+        """The calls the program makes, each distinct call as often as it is made."""
+        return sum(_times(r) for r in self.rows)
+
+    @property
+    def n_timed(self) -> int:
+        """Of those, the calls whose entry holds both the default's and the tuned time."""
+        return sum(_times(r) for r in self.timed)
+
+    @property
     def before_s(self) -> float:
-        """The summed default time of the calls with both times."""
-        return sum(r.default_s for r in self.timed)  # type: ignore[misc]
+        """The summed default time of the calls with both times, each as often as it is made."""
+        return sum(r.default_s * _times(r) for r in self.timed)  # type: ignore[misc]
 
     @property
     def after_s(self) -> float:
-        return sum(r.tuned_s for r in self.timed)  # type: ignore[misc]
+        return sum(r.tuned_s * _times(r) for r in self.timed)  # type: ignore[misc]
+
+    @property
+    def untuned(self) -> list[CallRow]:
+        """The calls a tune of the program would tune: served the default or another shape's
+        configuration (those passing their own block sizes are the caller's)."""
+        return [r for r in self.rows if r.source in ("default", "nearest")]
+
+    @property
+    def next_command(self) -> str:
+        """What tunes the untuned calls."""
+        if self.target:
+            return f"autotune tune --program {self.target}"
+        return "autotune.tune_program(fn, args)"
+
+
+def _times(row: CallRow) -> int:
+    return row.count or 1
 
 
 def program_view(db: Any, calls: Sequence[Any], name: str = "the program") -> ProgramView:
     """The view of `calls`: ProgramCalls (`autotune.calls_in`) or the outcomes of
     `autotune.tune_program`, with the entries of `db` (a TuningDB) that serve them."""
     rows = [_row(db, i, item) for i, item in enumerate(calls, 1)]
-    rows.sort(key=lambda r: (not r.timed, -(r.saved_s or 0.0), r.index))
-    return ProgramView(name, rows)
+    rows.sort(key=lambda r: (not r.timed, -(r.saved_s or 0.0) * _times(r), r.index))
+    return ProgramView(name, rows, name if ":" in name else None)
 
 
 def _row(db: Any, index: int, item: Any) -> CallRow:
@@ -86,12 +116,16 @@ def _row(db: Any, index: int, item: Any) -> CallRow:
         try:
             explained = kernel.explain(*task.inputs(), **task.static_dict)
         except AutotuneError as e:  # the kernel refuses these arguments (a failed outcome)
-            return CallRow(index, kernel.spec.name, task.label, "{}", "refused", {}, str(e), None)
+            return CallRow(
+                index, kernel.spec.name, task.label, "{}", "refused", {}, str(e), None, None
+            )
         source, config = explained["source"], explained["config"]
+        count, axes = None, {}  # an outcome says neither how often it is made nor where
     else:  # a ProgramCall: its source and config as calls_in found them
         kernel = resolve(item.kernel)
         explained = kernel.explain(*item.args, **item.kwargs)
         source, config = item.source, item.config
+        count, axes = item.count, dict(item.mesh_axes)
     key = explained["key"]
     return CallRow(
         index=index,
@@ -102,6 +136,8 @@ def _row(db: Any, index: int, item: Any) -> CallRow:
         config=config,
         detail=explained.get("detail") or "",
         entry=_serving_entry(db, kernel, source, key),
+        count=count,
+        mesh_axes=axes,
     )
 
 

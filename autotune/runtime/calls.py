@@ -17,9 +17,11 @@ so.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+import re
 import reprlib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -84,6 +86,7 @@ class ProgramCall:
     # kernel's call on sharded arrays): its shapes are each device's, {} where it is not mapped
     mesh_axes: dict[str, int] = field(default_factory=dict)
     detail: str = ""  # where the trace found runs another config than a new trace would
+    count: int = 1  # how many times the program makes the call (as traced: a loop's body once)
     # what the call gathers to every device first, on a mesh ("x's axis 1 (over mesh axis
     # 'd')"): it runs at those axes' global size, not each device's part
     gathered: tuple[str, ...] = ()
@@ -93,6 +96,7 @@ class ProgramCall:
             "kernel": self.kernel,
             "signature": self.signature,
             "static": self.static,
+            "count": self.count,
             "source": self.source,
             "config": self.config,
             "mesh_axes": self.mesh_axes,
@@ -104,11 +108,12 @@ class ProgramCall:
 def calls_in(
     fn: Callable, args: Sequence[Any], kwargs: Mapping[str, Any] | None = None
 ) -> list[ProgramCall]:
-    """Every `@autotuned` call that `fn(*args, **kwargs)` makes, each once, in the order the
-    program makes them; arguments may be arrays or jax.ShapeDtypeStructs (nothing runs). On a
-    mesh the calls are each device's, at its local shape, from the arguments' shardings (give
-    a ShapeDtypeStruct its `sharding=`): a call's `mesh_axes` says the mesh it runs on each
-    device of, `gathered` what it gathers first."""
+    """Every `@autotuned` call that `fn(*args, **kwargs)` makes, each once (with `count`, how
+    many times the program makes it), in the order the program makes them; arguments may be
+    arrays or jax.ShapeDtypeStructs (nothing runs). On a mesh the calls are each device's, at
+    its local shape, from the arguments' shardings (give a ShapeDtypeStruct its `sharding=`): a
+    call's `mesh_axes` says the mesh it runs on each device of, `gathered` what it gathers
+    first."""
     import jax
 
     from autotune.runtime.partitioned import (
@@ -117,7 +122,7 @@ def calls_in(
         PARTITIONED_SCOPE_PREFIX,
     )
     from autotune.runtime.state import listing
-    from autotune.runtime.traced_calls import TRACED_CALLS, TRACED_SCOPE_PREFIX, scopes_in
+    from autotune.runtime.traced_calls import TRACED_CALLS, TRACED_SCOPE_PREFIX
 
     if not isinstance(args, (tuple, list)):
         what = "an array" if is_array(args) else f"a {type(args).__name__}"
@@ -137,27 +142,37 @@ def calls_in(
 
     arrays = [_abstract(args[i]) for i in positions]
     named = {k: _abstract(kwargs[k]) for k in names}
-    prefixes = (TRACED_SCOPE_PREFIX, PARTITIONED_SCOPE_PREFIX, BACKWARD_SCOPE_PREFIX)
+    pattern = _scopes(TRACED_SCOPE_PREFIX, PARTITIONED_SCOPE_PREFIX, BACKWARD_SCOPE_PREFIX)
     with listing() as current:  # reads only: no miss counted, no database created
         closed = _traced(fn, lambda: jax.make_jaxpr(program)(arrays, named))
-        scopes = scopes_in(closed.jaxpr, prefixes)
-        split_by_xla = [s for s in scopes if not s.startswith(TRACED_SCOPE_PREFIX)]
-        compiled = bool(split_by_xla) and _on_devices([*arrays, *named.values()])
+        scopes = list(
+            dict.fromkeys(s for n in _name_stacks(closed.jaxpr) for s in pattern.findall(n))
+        )
+        split_by_xla = any(not s.startswith(TRACED_SCOPE_PREFIX) for s in scopes)
+        compiled = split_by_xla and _on_devices([*arrays, *named.values()])
         if compiled:  # XLA's partitioner traces each device's call as it compiles (runs none)
             _traced(fn, lambda: jax.jit(program).lower(arrays, named).compile())
+    in_program = _scope_counts(closed.jaxpr, pattern)
+    local = _scopes(TRACED_SCOPE_PREFIX)
     found: dict[tuple, ProgramCall] = {}
+    counts: dict[tuple, int] = {}
     for scope in scopes:
+        n = in_program.get(scope, 0)
         if scope.startswith(TRACED_SCOPE_PREFIX):
-            calls = [_program_call(TRACED_CALLS[scope])]
-        elif compiled:
-            calls = [_program_call(TRACED_CALLS[s]) for s in current.partitioned.get(scope, [])]
+            calls = [(_program_call(TRACED_CALLS[scope]), n)]
+        elif compiled:  # each device's calls, as the partitioner traced them
+            per_device = current.partitioned.get(scope)
+            each = _scope_counts(per_device, local) if per_device is not None else {}
+            calls = [(_program_call(TRACED_CALLS[s]), n * m) for s, m in each.items()]
         elif scope.startswith(BACKWARD_SCOPE_PREFIX):  # its calls are known once compiled
             calls = []
         else:
-            calls = [_whole_call(PARTITIONED_CALLS[scope])]
-        for call in calls:
-            found.setdefault((call.kernel, call.signature, call.static), call)
-    return list(found.values())
+            calls = [(_whole_call(PARTITIONED_CALLS[scope]), n)]
+        for call, times in calls:
+            key = (call.kernel, call.signature, call.static)
+            found.setdefault(key, call)
+            counts[key] = counts.get(key, 0) + times
+    return [dataclasses.replace(c, count=counts.get(k) or 1) for k, c in found.items()]
 
 
 def _traced(fn: Callable, trace: Callable[[], Any]) -> Any:
@@ -189,6 +204,71 @@ def _abstract(a: Any) -> Any:
     sharding = getattr(a, "sharding", None)
     named = sharding if isinstance(sharding, jax.sharding.NamedSharding) else None
     return jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=named)
+
+
+def _scopes(*prefixes: str) -> re.Pattern:
+    """The named scopes a prefix and a number name (one of `prefixes`)."""
+    return re.compile(f"(?:{'|'.join(map(re.escape, prefixes))})\\d+")
+
+
+def _name_stacks(jaxpr: Any) -> Iterator[str]:
+    """The name stack of every operation in a jaxpr and the jaxprs inside it, in order."""
+    for eqn in jaxpr.eqns:
+        yield str(eqn.source_info.name_stack)
+        for inner in _inner_jaxprs(eqn):
+            yield from _name_stacks(inner)
+
+
+# the primitives of a jitted function's call: a kernel's entry, or JAX's transpose of one
+_JIT_PRIMITIVES = ("jit", "pjit")
+
+
+def _scope_counts(jaxpr: Any, pattern: re.Pattern) -> dict[str, int]:
+    """How many times each traced call's scope runs a kernel in `jaxpr`. Each entry of a kernel
+    is a jit of its own, whose jaxpr holds the call's operations under its scope: a call counts
+    once per visit of a jaxpr (a jit's jaxpr is visited once per call of it) in which an
+    operation under the scope launches a kernel (a `pallas_call`, or one inside it). JAX's
+    transpose of a forward call carries the forward's scope on operations that launch none
+    (the backward's kernels run under scopes of their own): not counted again."""
+    counts: dict[str, int] = {}
+    launches: dict[int, bool] = {}
+    todo: list[tuple[Any, frozenset[str]]] = [(jaxpr, frozenset())]
+    while todo:
+        current, inside = todo.pop()
+        here: set[str] = set()
+        for eqn in current.eqns:
+            scopes = set(pattern.findall(str(eqn.source_info.name_stack)))
+            inner = list(_inner_jaxprs(eqn))
+            counted = eqn.primitive.name not in _JIT_PRIMITIVES and scopes - inside
+            if counted and _launches_kernel(eqn, inner, launches):
+                here |= scopes - inside
+            todo += [(j, inside | scopes) for j in inner]
+        for scope in here:
+            counts[scope] = counts.get(scope, 0) + 1
+    return counts
+
+
+def _inner_jaxprs(eqn: Any) -> Iterator[Any]:
+    for value in eqn.params.values():
+        for v in value if isinstance(value, (tuple, list)) else (value,):
+            inner = getattr(v, "jaxpr", v)  # a ClosedJaxpr holds its Jaxpr
+            if hasattr(inner, "eqns"):
+                yield inner
+
+
+def _launches_kernel(eqn: Any, inner: list[Any], memo: dict[int, bool]) -> bool:
+    """Whether an operation is a `pallas_call` or holds one (memoised per jaxpr)."""
+    if eqn.primitive.name == "pallas_call":
+        return True
+    for jaxpr in inner:
+        if id(jaxpr) not in memo:
+            memo[id(jaxpr)] = False  # (a jaxpr does not hold itself)
+            memo[id(jaxpr)] = any(
+                _launches_kernel(e, list(_inner_jaxprs(e)), memo) for e in jaxpr.eqns
+            )
+        if memo[id(jaxpr)]:
+            return True
+    return False
 
 
 def _program_call(traced: Any, detail: str = "") -> ProgramCall:

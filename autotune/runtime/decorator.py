@@ -125,9 +125,16 @@ class AutotunedKernel:
         return self._run(args, kwargs, self.executable)
 
     def _traced_kernel(
-        self, config: Mapping[str, Any], args: Sequence[Any], kwargs: Mapping[str, Any]
+        self,
+        config: Mapping[str, Any],
+        args: Sequence[Any],
+        kwargs: Mapping[str, Any],
+        given: frozenset[str] = frozenset(),
     ) -> Callable:
-        # inside the entry's trace: the kernel itself, so the entry holds its pallas_call
+        # inside the entry's trace: the kernel itself, so the entry holds its pallas_call; the
+        # caller's block sizes (`given`) checked here, once per trace, never per call
+        if given:
+            lookup.check_given(self.spec, config, given, args, kwargs)
         return self.spec.bound_function(config, interpret="interpret" not in kwargs)
 
     def _run(self, args: Sequence[Any], kwargs: dict[str, Any], kernel_for: Callable) -> Any:
@@ -168,7 +175,7 @@ class AutotunedKernel:
         config = {**resolution.config, **overrides}
         source = "caller" if overrides else resolution.source
         with traced_call_scope(self, args, given, config, source):
-            out = kernel_for(config, args, kwargs)(*args, **kwargs)
+            out = kernel_for(config, args, kwargs, frozenset(overrides))(*args, **kwargs)
         if resolution.miss:
             runtime_state.record_miss(resolution.key)
         return out
@@ -244,26 +251,35 @@ class AutotunedKernel:
             )
             r = dataclasses.replace(remembered, detail="; ".join(filter(None, (r.detail, note))))
         config = {**r.config, **overrides}
+        refused = lookup.given_problem(self.spec, config, frozenset(overrides), r.signature)
         return {
             "config": config,
             "source": "caller" if overrides else r.source,
             "key": r.key.as_dict(),
             "signature": r.key.signature,
-            "detail": r.detail,
+            "detail": refused or r.detail,
         }
 
     def executable(
-        self, config: Mapping[str, Any], args: Sequence[Any], kwargs: Mapping[str, Any]
+        self,
+        config: Mapping[str, Any],
+        args: Sequence[Any],
+        kwargs: Mapping[str, Any],
+        given: frozenset[str] = frozenset(),
     ) -> Callable:
-        """The jitted kernel for a config; static (non-array) arguments are jit-static."""
+        """The jitted kernel for a config; static (non-array) arguments are jit-static. The
+        parameters of the config the caller passed (`given`) are checked against the
+        constraints while jit traces a call (once per shape, not per call)."""
         static_nums = tuple(i for i, a in enumerate(args) if not is_array(a))
         static_names = tuple(sorted(k for k, v in kwargs.items() if not is_array(v)))
-        cache_key = (tuple(sorted(config.items())), static_nums, static_names)
+        cache_key = (tuple(sorted(config.items())), static_nums, static_names, given)
         exe = self._executables.get(cache_key)
         if exe is None:
             import jax
 
             fn = self.spec.bound_function(config, interpret="interpret" not in kwargs)
+            if given:
+                fn = _checking(fn, self.spec, config, given)
             exe = jax.jit(fn, static_argnums=static_nums, static_argnames=static_names)
             self._executables[cache_key] = exe
         return exe
@@ -283,6 +299,19 @@ class AutotunedKernel:
     ) -> dict[str, Any]:
         """The configuration a call without a tuned entry uses (a variant group overrides it)."""
         return self.spec.default_config(sig)
+
+
+def _checking(
+    fn: Callable, spec: KernelSpec, config: Mapping[str, Any], given: frozenset[str]
+) -> Callable:
+    """`fn`, checking the caller's block sizes (`given`) for each call it is traced for."""
+
+    @functools.wraps(fn)
+    def traced(*args: Any, **kwargs: Any) -> Any:
+        lookup.check_given(spec, config, given, args, kwargs)
+        return fn(*args, **kwargs)
+
+    return traced
 
 
 # Types whose every value is an array (is_array), or None; learned as calls bring them.

@@ -76,19 +76,57 @@ def resolve(
             f"invalid:{source}:{key}", f"pallas-autotune: {message}; using the fallback"
         )
     miss = bool(db) and record_miss
+    index = _database_index(db, key) if db else None
+    stale = _stale(spec, key, index)
+    if stale:
+        runtime_state.warn_once(f"stale:{key}", f"pallas-autotune: {stale}; not served: re-tune it")
     if state.settings.fallback == "nearest" and not state.settings.strict:
-        near = _nearest(spec, db, key, sig, space)
+        near = _nearest(spec, index, key, sig, space)
         if near is not None:
-            return dataclasses.replace(near, miss=miss)
+            return dataclasses.replace(near, miss=miss, detail=_joined(near.detail, stale))
     default = _default_resolution(space, key, sig, default_config(sig))
     if state.settings.strict:
         if miss and not default.refused:  # the call will not run: counted now
             runtime_state.record_miss(key)
         raise AutotuneError(
             f"no tuned configuration for {key.kernel} {key.signature} on {key.device_kind} "
-            f"(strict mode): run `autotune tune {key.kernel} ...` or `autotune tune --pending`"
+            f"(strict mode{'; ' + stale if stale else ''}): run `autotune tune {key.kernel} "
+            "...` or `autotune tune --pending`"
         )
-    return dataclasses.replace(default, miss=miss and not default.refused)
+    detail = _joined(default.detail, stale)
+    return dataclasses.replace(default, miss=miss and not default.refused, detail=detail)
+
+
+def _joined(*details: str) -> str:
+    return "; ".join(filter(None, details))
+
+
+def _database_index(db: Any, key: TuningKey) -> nearest.ShapeIndex | None:
+    """The database's entries of `key`'s kernel on this device (any signature), for the
+    nearest tuned shape and to tell a shape tuned for another kernel version: read in memory
+    once per process (autotune.runtime.nearest), None where the database cannot be read."""
+    filters = {k: v for k, v in key.as_dict().items() if k not in ("signature", "kernel_version")}
+    cache = runtime_state.current().shapes
+    return runtime_state.db_call(
+        "nearest-shape lookup",
+        lambda: nearest.cached(cache, db, filters, key.kernel_version),
+    )
+
+
+def _stale(spec: KernelSpec, key: TuningKey, index: nearest.ShapeIndex | None) -> str:
+    """Where the database has `key`'s shape only for another version of the kernel, what is
+    known of why, in words (else "")."""
+    if index is None or key.signature not in index.stale:
+        return ""
+    why = (
+        f"its declared version changed (version={key.kernel_version!r})"
+        if isinstance(spec.versioned, str)
+        else "its code, space or constraints changed since"
+    )
+    return (
+        f"{key.kernel} {key.signature} was tuned for a different version of the kernel "
+        f"({index.stale[key.signature]}, this one is {key.kernel_version}: {why})"
+    )
 
 
 def _entries(
@@ -133,20 +171,21 @@ def _shipped_entry(spec: KernelSpec, key: TuningKey) -> StoredEntry | None:
         runtime_state.warn_once(
             f"stale-shipped:{key}",
             f"pallas-autotune: the table shipped with {key.kernel} ({table.where}) has "
-            f"{key.signature} only for kernel version {stale.key.kernel_version}, not "
-            f"{key.kernel_version}; not served: ship a table tuned for this version",
+            f"{key.signature} only for a different version of the kernel "
+            f"({stale.key.kernel_version}, this one is {key.kernel_version}); not served: "
+            "ship a table tuned for this version",
         )
     return entry
 
 
 def _nearest(
-    spec: KernelSpec, db: Any, key: TuningKey, sig: Signature, space: Space
+    spec: KernelSpec, index: nearest.ShapeIndex | None, key: TuningKey, sig: Signature, space: Space
 ) -> Resolution | None:
     """The entry of the nearest tuned shape on this device whose config fits this call,
-    from the user's database (`db`, None where it is not open) and the kernel's shipped
-    table: a library's table serves the shapes between those it was tuned for too. Both are
-    searched in memory (autotune.runtime.nearest: the database's entries read once per process, and
-    again after any write).
+    from the user's database (`index`, its entries: None where it is not open) and the
+    kernel's shipped table: a library's table serves the shapes between those it was tuned
+    for too. Both are searched in memory (autotune.runtime.nearest: the database's entries
+    read once per process, and again after any write).
 
     Deterministic: ordered by distance, then the database before the table, then signature
     text, so every host picks the same.
@@ -154,19 +193,8 @@ def _nearest(
     filters = {k: v for k, v in key.as_dict().items() if k not in ("signature", "kernel_version")}
     version = key.kernel_version
     indexes = []  # (0 for the database or 1 for the shipped table, its index)
-    if db:
-        cache = runtime_state.current().shapes
-        index = runtime_state.db_call(
-            "nearest-shape lookup", lambda: nearest.cached(cache, db, filters, version)
-        )
-        if index is not None:
-            indexes.append((0, index))
-            if key.signature in index.stale:
-                runtime_state.warn_once(
-                    f"stale:{key}",
-                    f"pallas-autotune: {key.kernel} {key.signature} was tuned for an older "
-                    f"kernel version ({index.stale[key.signature]}); not served: re-tune it",
-                )
+    if index is not None:
+        indexes.append((0, index))
     table = _shipped_table(spec, key)
     if table is not None:
         shipped = [
@@ -211,3 +239,44 @@ def broken(space: Space, config: dict, sig: Signature) -> str | None:
     """What `config` breaks for this call ("breaks ... for f32[...]"), or None."""
     violated = space.violations(config, sig)
     return f"breaks {', '.join(violated)} for {sig.text}" if violated else None
+
+
+def check_given(
+    spec: KernelSpec,
+    config: Mapping[str, Any],
+    given: frozenset[str],
+    args: Sequence[Any],
+    kwargs: Mapping[str, Any],
+) -> None:
+    """Raise where the block sizes a call passes itself (`given`, of `config`) break the
+    kernel's constraints for it: run outside them a kernel computes garbage (rows never
+    written, NaN). Called while jit traces the call: it costs nothing per call."""
+    sig = spec.signature(args, kwargs, current_device())
+    problem = given_problem(spec, config, given, sig)
+    if problem:
+        raise AutotuneError(problem)
+
+
+def given_problem(
+    spec: KernelSpec, config: Mapping[str, Any], given: frozenset[str], sig: Signature
+) -> str | None:
+    """What the parameters `given` of `config` break for the call `sig`, naming the values of
+    the kernel's space that keep its constraints there; None where they break nothing (or
+    the call is empty: nothing to get wrong)."""
+    if not given or any(0 in shape for shape in sig.shapes):
+        return None
+    space = spec.space(sig.platform)
+    problem = broken(space, dict(config), sig)
+    if problem is None:
+        return None
+    hints = []
+    for name in sorted(given & set(space.names)):
+        values = [v for v in space.param(name).values if space.is_valid({**config, name: v}, sig)]
+        fit = ", ".join(map(repr, values)) if values else "none (with the others as given)"
+        hints.append(f"{name} {fit}")
+    passed = ", ".join(f"{n}={config[n]!r}" for n in sorted(given))
+    valid = f": of its space, these fit: {'; '.join(hints)}" if hints else ""
+    return (
+        f"{spec.name}: {passed} {problem} (outside its constraints a kernel computes "
+        f"garbage){valid}; or leave {', '.join(sorted(given))} out for the tuned configuration"
+    )

@@ -46,7 +46,7 @@ from autotune.runtime.sharded import (
     spec_of,
     warn_gathered,
 )
-from autotune.runtime.traced_calls import TracedCall, laid_out, scopes_in
+from autotune.runtime.traced_calls import TracedCall, laid_out
 from autotune.signature import call_shape
 
 # The named scope each call handed to XLA's partitioner is traced in, and its backward's (the
@@ -316,7 +316,9 @@ def _body(caller: Caller, values: Sequence[Any], run: Callable, backward: bool) 
     if not backward:
         return forward(*values)
     n = len(caller.arg_names)
-    out, pullback = jax.vjp(forward, *values[:n])
+    # jitted, so that a forward whose output the backward does not use is dead code as a
+    # whole, and calls_in counts the kernel calls that run (`_live`)
+    out, pullback = jax.vjp(jax.jit(forward), *values[:n])
     return tuple(pullback(jax.tree.unflatten(jax.tree.structure(out), values[n:])))
 
 
@@ -382,10 +384,9 @@ def _operation(
             laid_out(dict(mesh.shape), gathered),  # run on each device, as a shard_map's
         ):
             closed = jax.make_jaxpr(traced, axis_env=list(mesh.shape.items()))(*parts)
-        if caller.listing is not None:  # what this program's calls run as, for calls_in
+        if caller.listing is not None:  # what this program's call runs as, for calls_in
             scope = backward_scope(caller.scope) if backward else caller.scope
-            found = caller.listing.partitioned.setdefault(scope, [])
-            found.extend(s for s in scopes_in(closed.jaxpr) if s not in found)
+            caller.listing.partitioned.setdefault(scope, _live(closed.jaxpr))
         fn = jaxpr_as_fun(closed)
         return (
             mesh,
@@ -432,6 +433,15 @@ def sharding_rule(
     whole = tuple(f for f in factors if f not in batch)
     text = f"{', '.join(' '.join(n) for n in ins)} -> {', '.join(' '.join(n) for n in outs)}"
     return text, ({"need_replication_factors": whole} if whole else {})
+
+
+def _live(jaxpr: Any) -> Any:
+    """`jaxpr` without what computes none of its outputs, as XLA runs it: a backward's
+    recomputed forward whose output it does not use (a VJP that keeps only its inputs; a
+    Pallas call on its own is never dead code to JAX, the jit around it is)."""
+    from jax._src.interpreters import partial_eval  # JAX's dead-code pass has no public name
+
+    return partial_eval.dce_jaxpr(jaxpr, True)[0]
 
 
 def _local(shape: Sequence[int], dims: Sequence[tuple[str, ...]], mesh: Any) -> tuple[int, ...]:

@@ -67,11 +67,11 @@ _KERNELS: weakref.WeakSet[Any] = weakref.WeakSet()
 @dataclass(eq=False)
 class Listing:
     """A listing in progress (calls_in, explain): the kernels it traced, whose entries are
-    dropped after it; the scopes of the calls XLA's partitioner traced for each device while
-    it compiled (autotune.runtime.partitioned), by the scope of the call they are part of."""
+    dropped after it; what XLA's partitioner traced for each device's part of a call while it
+    compiled (autotune.runtime.partitioned): a jaxpr, by the scope of the call."""
 
     traced: set[Any] = field(default_factory=set)
-    partitioned: dict[str, list[str]] = field(default_factory=dict)
+    partitioned: dict[str, Any] = field(default_factory=dict)
     # its value of the jit context: each listing's traces are its own (those of a program
     # compiled later carry the listing they were traced in: see `resumed`)
     number: int = field(default_factory=lambda: next(_LISTINGS))

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import re
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -107,24 +106,6 @@ def mapped_axes() -> dict[str, int]:
         for name, size, kind in zip(mesh.axis_names, mesh.axis_sizes, mesh.axis_types)
         if kind == manual
     }
-
-
-def scopes_in(jaxpr: Any, prefixes: Sequence[str] = (TRACED_SCOPE_PREFIX,)) -> list[str]:
-    """The scopes named one of `prefixes` and a number in a jaxpr's name stacks (and those of
-    the jaxprs inside it), each once, in order."""
-    pattern = re.compile(f"(?:{'|'.join(map(re.escape, prefixes))})\\d+")
-    return list(dict.fromkeys(s for stack in name_stacks(jaxpr) for s in pattern.findall(stack)))
-
-
-def name_stacks(jaxpr: Any) -> Iterator[str]:
-    """The name stack of every operation in a jaxpr and the jaxprs inside it, in order."""
-    for eqn in jaxpr.eqns:
-        yield str(eqn.source_info.name_stack)
-        for value in eqn.params.values():
-            for v in value if isinstance(value, (tuple, list)) else (value,):
-                inner = getattr(v, "jaxpr", v)  # a ClosedJaxpr holds its Jaxpr
-                if hasattr(inner, "eqns"):
-                    yield from name_stacks(inner)
 
 
 def _layout() -> tuple[dict[str, int] | None, tuple[str, ...]]:

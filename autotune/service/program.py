@@ -35,9 +35,18 @@ def program_tasks_of(target: str, settings: Any) -> list[Any]:
 
 def program_tasks(calls: Sequence[ProgramCall], settings: Any) -> list[Any]:
     """One tuning task per call (calls whose caller passes the block sizes left out), each with
-    the budget, strategy and seed of `settings` (a TuneSettings)."""
+    the budget, strategy and seed of `settings` (a TuneSettings). A task's static arguments
+    are the call's as its key counts them, defaults included, as a recorded miss's are: a
+    forward call that leaves `precision` out and a backward one that passes its default are
+    labelled by one rule."""
+    from autotune.registry import resolve
+
     return [
-        task_of_call(c.kernel, c.args, c.kwargs, settings) for c in calls if c.source != "caller"
+        task_of_call(
+            c.kernel, c.args, resolve(c.kernel).spec.static_arguments(c.args, c.kwargs), settings
+        )
+        for c in calls
+        if c.source != "caller"
     ]
 
 

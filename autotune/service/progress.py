@@ -31,6 +31,9 @@ class JobProgress:
     trials_done: int = 0
     budget_left: int = 0  # trials of the tasks after the current one
     record: Any = None  # the current task's last trial (a TrialRecord)
+    # the current task's trials that compiled to a program measured already: stored, not
+    # measured, so `trial` (what the budget counts) stays where it was
+    duplicates: int = 0
 
     @property
     def elapsed_s(self) -> float:
@@ -94,18 +97,26 @@ class Display:
         several = len(self.measured) > 1
         best = f"{p.best_s * 1e3:.4f} ms" if p.best_s else "-"
         eta = _clock(p.eta_s) if p.eta_s is not None else "-"
-        info = f"best {best}  elapsed {_clock(p.elapsed_s)}  eta {eta}"
+        info = f"best {best} (first pass)  elapsed {_clock(p.elapsed_s)}  eta {eta}"
+        dups = p.duplicates
+        repeats = f" +{dups} duplicate{'s' * (dups != 1)} (not measured)" if dups else ""
         if self.live:
             self.live.update(
                 self.tasks_bar, completed=p.task_index - 1, total=p.n_tasks, info=p.task.label
             )
-            self.live.update(self.trials_bar, completed=p.trial, total=p.n_trials, info=info)
+            self.live.update(
+                self.trials_bar,
+                completed=p.trial,
+                total=p.n_trials,
+                info=f"{info}{repeats}{space_note(p)}",
+            )
             if several:
                 self._show_worker(device, p.record)
         else:
             on = f" on {device}" if several else ""
+            first = space_note(p) if p.trial == 1 and not dups else ""
             self.console.print(
-                f"{head} trial {p.trial}/{p.n_trials}{on}  {info}  {p.task.label}",
+                f"{head} trial {p.trial}/{p.n_trials}{repeats}{on}  {info}  {p.task.label}{first}",
                 markup=False,
                 highlight=False,
                 soft_wrap=True,
@@ -121,6 +132,18 @@ class Display:
             completed=self.measured[device],
             info=f"last: {record.status}{time}",
         )
+
+
+def space_note(p: JobProgress) -> str:
+    """Where the task's search space holds fewer valid configurations than the trials asked
+    for, that the budget is theirs (else "")."""
+    asked = getattr(p.task, "trials", 0)
+    if not p.n_trials or p.n_trials >= asked:
+        return ""
+    return (
+        f"  (the space holds only {p.n_trials} valid configurations for this call: the budget "
+        f"is {p.n_trials} trials, not {asked})"
+    )
 
 
 def _clock(seconds: float) -> str:

@@ -14,7 +14,7 @@ from typing import Any, Literal, get_args, get_origin, get_type_hints
 
 from autotune import registry
 from autotune.device import DeviceInfo
-from autotune.errors import KernelError, SignatureError
+from autotune.errors import AutotuneError, KernelError, SignatureError
 from autotune.registry.spec import KernelSpec
 from autotune.signature import (
     ArgSpec,
@@ -339,6 +339,37 @@ def bind(
         key=kernel.spec.key(sig, device),
         space=kernel.spec.space(device.platform),
     )
+
+
+def check_traces(task: Task, shape: str) -> None:
+    """Refuse shapes the kernel cannot take, found by tracing it at its default configuration
+    (jax.eval_shape: its own shape checks and JAX's run, nothing compiles), in a second rather
+    than when the oracle fails after a worker started; the kernel's message says which
+    dimensions disagree. A default that breaks the constraints is left to the tuner, which
+    says that no configuration fits."""
+    import functools
+
+    import jax
+
+    from autotune.device import current_device
+
+    spec = kernel_of(task.kernel).spec
+    inputs, static = task.inputs(), task.static_dict
+    sig = spec.signature(inputs, static, current_device())
+    config = spec.default_config(sig)
+    if not spec.space(sig.platform).is_valid(config, sig):
+        return
+    fn = functools.partial(spec.bound_function(config, interpret=True), **static)
+    try:
+        jax.eval_shape(fn, *inputs)
+    except AutotuneError:
+        raise
+    except Exception as e:  # the kernel's own refusal (a ValueError), or JAX's
+        reason = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        raise SignatureError(
+            f"{spec.name} does not take --shape {shape} ({sig.text}): {reason} (traced at its "
+            f"default configuration {config}, before anything compiled)"
+        ) from None
 
 
 def check_task(task: Task, shape: str) -> None:

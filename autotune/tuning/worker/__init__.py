@@ -21,7 +21,7 @@ from collections.abc import Collection, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, Protocol
 
-from autotune.device import DeviceInfo
+from autotune.device import DeviceInfo, warn_shared_cores
 from autotune.errors import SettingsError
 from autotune.measure.policies import DEFAULT_LIMITS, WorkerLimits
 from autotune.registry.spec import KernelSpec
@@ -128,6 +128,7 @@ def task_workers(
             if future.exception() is None:
                 stack.enter_context(future.result())
         workers = [future.result() for future in starting]
+        warn_shared_cores(workers[0].device.platform, n)
         yield workers
 
 
