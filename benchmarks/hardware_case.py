@@ -106,7 +106,7 @@ def attention_ops(
     as [B * H, S, 1, D] (`heads_as_batch`, no transpose), prepared outside the timed call."""
     import jax
 
-    from autotune.kernels.attention_mgpu import heads_as_batch
+    from autotune.kernels.attention_mgpu.attention_mgpu import heads_as_batch
 
     def forward(q, k, v):
         with jax.default_matmul_precision(precision):
@@ -375,7 +375,7 @@ def _vendor(job: dict[str, Any], args: list) -> tuple[str, Callable, list]:
     kernel's own precision, "highest")."""
     import jax
 
-    from autotune.kernels.matmul import dot_precision
+    from autotune.kernels.precision import dot_precision
 
     name, op = vendor_op(job["kernel"], job["dtype"], job["static"])
     if op is not None:

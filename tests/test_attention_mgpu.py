@@ -23,7 +23,7 @@ from autotune.kernels import attention_mgpu
 from autotune.measure.lowering import lowering_error
 
 pytest.importorskip("absl", reason="Mosaic GPU imports absl: pip install absl-py")
-module = sys.modules["autotune.kernels.attention_mgpu"]
+module = sys.modules["autotune.kernels.attention_mgpu.attention_mgpu"]
 H100 = DeviceInfo("gpu", "NVIDIA H100 80GB HBM3", "mosaic_gpu", jax.__version__, "", "")
 LIMIT = 232_448
 S = jax.ShapeDtypeStruct

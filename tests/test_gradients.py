@@ -38,7 +38,8 @@ from autotune.kernels import (
     vector_add,
     vector_add_reference,
 )
-from autotune.kernels.flash_attention_bwd import backward_on
+from autotune.kernels.flash_attention.backward import backward_on
+from autotune.kernels.flash_attention.tiles import BlockSizes
 
 S = jax.ShapeDtypeStruct
 ROWS = (3, 5, 37)  # 15 rows, a row length no power of two
@@ -130,8 +131,9 @@ def test_flash_attention_backward_kernels_skip_causal_blocks_and_match_the_true_
     s = jnp.einsum("bhqd,bhkd->bhqk", q, k) / np.sqrt(12)
     lse = jax.nn.logsumexp(jnp.where(jnp.tril(jnp.ones((37, 29), bool)), s, -jnp.inf), axis=-1)
     delta = jnp.sum(out * do, axis=-1)
-    options = dict(causal=True, sm_scale=None, block_q=16, block_k=16, num_warps=4, num_stages=2,
-                   precision="highest", platform="gpu", interpret=True)  # fmt: skip
+    blocks = BlockSizes(block_q=16, block_k=16, num_warps=4, num_stages=2)
+    options = dict(causal=True, sm_scale=None, block_sizes=blocks, precision="highest",
+                   platform="gpu", interpret=True)  # fmt: skip
     dq = jax.jit(functools.partial(backward_on, "dq", **options))
     dkv = jax.jit(functools.partial(backward_on, "dkv", **options))
     for got, want in zip(dq(q, k, v, do, lse, delta) + dkv(q, k, v, do, lse, delta), vjp(do)):

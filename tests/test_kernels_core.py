@@ -78,7 +78,7 @@ def test_matmul_in_grouped_tile_order_matches_reference(group_m):
 
 
 def test_the_grouped_order_visits_every_output_tile_once_a_group_of_rows_at_a_time():
-    from autotune.kernels.matmul import grouped_tile
+    from autotune.kernels.matmul.matmul import grouped_tile
 
     tiles = [tuple(int(t) for t in grouped_tile(pid, 6, 5, 4)) for pid in range(30)]
     assert sorted(tiles) == [(i, j) for i in range(6) for j in range(5)]

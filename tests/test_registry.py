@@ -119,15 +119,21 @@ def test_a_module_outside_any_package_covers_the_modules_beside_it(tmp_path):
     assert version(2) != version(3)
 
 
-def test_the_shipped_kernels_versions_cover_the_modules_they_run():
-    from autotune.kernels import bmm, flash_attention_dq, softmax
+def test_the_shipped_kernels_versions_cover_the_modules_they_run_and_no_other_ops():
+    from autotune.kernels import attention_mgpu, bmm, flash_attention_dq, matmul, softmax
 
     def modules(kernel):
-        return {name for name, _ in kernel_code(kernel.spec.fn)}
+        return {name.removeprefix("autotune.kernels.") for name, _ in kernel_code(kernel.spec.fn)}
 
-    assert "autotune.kernels.rowwise" in modules(softmax)
-    assert "autotune.kernels.matmul" in modules(bmm)
-    assert "autotune.kernels.flash_attention" in modules(flash_attention_dq)
+    # an op's modules and the helpers the ops share, and no package's __init__ (which imports
+    # every op of its package)
+    assert modules(softmax) == {"rows.softmax", "rows.layout", "differentiable"}
+    assert modules(bmm) == {"matmul.bmm", "matmul.tiles", "precision", "differentiable"}
+    assert modules(matmul) == {"matmul.matmul", "matmul.tiles", "precision", "differentiable"}
+    assert "flash_attention.tpu" in modules(flash_attention_dq)
+    assert "flash_attention.forward" not in modules(flash_attention_dq)
+    assert "flash_attention.reference" in modules(attention_mgpu)
+    assert "flash_attention.backward" not in modules(attention_mgpu)
     # the library and JAX are not the kernel's code: their releases stale nothing
     assert not any(m.startswith(("jax", "autotune.backends")) for m in modules(softmax))
 

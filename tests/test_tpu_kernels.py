@@ -42,11 +42,10 @@ from autotune.kernels import (
 )
 from autotune.measure.lowering import lowering_error
 
-# the modules (autotune.kernels' attributes of these names are the kernels)
-mm_module = importlib.import_module("autotune.kernels.matmul")
-fa_module = importlib.import_module("autotune.kernels.flash_attention")
-bwd_module = importlib.import_module("autotune.kernels.flash_attention_bwd")
-tpu_module = importlib.import_module("autotune.kernels.flash_attention_tpu")
+mm_module = importlib.import_module("autotune.kernels.matmul.tiles")
+fa_module = importlib.import_module("autotune.kernels.flash_attention.forward")
+bwd_module = importlib.import_module("autotune.kernels.flash_attention.reference")
+tpu_module = importlib.import_module("autotune.kernels.flash_attention.tpu")
 
 S = jax.ShapeDtypeStruct
 GENERATIONS = ("v4", "v5e", "v5p", "v6e", "v7x")
@@ -92,12 +91,18 @@ def lowered_kernels(lowered_text: str) -> list[LoweredKernel]:
     return found
 
 
-def tpu_interpret(kernel, *args, **config):
+def configured(kernel, **options):
+    """The kernel's function with the block sizes among `options` bound, and the rest."""
+    tunables = kernel.spec.take_overrides(options)
+    return functools.partial(kernel.spec.bound_function(tunables, interpret=False), **options)
+
+
+def tpu_interpret(kernel, *args, **options):
     """The kernel's TPU body (interpret=False on a CPU host) under TPU interpret mode, where
     uninitialised memory reads as NaN."""
     try:
         with pltpu.force_tpu_interpret_mode():
-            return kernel.spec.fn(*args, **config)
+            return configured(kernel, **options)(*args)
     finally:
         mosaic_tpu.reset_interpret_state()
 
@@ -140,7 +145,8 @@ def test_the_tpu_flash_attention_body_matches_the_reference(sq, sk, block_q, blo
 def test_the_tpu_flash_attention_body_keeps_each_rows_log_sum_exp_for_the_backward():
     q = rand((1, 1, 200, 64))
     k, v = rand((1, 1, 333, 64), seed=1), rand((1, 1, 333, 64), seed=2)
-    options = dict(sm_scale=None, block_q=128, block_k=128, num_warps=4, num_stages=2)
+    blocks = fa_module.BlockSizes(block_q=128, block_k=128, num_warps=4, num_stages=2)
+    options = dict(sm_scale=None, block_sizes=blocks)
     try:
         with pltpu.force_tpu_interpret_mode():
             out, lse = fa_module.attention_on(
@@ -164,7 +170,7 @@ def test_the_tpu_flash_attention_body_runs_batches_and_heads_in_the_grids_own_or
 
 @pytest.mark.parametrize("causal", [False, True])
 def test_a_tile_is_masked_exactly_where_a_row_must_not_see_one_of_its_keys(causal):
-    from autotune.kernels.attention_masks import masks_any, tile_needs_mask
+    from autotune.kernels.flash_attention.tiles import masks_any, tile_needs_mask
 
     masked = whole = 0
     for block_q, block_k, sq, sk in [
@@ -217,7 +223,7 @@ def test_the_gradient_of_the_tpu_flash_attention_body_is_the_true_one():
     # forward (keeping lse) and backward all in their TPU bodies: jax.vjp of the reference
     q, do = rand((1, 1, 200, 64)), rand((1, 1, 200, 64), seed=3)
     k, v = rand((1, 1, 333, 64), seed=1), rand((1, 1, 333, 64), seed=2)
-    attention = functools.partial(flash_attention.spec.fn, causal=True, block_q=128, block_k=256)
+    attention = configured(flash_attention, causal=True, block_q=128, block_k=256)
     try:
         with pltpu.force_tpu_interpret_mode():
             grads = jax.vjp(attention, q, k, v)[1](do)
@@ -345,7 +351,7 @@ def accepted(kernel, args, kwargs, kind):
 
 
 def lowered(kernel, config, args, kwargs) -> LoweredKernel:
-    fn = functools.partial(kernel.spec.fn, **config, **kwargs)
+    fn = configured(kernel, **config, **kwargs)
     text = jax.jit(fn).trace(*args).lower(lowering_platforms=("tpu",)).as_text()
     (found,) = lowered_kernels(text)
     return found

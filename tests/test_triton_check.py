@@ -5,8 +5,6 @@ platform it is lowered for, not from this host's device."""
 
 from __future__ import annotations
 
-import functools
-
 import jax
 import jax.numpy as jnp
 import pytest
@@ -28,7 +26,8 @@ def _lowered_text(fn, args):
 def test_a_shipped_kernel_lowers_through_triton_for_a_gpu_on_this_host():
     x = jax.ShapeDtypeStruct((256, 512), BF16)
     y = jax.ShapeDtypeStruct((512, 384), BF16)
-    fn = functools.partial(matmul.spec.fn, block_m=64, block_n=128, block_k=64, num_warps=4)
+    config = {"block_m": 64, "block_n": 128, "block_k": 64, "num_warps": 4}
+    fn = matmul.spec.bound_function(config, interpret=False)
     text = _lowered_text(fn, [x, y])
     # Triton IR inside XLA's custom call, with the config's warps: not Mosaic GPU
     assert "xla.gpu.triton" in text and "num_warps = 4" in text

@@ -8,10 +8,13 @@ same code gives the same version on every supported Python.
 
 The kernel runs more than its own module: the modules of its own package that it imports (at
 the top or inside a function; for a module outside any package, the modules beside it in its
-folder) are hashed too, transitively (the shipped kernels' `rowwise.py` for softmax, `matmul.py`
-for bmm, the forward's helpers for the flash backward). JAX, NumPy and the autotune library
-itself are not: their releases do not stale a tuned entry. A kernel whose code lives elsewhere
-declares its own version (`@autotuned(..., version=...)`).
+folder) are hashed too, transitively. A shipped kernel's package is its op's, inside the
+shipped kernels' package (autotune.kernels.matmul, ...), and the ops share helpers there
+(kernels/differentiable.py, kernels/precision.py): its own code is every module of
+autotune.kernels it imports (`rows/layout.py` for softmax, `matmul/tiles.py` for bmm, the
+shared masks and TPU bodies for the flash backward), and no other op's. JAX, NumPy and the
+autotune library itself are not: their releases do not stale a tuned entry. A kernel whose
+code lives elsewhere declares its own version (`@autotuned(..., version=...)`).
 """
 
 from __future__ import annotations
@@ -28,6 +31,9 @@ from types import ModuleType
 from typing import Any
 
 from autotune.space import Constraint, Param
+
+# The shipped kernels' package: one package per op inside it, sharing helpers across them
+SHIPPED_KERNELS_PACKAGE = "autotune.kernels"
 
 
 def kernel_version(
@@ -100,6 +106,8 @@ def kernel_code(fn: Any) -> list[tuple[str, str]]:
         return [(getattr(fn, "__qualname__", ""), function_code(fn))]
     name = module.__name__
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    if package.startswith(SHIPPED_KERNELS_PACKAGE + "."):  # an op's package: see the docstring
+        package = SHIPPED_KERNELS_PACKAGE
     folder = path.parent
 
     def ours(other: str) -> Path | None:

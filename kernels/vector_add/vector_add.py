@@ -8,14 +8,24 @@ A length that is not a multiple of the block is zero-padded up to it and sliced 
 
 from __future__ import annotations
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 from jax.experimental import pallas as pl
 
-from autotune import Split, autotuned, out_struct
+from autotune import Example, Split, autotuned, out_struct
 from autotune.backends import kernel_platform, mosaic_tpu, triton
 from autotune.backends.hardware import TPU_LANES, is_pow2, tpu_block_ok
 from autotune.kernels.differentiable import differentiable
+
+
+@dataclasses.dataclass(frozen=True)
+class BlockSizes:
+    """vector_add's tunables: elements per block (whole rows of 128 lanes); Triton's warps."""
+
+    block: int = 1024
+    num_warps: int = 4
 
 
 def _block(block: int, n: int) -> int:
@@ -63,14 +73,17 @@ def _bwd(_: None, g: jax.Array, **__) -> tuple:
     space="vector_add",
     constraints=[fits_platform],
     reference=vector_add_reference,
-    tuned="tuned",
+    tuned="../tuned",
     split=Split("n,n->n", along="n"),
+    example=Example("f32[300],f32[300]"),
+    backward=(),
 )
 @differentiable(_bwd, _fwd)
 def vector_add(
-    x: jax.Array, y: jax.Array, *, block: int = 1024, num_warps: int = 4, interpret: bool = False
+    x: jax.Array, y: jax.Array, *, block_sizes: BlockSizes = BlockSizes(), interpret: bool = False
 ) -> jax.Array:
     """x + y for 1-D arrays of one shape and dtype; `block` is a multiple of 128."""
+    block = block_sizes.block
     if x.ndim != 1 or x.shape != y.shape or x.dtype != y.dtype:
         raise ValueError(
             f"vector_add needs two 1-D arrays of one shape and dtype, got {x.shape=} {y.shape=}"
@@ -92,7 +105,9 @@ def vector_add(
         grid=(padded // b,),
         in_specs=[spec, spec],
         out_specs=spec,
-        compiler_params=triton.compiler_params(num_warps, None, kernel_platform(interpret)),
+        compiler_params=triton.compiler_params(
+            block_sizes.num_warps, None, kernel_platform(interpret)
+        ),
         interpret=interpret,
     )(x, y)
     out = out.reshape(padded)
