@@ -1,16 +1,26 @@
 """The Pallas kernels shipped with pallas-autotune: one package per op, each holding its kernels
-(forward and backward, their TPU and GPU bodies, VJP, block sizes and references), registered
-by name (@autotuned) when it is imported, and the variant groups over them (groups.py).
+(forward and backward, their TPU and GPU bodies, VJP, block sizes and references), and the
+variant groups over them (groups.py).
 
-A line below per package registers its kernels (README, "Adding a kernel"). Each kernel reads
-the tuned tables shipped in tuned/ (`tuned="../tuned"`: `autotune db export` files, one per
-hardware check; see tuned/README.md), which serve the calls a user's database has no entry for.
+Importing this package imports every package in it, which registers its kernels by name
+(@autotuned), and makes what each exports (its `__all__`: kernels and references) an attribute
+of this one (`from autotune.kernels import matmul`). A new op's package is found here by its
+folder; the one line it needs elsewhere is its name in pyproject.toml's `packages`, which
+installs it (README, "Adding a kernel"). Each kernel reads the tuned tables shipped in tuned/
+(`tuned="../tuned"`: `autotune db export` files, one per hardware check; see tuned/README.md),
+which serve the calls a user's database has no entry for.
 """
 
-from autotune.kernels.attention_mgpu import *  # noqa: F403
-from autotune.kernels.flash_attention import *  # noqa: F403
-from autotune.kernels.groups import *  # noqa: F403
-from autotune.kernels.matmul import *  # noqa: F403
-from autotune.kernels.matmul_mgpu import *  # noqa: F403
-from autotune.kernels.rows import *  # noqa: F403
-from autotune.kernels.vector_add import *  # noqa: F403
+import importlib
+import pkgutil
+
+__all__: list[str] = []
+for _op in sorted(m.name for m in pkgutil.iter_modules(__path__) if m.ispkg):
+    _package = importlib.import_module(f"{__name__}.{_op}")
+    globals().update({name: getattr(_package, name) for name in _package.__all__})
+    __all__ += _package.__all__
+del _op, _package
+
+from autotune.kernels.groups import attention_variants, matmul_variants  # noqa: E402
+
+__all__ += ["attention_variants", "matmul_variants"]

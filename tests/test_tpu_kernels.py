@@ -1,7 +1,8 @@
 """The TPU bodies of matmul, bmm and flash_attention, checked without a TPU: their output under
 TPU interpret mode against the references, their VMEM models against footprints worked out by
 hand, the chip facts, and what the constraints accept at realistic large shapes on each
-generation, lowered for a TPU on this CPU host with the dimension semantics they carry."""
+generation, lowered for a TPU on this CPU host with the dimension semantics they carry; and
+every kernel a TPU compiles (the registry's), lowered for one at its example."""
 
 import base64
 import functools
@@ -20,7 +21,7 @@ from jax._src.lib import tpu as tpu_dialect
 from jax.experimental.pallas import tpu as pltpu
 from jaxlib.mlir import ir
 from jaxlib.mlir.passmanager import PassManager
-from kernel_checks import close, rand
+from kernel_checks import close, lowering_failures, lowers_for, rand, with_examples
 
 from autotune.backends import mosaic_tpu
 from autotune.backends.hardware import MiB
@@ -244,6 +245,16 @@ def test_a_skipped_causal_q_block_repeats_the_first_visible_one(block_q, block_k
         assert fetched == [max(t, first) for t in range(n_q)]
     # keys past every query: the index stays within the grid
     assert int(tpu_module.q_block_fetched(5, 0, 128, 128, 2)) == 1
+
+
+# ------------------------------------------------------------ every kernel, from the registry
+
+
+@pytest.mark.parametrize("name", [n for n, k in with_examples().items() if lowers_for(k, "tpu")])
+def test_every_kernel_lowers_for_a_tpu_at_its_example(name):
+    # its default configuration (adapted to the call) and a spread of those its TPU space's
+    # constraints admit, lowered through Mosaic TPU on this host
+    assert lowering_failures(with_examples()[name], "tpu") == {}
 
 
 # ------------------------------------------------------------ VMEM models, by hand

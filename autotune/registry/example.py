@@ -36,29 +36,11 @@ class Example:
         object.__setattr__(self, "static", dict(static))
         object.__setattr__(self, "_checked", checked)
 
-    @property
-    def text(self) -> str:
-        return ",".join(a.text for a in self.args)
-
     def arrays(self) -> list[Any]:
         """The arrays as jax.ShapeDtypeStruct (what lowering and eval_shape take)."""
         import jax
 
         return [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in self.args]
-
-    def inputs(self, seed: int = 0) -> list[Any]:
-        """Random arrays of the example's shapes: normal floats, small non-negative integers."""
-        import jax
-        import jax.numpy as jnp
-
-        keys = jax.random.split(jax.random.key(seed), len(self.args))
-        out = []
-        for key, a in zip(keys, self.args):
-            if jnp.issubdtype(a.dtype, jnp.floating):
-                out.append(jax.random.normal(key, a.shape, jnp.float32).astype(a.dtype))
-            else:
-                out.append(jax.random.randint(key, a.shape, 0, 4).astype(a.dtype))
-        return out
 
     def signature(self, platform: str, device_kind: str, backend: str = "") -> Signature:
         """The call's signature on a device of `platform`, as constraints receive it."""

@@ -47,8 +47,8 @@ from autotune.kernels.flash_attention.tpu import attention_tpu, tpu_vmem
 from autotune.kernels.precision import Precision, dot_precision
 
 LOG2_E = math.log2(math.e)
-# a small call: padded rows and keys, and a head_dim the GPU layout pads (run in interpret mode)
-EXAMPLE = "f32[1,2,19,8],f32[1,2,23,8],f32[1,2,23,8]"
+# a small call: padded rows and keys (on a GPU, blocks of at least 16 rows and head_dim)
+EXAMPLE = "f32[1,2,19,16],f32[1,2,23,16],f32[1,2,23,16]"
 
 
 def fits_platform(config: dict, sig) -> bool:

@@ -63,7 +63,7 @@ def _bwd(residuals: tuple, g: jax.Array, *, precision: str, interpret: bool, **_
     reference=bmm_reference,
     tuned="../tuned",
     split=Split("bmk,bkn->bmn", along="bmn"),
-    example=Example("f32[2,7,9],f32[2,9,5]"),
+    example=Example("f32[2,20,13],f32[2,13,24]"),
     backward=("bmm",),
 )
 @differentiable(_bwd)

@@ -15,7 +15,7 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 
 from autotune import Example, Split, autotuned, out_struct
-from autotune.backends import kernel_platform, mosaic_tpu, triton
+from autotune.backends import clamp_block, kernel_platform, mosaic_tpu, triton
 from autotune.backends.hardware import TPU_LANES, is_pow2, tpu_block_ok
 from autotune.kernels.differentiable import differentiable
 
@@ -28,9 +28,10 @@ class BlockSizes:
     num_warps: int = 4
 
 
-def _block(block: int, n: int) -> int:
-    """Elements per block: whole rows of lanes, no more than the (row-padded) vector."""
-    return min(block, pl.cdiv(n, TPU_LANES) * TPU_LANES)
+def _block(block: int, n: int, platform: str) -> int:
+    """Elements per block: whole rows of lanes, no more than the block that holds the
+    row-padded vector (on a GPU a power of two of them: Triton's arrays are)."""
+    return clamp_block(block, pl.cdiv(n, TPU_LANES) * TPU_LANES, platform)
 
 
 def fits_platform(config: dict, sig) -> bool:
@@ -40,7 +41,7 @@ def fits_platform(config: dict, sig) -> bool:
         return True  # the kernel itself rejects such calls with a clear message
     if config["block"] % TPU_LANES:
         return False
-    block = _block(config["block"], n)
+    block = _block(config["block"], n, sig.platform)
     if sig.platform == "tpu":
         rows = pl.cdiv(n, block) * block // TPU_LANES
         vmem = 3 * 2 * block * jnp.dtype(sig.dtypes[0]).itemsize  # x, y, out; double-buffered
@@ -93,7 +94,8 @@ def vector_add(
             f"vector_add needs a block that is a multiple of {TPU_LANES}, got {block=}"
         )
     n = x.shape[0]
-    b = _block(block, n)
+    platform = kernel_platform(interpret)
+    b = _block(block, n, platform)
     padded = pl.cdiv(n, b) * b
     if padded != n:
         x, y = (jnp.pad(a, (0, padded - n)) for a in (x, y))
@@ -105,9 +107,7 @@ def vector_add(
         grid=(padded // b,),
         in_specs=[spec, spec],
         out_specs=spec,
-        compiler_params=triton.compiler_params(
-            block_sizes.num_warps, None, kernel_platform(interpret)
-        ),
+        compiler_params=triton.compiler_params(block_sizes.num_warps, None, platform),
         interpret=interpret,
     )(x, y)
     out = out.reshape(padded)
