@@ -1,7 +1,7 @@
 """pallas-autotune: find, verify, store and serve the best block sizes for Pallas kernels.
 
 The runtime surface (``autotuned``, ``register``, ``configure``, ``variants``, ``overlay``,
-``out_struct``, ``Split``) is cheap to import; ``tune`` and
+``out_struct``, ``Split``, ``Example``) is cheap to import; ``tune`` and
 ``TuningDB`` load the tuner (Optuna) and the database layer (SQLAlchemy) on first use, and
 ``TuneSettings`` the measurement's settings (neither); ``BestEntry`` is what
 ``TuningDB.put_best`` stores.
@@ -19,6 +19,7 @@ from autotune.errors import (
     SignatureError,
     SpaceError,
 )
+from autotune.registry.example import Example
 from autotune.registry.split import Split
 from autotune.registry.varying import out_struct
 from autotune.runtime.decorator import AutotunedKernel, autotuned, register
@@ -31,6 +32,7 @@ __all__ = [
     "AutotunedKernel",
     "BestEntry",
     "DatabaseError",
+    "Example",
     "KernelError",
     "Member",
     "SignatureError",

@@ -63,10 +63,13 @@ class Param:
 
 @dataclass(frozen=True)
 class Space:
-    """The candidates of one kernel on one platform, with its constraints."""
+    """The candidates of one kernel on one platform, with its constraints. `fixed`: the values
+    of parameters this platform does not tune, which constraints see beside the candidate's
+    (a kernel's block sizes not tuned here, at their defaults)."""
 
     params: tuple[Param, ...]
     constraints: tuple[Constraint, ...] = ()
+    fixed: tuple[tuple[str, Any], ...] = ()
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -94,7 +97,7 @@ class Space:
         broken = []
         for c in self.constraints:
             try:
-                ok = bool(c(dict(config), sig))
+                ok = bool(c({**dict(self.fixed), **config}, sig))
             except Exception as e:  # a constraint that raises rules the config out, loudly
                 ok = False
                 broken.append(f"{_name(c)} raised {type(e).__name__}: {e}")

@@ -48,8 +48,16 @@ ATTENTION_OUTPUTS = {"flash_attention": 1, "flash_attention_dq": 1, "flash_atten
 
 
 def arg_dtypes(kernel: str, dtype: str, n: int) -> list[str]:
-    """The dtypes of a kernel's `n` arguments in a case of `dtype`."""
-    tail = FLOAT32_TAIL.get(kernel, 0)
+    """The dtypes of a kernel's `n` arguments in a case of `dtype`; for a case at its example
+    (a kernel hardware_check knows from its registration), the example's own."""
+    tail = FLOAT32_TAIL.get(kernel)
+    if tail is None:
+        from autotune import registry
+
+        example = registry.resolve(kernel).spec.example
+        if example is not None and len(example.args) == n and example.args[0].dtype == dtype:
+            return [a.dtype for a in example.args]
+        tail = 0
     return [dtype] * (n - tail) + ["float32"] * tail
 
 
@@ -94,6 +102,11 @@ def vendor_op(kernel: str, dtype: str, static: dict) -> tuple[str, Callable | No
     # dq's and dkv's rows each against the whole backward, which computes dq, dk and dv at once
     backward = ("the VJP of jax.nn.dot_product_attention (dq, dk and dv together)", None)
     ops["flash_attention_dq"] = ops["flash_attention_dkv"] = backward
+    if kernel not in ops:  # a kernel known from its registration: its reference, by XLA
+        from autotune import registry
+
+        reference = registry.resolve(kernel).spec.reference
+        return "its reference (XLA)", functools.partial(reference, **static)
     return ops[kernel]
 
 
@@ -106,7 +119,7 @@ def attention_ops(
     as [B * H, S, 1, D] (`heads_as_batch`, no transpose), prepared outside the timed call."""
     import jax
 
-    from autotune.kernels.attention_mgpu import heads_as_batch
+    from autotune.kernels.attention_mgpu.attention_mgpu import heads_as_batch
 
     def forward(q, k, v):
         with jax.default_matmul_precision(precision):
@@ -375,7 +388,7 @@ def _vendor(job: dict[str, Any], args: list) -> tuple[str, Callable, list]:
     kernel's own precision, "highest")."""
     import jax
 
-    from autotune.kernels.matmul import dot_precision
+    from autotune.kernels.precision import dot_precision
 
     name, op = vendor_op(job["kernel"], job["dtype"], job["static"])
     if op is not None:

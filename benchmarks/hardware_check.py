@@ -10,10 +10,13 @@
 The project must be installed (its shipped kernels install as autotune.kernels); on a machine
 without a network, install its wheel: see benchmarks/README.md.
 
-The steps run in order of value (`ORDER`): every bfloat16 step first (matmul 4096^3, flash
-attention forward and backward at 4x16x2048x128 causal, `matmul_mgpu`, the two variant groups,
-a training step), the float32 cases after, then the rest. Each step runs in its own process with
-a time limit (`hardware_case.py`), and prints and writes what it measured as it goes. A case is
+The steps run in order of value (`order()`): the prepared ones (`PREPARED`), every bfloat16 step
+first (matmul 4096^3, flash attention forward and backward at 4x16x2048x128 causal,
+`matmul_mgpu`, the two variant groups, a training step), the float32 cases after, then the
+rest; then every other registered kernel that declares an example (autotune.registry: a kernel
+added since, `attention_mgpu`), at its example's shapes and dtypes (`registered_cases`). Each
+step runs in its own process with a time limit (`hardware_case.py`), and prints and writes what
+it measured as it goes. A case is
 the kernel at its default configuration against its plain-JAX reference on awkward shapes (in
 its own dtype, and in the dtypes no case of its kernel covers, by the kernel's last case),
 `autotune tune` (the CLI: device worker, interpret-mode oracle) at a realistic shape within the
@@ -68,6 +71,8 @@ class Case:
     dtype: str
     static: dict[str, Any] = field(default_factory=dict)
     share: float = 1.0  # its weight: in its least search, and in the time left over
+    # a kernel PREPARED has no case of, at its example: its own dtypes (None: hardware_case's)
+    dtypes: tuple[str, ...] | None = None
 
     @property
     def id(self) -> str:  # what --cases names
@@ -80,7 +85,20 @@ class Case:
 
     @property
     def mosaic_gpu(self) -> bool:
-        return self.kernel.endswith("_mgpu")
+        return _kernel(self.kernel).spec.backend == "mosaic_gpu"
+
+    @property
+    def simulated(self) -> bool:
+        """Whether a CPU's smoke run checks it in its backend's interpret mode: a prepared
+        case's kernel (GPU interpret mode runs matmul_mgpu), not one known from its
+        registration only (jax 0.10.2's cannot run JAX's attention)."""
+        return self.dtypes is None
+
+
+def _kernel(name: str) -> Any:
+    from autotune import registry
+
+    return registry.resolve(name)
 
 
 @dataclass(frozen=True)
@@ -112,7 +130,7 @@ def _rows(r: int, c: int, vectors: int) -> Shapes:
 
 CAUSAL = {"causal": True}
 ATTENTION, BACKWARD = _attn(4, 16, 2048, 128), _attn_bwd(4, 16, 2048, 128)
-ORDER: list[Case | Extra] = [  # in order of value: a tight budget keeps the first ones
+PREPARED: list[Case | Extra] = [  # in order of value: a tight budget keeps the first ones
     Case("matmul", _mm(4096, 4096, 4096), _mm(64, 64, 64), "bfloat16", share=2.0),
     Case("flash_attention", ATTENTION, _attn(1, 2, 64, 16), "bfloat16", CAUSAL, 1.5),
     # the backward: its two kernels, each against the whole of cuDNN's backward (dq, dk, dv)
@@ -131,8 +149,41 @@ ORDER: list[Case | Extra] = [  # in order of value: a tight budget keeps the fir
     Case("vector_add", ((1 << 26,),) * 2, ((5000,),) * 2, "float32", share=0.3),
     Extra("readme", "README example (JAX's Hopper matmul)", gpu_only=True),
 ]
-CASES = [c for c in ORDER if isinstance(c, Case)]
-EXTRAS = {e.id: e for e in ORDER if isinstance(e, Extra)}
+
+
+def registered_cases() -> list[Case]:
+    """A case for every registered kernel that declares an example and has no case in
+    PREPARED, after PREPARED's: at its example's shapes (on a device and in smoke mode alike), in its
+    example's dtypes, with its static arguments, and a small share."""
+    from autotune import registry
+
+    prepared = {c.kernel for c in PREPARED if isinstance(c, Case)}
+    cases = []
+    for name, kernel in registry.registered().items():
+        example = kernel.spec.example
+        if example is None or name in prepared:
+            continue
+        shapes = tuple(a.shape for a in example.args)
+        dtypes = tuple(a.dtype for a in example.args)
+        cases.append(Case(name, shapes, shapes, dtypes[0], dict(example.static), 0.2, dtypes))
+    return cases
+
+
+def order() -> list[Case | Extra]:
+    """Every step's case or extra, in order of value: PREPARED's, then `registered_cases`
+    (worked out when a run starts: registering the kernels is part of its budget)."""
+    return PREPARED + registered_cases()
+
+
+CASES = [c for c in PREPARED if isinstance(c, Case)]
+EXTRAS = {e.id: e for e in PREPARED if isinstance(e, Extra)}
+
+
+def every_dtype() -> tuple[str, ...]:
+    """The dtypes a run checks and tunes by default: ALL_DTYPES, and the cases' own."""
+    cases = {c.dtype for c in order() if isinstance(c, Case)}
+    return ALL_DTYPES + tuple(sorted(cases - set(ALL_DTYPES)))
+
 
 # GPU interpret mode simulates every thread of a Mosaic GPU kernel: seconds per call at the
 # smallest shapes, too slow to tune and time in a smoke run (its correctness is still checked).
@@ -274,7 +325,7 @@ def steps(
             if item.id in overheads.extras_s and not smoke:
                 out.append(Step(None, (), False, item))
             continue
-        allowed = CHECKED_DTYPES.get(item.kernel, ALL_DTYPES)
+        allowed = CHECKED_DTYPES.get(item.kernel, item.dtypes[:1] if item.dtypes else ALL_DTYPES)
         own = [c for c in cases if c.kernel == item.kernel]
         wanted = {item.dtype} | (
             set(allowed) - {c.dtype for c in own} if item is own[-1] else set()
@@ -288,8 +339,9 @@ def steps(
 def runs_on(item: Case | Extra, platform: str) -> bool:
     """Whether a case or extra can run on this platform (Mosaic GPU: on a GPU, or simulated on
     a CPU)."""
-    gpu_only = item.mosaic_gpu if isinstance(item, Case) else item.gpu_only
-    return not gpu_only or platform in ("gpu", "cpu")
+    if isinstance(item, Case):
+        return not item.mosaic_gpu or platform == "gpu" or (platform == "cpu" and item.simulated)
+    return not item.gpu_only or platform in ("gpu", "cpu")
 
 
 def step_cost(step: Step, overheads: Overheads) -> float:
@@ -402,7 +454,7 @@ def job(
         "platform": info.get("platform", "gpu"),
         "shapes": None if not step.tuned else case.smoke_shapes if smoke else case.shapes,
         "check_dtypes": list(step.checks),
-        "check_shapes": AWKWARD[kernel][1 if smoke else 0],
+        "check_shapes": AWKWARD[kernel][1 if smoke else 0] if kernel in AWKWARD else case.shapes,
         "check_static": AWKWARD_STATIC.get(kernel, {}),
         "db": db,
         "smoke": smoke,
@@ -573,10 +625,12 @@ def select(args: argparse.Namespace) -> list[Case | Extra]:
     """The cases and extras the filters keep, in their order; a filter naming nothing known is
     refused. Extras run unfiltered, or where --cases names them."""
     filters = {"--kernels": args.kernels, "--dtypes": args.dtypes, "--cases": args.cases}
+    items = order()
+    cases = [c for c in items if isinstance(c, Case)]
     known = {
-        "--kernels": {c.kernel for c in CASES},
-        "--dtypes": set(ALL_DTYPES),
-        "--cases": {c.id for c in CASES} | set(EXTRAS),
+        "--kernels": {c.kernel for c in cases},
+        "--dtypes": set(every_dtype()),
+        "--cases": {c.id for c in cases} | set(EXTRAS),
     }
     wanted: dict[str, set[str]] = {}
     for flag, value in filters.items():
@@ -594,7 +648,7 @@ def select(args: argparse.Namespace) -> list[Case | Extra]:
     unfiltered = not (args.kernels or args.cases)
     return [
         item
-        for item in ORDER
+        for item in items
         if (isinstance(item, Extra) and (unfiltered or item.id in named))
         or (
             isinstance(item, Case)
@@ -650,7 +704,7 @@ def main(argv: list[str] | None = None) -> int:
     if not items:
         print("no case matches --kernels, --dtypes and --cases together", file=sys.stderr)
         return 2
-    dtypes = tuple(args.dtypes.split(",")) if args.dtypes else ALL_DTYPES
+    dtypes = tuple(args.dtypes.split(",")) if args.dtypes else every_dtype()
     # this process and each step's (and its device worker's) share the GPU: none may take
     # XLA's default 75% of its memory up front, or the next one cannot start
     os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")

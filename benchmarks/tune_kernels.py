@@ -1,4 +1,4 @@
-"""Tune the shipped kernels on this machine's platform and print what the tuning cost.
+"""Tune the registered kernels on this machine's platform and print what the tuning cost.
 
     PYTHONPATH=. python benchmarks/tune_kernels.py [--trials 12] [--no-isolate] [--out FILE]
 
@@ -8,6 +8,10 @@ the speedup, the tuning wall time (with the device worker's start-up and the ora
 and the harness overhead: the share of the wall time spent neither compiling nor running the
 kernel (candidates, finalists, and the interpret-mode oracle count as compiling and running;
 search, bookkeeping, worker start-up and storing are overhead). Nothing here is served: each run writes to a throw-away database.
+
+The kernels are the registry's: each that declares an example, at its example's shapes, dtypes
+and static arguments (on a CPU none whose backend's interpret mode simulates a GPU: Mosaic
+GPU's); on an accelerator the prepared shapes of PREPARED first, at --dtype.
 """
 
 from __future__ import annotations
@@ -18,37 +22,50 @@ import sys
 import tempfile
 import time
 
-# (kernel, argument shapes) per platform: small on the CPU, where Pallas is interpreted.
-CASES = {
-    "cpu": [
-        ("vector_add", [(65536,), (65536,)]),
-        ("vector_add", [(100_003,), (100_003,)]),
-        ("matmul", [(256, 256), (256, 256)]),
-        ("matmul", [(128, 512), (512, 64)]),
-    ],
-    "accelerator": [
-        ("vector_add", [(1 << 24,), (1 << 24,)]),
-        ("matmul", [(2048, 2048), (2048, 2048)]),
-        ("matmul", [(4096, 1024), (1024, 4096)]),
-    ],
-}
+# (kernel, argument shapes) of realistic size, tuned on an accelerator at --dtype, before the
+# registered kernels' examples
+PREPARED = [
+    ("vector_add", [(1 << 24,), (1 << 24,)]),
+    ("matmul", [(2048, 2048), (2048, 2048)]),
+    ("matmul", [(4096, 1024), (1024, 4096)]),
+]
+
+
+def cases(on_cpu: bool, dtype: str) -> list[tuple[str, list, dict]]:
+    """(kernel, its arguments as jax.ShapeDtypeStruct, its static arguments), in order."""
+    import jax
+
+    from autotune import backends, registry
+
+    out = (
+        []
+        if on_cpu
+        else [(k, [jax.ShapeDtypeStruct(s, dtype) for s in shapes], {}) for k, shapes in PREPARED]
+    )
+    for name, kernel in registry.registered().items():
+        example = kernel.spec.example
+        if example is None or (on_cpu and backends.get(kernel.spec.backend).slow_interpret):
+            continue
+        out.append((name, example.arrays(), dict(example.static)))
+    return out
 
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--trials", type=int, default=12)
     p.add_argument("--no-isolate", dest="isolate", action="store_false")
-    p.add_argument("--dtype", default="float32")
+    p.add_argument("--dtype", default="float32", help="the prepared cases' (accelerator only)")
     p.add_argument("--out", help="also write the table to this file")
     args = p.parse_args()
 
-    cases = CASES["cpu" if _on_cpu(os.environ.get("JAX_PLATFORMS", "")) else "accelerator"]
+    on_cpu = _on_cpu(os.environ.get("JAX_PLATFORMS", ""))
     worker_platforms = None
     if args.isolate:  # as the CLI does: the device is the worker's, this process keeps to the CPU
         worker_platforms = os.environ.get("JAX_PLATFORMS", "")
         os.environ["JAX_PLATFORMS"] = "cpu"
     import jax
 
+    from autotune.signature import ArgSpec, dtype_name, format_args
     from autotune.tuning.task import task_of_call
     from autotune.tuning.tune import tune
     from autotune.tuning.worker import DeviceWorker
@@ -60,8 +77,7 @@ def main() -> int:
         # one worker for every task, as a job would run them: one start-up, reported on the first
         worker = None
         start_s = total_wall = total_measured = 0.0
-        for kernel, shapes in cases:
-            inputs = [jax.ShapeDtypeStruct(s, args.dtype) for s in shapes]
+        for kernel, inputs, static in cases(on_cpu, args.dtype):
             if args.isolate and worker is None:
                 started = time.perf_counter()
                 worker = DeviceWorker(task_of_call(kernel, []), [], platforms=worker_platforms)
@@ -69,6 +85,7 @@ def main() -> int:
             r = tune(
                 kernel,
                 inputs,
+                kwargs=static,
                 n_trials=args.trials,
                 db=db,
                 seed=0,
@@ -82,7 +99,9 @@ def main() -> int:
             rows.append(
                 {
                     "kernel": kernel,
-                    "shapes": ",".join("x".join(map(str, s)) for s in shapes),
+                    "arguments": format_args(
+                        tuple(ArgSpec(tuple(a.shape), dtype_name(a.dtype)) for a in inputs)
+                    ),
                     "trials": len(r.trials),
                     "rejected": r.n_rejected,
                     "crashed": r.n_crashed,
@@ -101,7 +120,7 @@ def main() -> int:
     mode = "device worker" if args.isolate else "in process"
     total = total_wall + start_s
     text = (
-        f"platform {platform}; {mode}; {args.trials} trials; {args.dtype}; jax {jax.__version__}\n"
+        f"platform {platform}; {mode}; {args.trials} trials; jax {jax.__version__}\n"
         + _table(rows)
         + f"\nall tasks: {total:.2f} s wall, the worker's one start-up ({start_s:.2f} s) included; "
         f"harness overhead {100 * (total - total_measured) / total:.1f}%"

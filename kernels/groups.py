@@ -3,7 +3,7 @@ fastest served (see autotune.runtime.variants).
 
 - `matmul_variants`: the Triton/TPU `matmul`, the Mosaic GPU `matmul_mgpu`, XLA's dot.
 - `attention_variants`: `flash_attention`, JAX's own Mosaic GPU attention (`attention_mgpu`,
-  the FA3-style kernel, its block sizes tuned: kernels/attention_mgpu.py), cuDNN's fused
+  the FA3-style kernel, its block sizes tuned: kernels/attention_mgpu/), cuDNN's fused
   attention and XLA's own, both through `jax.nn.dot_product_attention`.
 
 The groups are named `*_variants` because the kernels `matmul` and `flash_attention` keep their
@@ -22,11 +22,14 @@ import jax
 
 from autotune.backends import mosaic_gpu
 from autotune.device import DeviceInfo
-from autotune.kernels.attention_mgpu import attention_mgpu, heads_as_batch
-from autotune.kernels.flash_attention import flash_attention
-from autotune.kernels.matmul import dot_precision, matmul, matmul_reference
-from autotune.kernels.matmul_mgpu import matmul_mgpu
+from autotune.kernels.attention_mgpu.attention_mgpu import attention_mgpu, heads_as_batch
+from autotune.kernels.flash_attention.forward import flash_attention
+from autotune.kernels.matmul.matmul import matmul, matmul_reference
+from autotune.kernels.matmul_mgpu.matmul_mgpu import matmul_mgpu
+from autotune.kernels.precision import dot_precision
 from autotune.runtime.variants import Member, variants
+
+__all__ = ["attention_variants", "matmul_variants"]
 
 
 def needs_hopper(device: DeviceInfo) -> str | None:

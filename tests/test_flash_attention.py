@@ -10,7 +10,8 @@ import pytest
 from kernel_checks import close, rand, tpu_configs_lower
 
 from autotune.kernels import attention_reference, flash_attention
-from autotune.kernels.flash_attention import attention_on
+from autotune.kernels.flash_attention.forward import attention_on
+from autotune.kernels.flash_attention.tiles import BlockSizes
 
 S = jax.ShapeDtypeStruct
 
@@ -49,10 +50,7 @@ def test_flash_attention_gpu_layout_pads_head_dim_and_masks_keys():
         v,
         causal=True,
         sm_scale=None,
-        block_q=16,
-        block_k=64,
-        num_warps=4,
-        num_stages=2,
+        block_sizes=BlockSizes(block_q=16, block_k=64, num_warps=4, num_stages=2),
         platform="gpu",
         interpret=True,
     )
@@ -102,5 +100,5 @@ def test_cli_tunes_causal_flash_attention(subprocess_env):
     out = subprocess.run(listing, env=subprocess_env, capture_output=True, text=True, timeout=300)
     (row,) = json.loads(out.stdout)
     assert row["kernel"] == "flash_attention"
-    # precision None: the inputs' own (float32: "highest"; see matmul.dot_precision)
+    # precision None: the inputs' own (float32: "highest"; see kernels/precision.py)
     assert json.loads(row["static"]) == {"causal": True, "sm_scale": 0.25, "precision": None}

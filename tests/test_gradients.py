@@ -1,5 +1,6 @@
-"""Gradients through every shipped kernel, and the backward kernels on their own, against the
-references' in interpret mode, on awkward shapes."""
+"""Gradients through every kernel that declares a backward, and the backward kernels on their
+own, against the references' in interpret mode, on awkward shapes: each kernel as the registry
+lists it, at its example call."""
 
 from __future__ import annotations
 
@@ -9,57 +10,40 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from kernel_checks import TPU, close, rand, tpu_configs_lower
+from kernel_checks import (
+    TPU,
+    backward_kernels,
+    check_gradient,
+    close,
+    differentiable,
+    example_inputs,
+    loss,
+    rand,
+    runs_here,
+    tpu_configs_lower,
+    with_examples,
+)
 
 from autotune import BestEntry, registry
 from autotune.kernels import (
     attention_dkv_reference,
     attention_dq_reference,
     attention_reference,
-    bmm,
-    bmm_reference,
     flash_attention,
     flash_attention_dkv,
     flash_attention_dq,
-    layer_norm,
-    layer_norm_bwd,
-    layer_norm_bwd_reference,
-    layer_norm_reference,
-    matmul,
-    matmul_reference,
     rms_norm,
     rms_norm_bwd,
-    rms_norm_bwd_reference,
     rms_norm_reference,
     softmax,
     softmax_bwd,
-    softmax_bwd_reference,
     softmax_reference,
-    vector_add,
-    vector_add_reference,
 )
-from autotune.kernels.flash_attention_bwd import backward_on
+from autotune.kernels.flash_attention.backward import backward_on
+from autotune.kernels.flash_attention.tiles import BlockSizes
 
 S = jax.ShapeDtypeStruct
 ROWS = (3, 5, 37)  # 15 rows, a row length no power of two
-ATTN = functools.partial(flash_attention, sm_scale=0.3)
-ATTN_REF = functools.partial(attention_reference, sm_scale=0.3)
-
-# kernel, its reference, the arrays' shapes: every array is differentiated
-CASES = {
-    "matmul": (matmul, matmul_reference, [(37, 45), (45, 29)]),
-    "bmm": (bmm, bmm_reference, [(2, 7, 9), (2, 9, 5)]),
-    "softmax": (softmax, softmax_reference, [ROWS]),
-    "rms_norm": (rms_norm, rms_norm_reference, [ROWS, ROWS[-1:]]),
-    "layer_norm": (layer_norm, layer_norm_reference, [ROWS, ROWS[-1:], ROWS[-1:]]),
-    "vector_add": (vector_add, vector_add_reference, [(300,), (300,)]),
-    "flash_attention": (ATTN, ATTN_REF, [(1, 2, 19, 8), (1, 2, 23, 8), (1, 2, 23, 8)]),
-}
-
-
-def _loss(fn, cotangent):
-    """A scalar whose gradient is the VJP of `fn` with `cotangent`."""
-    return lambda *args: jnp.sum(fn(*args).astype(jnp.float32) * cotangent)
 
 
 def _inputs(shapes, dtype=jnp.float32):
@@ -72,25 +56,17 @@ def test_a_bf16_flash_attention_gradient_keeps_to_the_bf16_tolerance():
     args = _inputs([(1, 2, 128, 64)] * 3, jnp.bfloat16)
     options = dict(sm_scale=0.3, block_q=32, block_k=32)
     cotangent = rand((1, 2, 128, 64), seed=9)
-    grads = jax.grad(_loss(functools.partial(flash_attention, **options), cotangent), (0, 1, 2))
+    grads = jax.grad(loss(functools.partial(flash_attention, **options), cotangent), (0, 1, 2))
     refs = jax.grad(
-        _loss(functools.partial(attention_reference, sm_scale=0.3), cotangent), (0, 1, 2)
+        loss(functools.partial(attention_reference, sm_scale=0.3), cotangent), (0, 1, 2)
     )
     for g, r in zip(grads(*args), refs(*args)):
         close(g, r, jnp.bfloat16)
 
 
-@pytest.mark.parametrize("name", list(CASES))
-def test_gradient_matches_the_references_under_jit(name):
-    kernel, reference, shapes = CASES[name]
-    args = _inputs(shapes)
-    cotangent = rand(jax.eval_shape(reference, *args).shape, seed=9)
-    argnums = tuple(range(len(args)))
-    value, grads = jax.jit(jax.value_and_grad(_loss(kernel, cotangent), argnums))(*args)
-    ref_value, ref_grads = jax.value_and_grad(_loss(reference, cotangent), argnums)(*args)
-    close(value, ref_value, jnp.float32)
-    for g, r in zip(grads, ref_grads):
-        close(g, r, jnp.float32)
+@pytest.mark.parametrize("name", differentiable())
+def test_gradient_matches_the_references_under_jit_and_calls_the_declared_backward(name):
+    check_gradient(with_examples()[name])
 
 
 def test_eager_vjp_and_grad_and_bfloat16():
@@ -100,25 +76,25 @@ def test_eager_vjp_and_grad_and_bfloat16():
     close(out, softmax_reference(x), jnp.float32)
     close(vjp(g)[0], jax.vjp(softmax_reference, x)[1](g)[0], jnp.float32)
     xb, wb = rand(ROWS, jnp.bfloat16, 3), rand(ROWS[-1:], jnp.bfloat16, 4) + 1
-    grads = jax.grad(_loss(rms_norm, g), (0, 1))(xb, wb)
-    refs = jax.grad(_loss(rms_norm_reference, g), (0, 1))(xb, wb)
+    grads = jax.grad(loss(rms_norm, g), (0, 1))(xb, wb)
+    refs = jax.grad(loss(rms_norm_reference, g), (0, 1))(xb, wb)
     for a, b in zip(grads, refs):
         close(a, b, jnp.bfloat16)
 
 
-# each backward kernel at blocks smaller than its shape: several blocks, padded rows and keys
-ROW_KERNELS = [
-    (softmax_bwd, softmax_bwd_reference, [ROWS, ROWS]),
-    (rms_norm_bwd, rms_norm_bwd_reference, [ROWS, ROWS[-1:], ROWS]),
-    (layer_norm_bwd, layer_norm_bwd_reference, [ROWS, ROWS[-1:], ROWS]),
-]
-
-
-@pytest.mark.parametrize("kernel, reference, shapes", ROW_KERNELS, ids=lambda v: "")
-def test_row_backward_kernels_match_the_vjp_of_the_forward_reference(kernel, reference, shapes):
-    args = _inputs(shapes)
-    out = kernel(*args, block_rows=8)
-    jax.tree.map(lambda o, r: close(o, r, jnp.float32), out, reference(*args))
+@pytest.mark.parametrize(
+    "name", sorted(n for n in backward_kernels() if runs_here(with_examples()[n]))
+)
+def test_backward_kernels_match_their_references_at_their_smallest_blocks(name):
+    # each at its example with its CPU space's smallest blocks: several blocks, padded rows and
+    # keys; its reference is the VJP of the forward's (in the saved lse and delta for flash
+    # attention's, so that it is defined on any inputs)
+    kernel = with_examples()[name]
+    args, static = example_inputs(kernel)
+    smallest = {p.name: p.values[0] for p in kernel.spec.spaces["cpu"]}
+    out = kernel(*args, **static, **smallest)
+    ref = kernel.spec.reference(*args, **static)
+    jax.tree.map(lambda o, r: close(o, r, jnp.float32), out, ref)
 
 
 def test_flash_attention_backward_kernels_skip_causal_blocks_and_match_the_true_gradient():
@@ -130,8 +106,9 @@ def test_flash_attention_backward_kernels_skip_causal_blocks_and_match_the_true_
     s = jnp.einsum("bhqd,bhkd->bhqk", q, k) / np.sqrt(12)
     lse = jax.nn.logsumexp(jnp.where(jnp.tril(jnp.ones((37, 29), bool)), s, -jnp.inf), axis=-1)
     delta = jnp.sum(out * do, axis=-1)
-    options = dict(causal=True, sm_scale=None, block_q=16, block_k=16, num_warps=4, num_stages=2,
-                   precision="highest", platform="gpu", interpret=True)  # fmt: skip
+    blocks = BlockSizes(block_q=16, block_k=16, num_warps=4, num_stages=2)
+    options = dict(causal=True, sm_scale=None, block_sizes=blocks, precision="highest",
+                   platform="gpu", interpret=True)  # fmt: skip
     dq = jax.jit(functools.partial(backward_on, "dq", **options))
     dkv = jax.jit(functools.partial(backward_on, "dkv", **options))
     for got, want in zip(dq(q, k, v, do, lse, delta) + dkv(q, k, v, do, lse, delta), vjp(do)):
@@ -144,13 +121,10 @@ def test_flash_attention_backward_kernels_skip_causal_blocks_and_match_the_true_
         close(got, want, jnp.float32)
 
 
-BACKWARD = ["softmax_bwd", "rms_norm_bwd", "layer_norm_bwd", "flash_attention_dq",
-            "flash_attention_dkv"]  # fmt: skip
-
-
 def test_backward_kernels_are_registered_with_spaces_of_their_own():
     kernels = registry.registered()
-    for name in BACKWARD:
+    assert backward_kernels() >= {"softmax_bwd", "flash_attention_dq", "attention_mgpu_bwd"}
+    for name in backward_kernels():
         spec = kernels[name].spec
         assert spec.reference is not None and spec.constraints
         assert set(spec.spaces) >= {"cpu", "tpu", "gpu"}
@@ -207,7 +181,7 @@ def test_matmul_mgpu_gradient_is_two_matmul_mgpu_calls_served_their_tuned_config
     _store(db_url, matmul_mgpu, [bf16((200, 100)), bf16((100, 72))], tiles)  # dy = x^T g
     configure()
     cotangent = rand((100, 72), seed=2)
-    grads = jax.grad(_loss(functools.partial(matmul_mgpu, **tiles), cotangent), (0, 1))(x, y)
-    refs = jax.grad(_loss(matmul_mgpu_reference, cotangent), (0, 1))(x, y)
+    grads = jax.grad(loss(functools.partial(matmul_mgpu, **tiles), cotangent), (0, 1))(x, y)
+    refs = jax.grad(loss(matmul_mgpu_reference, cotangent), (0, 1))(x, y)
     for g, r in zip(grads, refs):
         close(g, r, jnp.bfloat16)

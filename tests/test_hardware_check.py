@@ -155,9 +155,25 @@ def test_an_extra_shows_its_lines_as_they_come_and_stops_at_its_time_limit(hc, t
     assert (rc, lines, errors) == (1, ["row"], "a fault in the script")
 
 
+def test_the_plan_has_a_case_of_every_kernel_the_registry_gives_an_example(hc):
+    from kernel_checks import with_examples
+
+    order = hc.order()
+    assert {c.kernel for c in order if isinstance(c, hc.Case)} >= set(with_examples())
+    # those no prepared case covers come last, at their examples, in their dtypes
+    (case,) = [c for c in order if getattr(c, "kernel", None) == "attention_mgpu_bwd"]
+    assert case.dtypes == ("float16",) * 4 + ("float32", "float16")
+    assert order.index(case) >= len(hc.PREPARED) and order[: len(hc.PREPARED)] == hc.PREPARED
+    # a Mosaic GPU kernel known from its registration only runs on a GPU (jax 0.10.2's GPU
+    # interpret mode cannot run JAX's attention); a prepared one is simulated on a CPU too
+    assert hc.runs_on(case, "gpu") and not hc.runs_on(case, "cpu")
+    (mgpu,) = [c for c in hc.CASES if c.kernel == "matmul_mgpu"]
+    assert hc.runs_on(mgpu, "cpu") and not hc.runs_on(mgpu, "tpu")
+
+
 @pytest.mark.slow
 def test_the_smoke_run_ends_within_its_budget_lists_what_it_dropped_and_ships_its_table(
-    tmp_path, subprocess_env, monkeypatch
+    hc, tmp_path, subprocess_env, monkeypatch
 ):
     budget = 30.0
     start = time.perf_counter()
@@ -178,9 +194,14 @@ def test_the_smoke_run_ends_within_its_budget_lists_what_it_dropped_and_ships_it
     doc = json.loads(report.read_text(), parse_constant=no_nan)
     text = (tmp_path / f"{report.stem}.md").read_text()
     assert text.startswith("# Hardware check: cpu")
-    rows = doc["cases"]
-    # every case is listed, in order of value, the first one run
-    assert rows[0]["case"] == "matmul bfloat16" and rows[-1]["case"] == "vector_add float32"
+    # every case is listed, in order of value, the first one run (those a CPU cannot run first,
+    # each said so)
+    skipped = [r for r in doc["cases"] if r["outcome"] == hc.GPU_ONLY]
+    rows = doc["cases"][len(skipped) :]
+    on_cpu = [i for i in hc.order() if hc.runs_on(i, "cpu")]
+    planned = hc.steps(on_cpu, hc.every_dtype(), True, hc.overheads_of("cpu"))
+    assert [r["case"] for r in rows] == [s.label for s in planned]
+    assert rows[0]["case"] == "matmul bfloat16"
     first = rows[0]
     assert first["outcome"] == "done", proc.stdout[-3000:] + proc.stderr[-3000:]
     assert [(c["dtype"], c["ok"]) for c in first["correctness"]] == [("bfloat16", True)]

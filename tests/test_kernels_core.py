@@ -59,7 +59,8 @@ def test_vector_add_matches_reference(n, block, dtype):
 def test_vector_add_refuses_blocks_that_are_not_whole_rows_of_lanes():
     x = rand((256,), jnp.float32)
     with pytest.raises(ValueError, match="multiple of 128, got block=64"):
-        vector_add.spec.fn(x, x, block=64, interpret=True)  # the kernel's own check
+        blocks = vector_add.spec.block_sizes(block=64)
+        vector_add.spec.fn(x, x, block_sizes=blocks, interpret=True)  # the kernel's own check
     # called as a tunable kernel, its constraints refuse the caller's block first
     with pytest.raises(AutotuneError, match="block=64 breaks fits_platform.*block 128, 256"):
         vector_add(x, x, block=64)
@@ -82,7 +83,7 @@ def test_matmul_in_grouped_tile_order_matches_reference(group_m):
 
 
 def test_the_grouped_order_visits_every_output_tile_once_a_group_of_rows_at_a_time():
-    from autotune.kernels.matmul import grouped_tile
+    from autotune.kernels.matmul.matmul import grouped_tile
 
     tiles = [tuple(int(t) for t in grouped_tile(pid, 6, 5, 4)) for pid in range(30)]
     assert sorted(tiles) == [(i, j) for i in range(6) for j in range(5)]

@@ -18,8 +18,9 @@ from autotune.kernels import (
     softmax,
     softmax_reference,
 )
-from autotune.kernels.norms import norm_on
-from autotune.kernels.softmax import softmax_on
+from autotune.kernels.rows.layout import BlockSizes
+from autotune.kernels.rows.norms import norm_on
+from autotune.kernels.rows.softmax import softmax_on
 
 S = jax.ShapeDtypeStruct
 DTYPES = [jnp.float32, jnp.bfloat16]
@@ -40,7 +41,9 @@ def test_softmax_matches_reference(shape, block_rows, dtype):
 def test_softmax_gpu_layout_masks_padded_lanes():
     # The GPU layout pads the 200-wide rows to 256 lanes; run it in interpret mode here.
     x = rand((3, 5, 200), scale=5.0)
-    out = softmax_on(x, block_rows=4, num_warps=4, platform="gpu", interpret=True)
+    out = softmax_on(
+        x, block_sizes=BlockSizes(block_rows=4, num_warps=4), platform="gpu", interpret=True
+    )
     close(out, softmax_reference(x), jnp.float32)
 
 
@@ -82,8 +85,7 @@ def test_layer_norm_gpu_layout_keeps_padded_lanes_out_of_the_variance():
         x,
         vectors,
         eps=1e-5,
-        block_rows=8,
-        num_warps=4,
+        block_sizes=BlockSizes(block_rows=8, num_warps=4),
         platform="gpu",
         interpret=True,
     )

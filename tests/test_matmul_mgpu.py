@@ -16,7 +16,7 @@ from autotune.kernels import matmul_mgpu, matmul_mgpu_reference
 from autotune.measure.lowering import lowering_error
 
 pytest.importorskip("absl", reason="Mosaic GPU imports absl: pip install absl-py")
-module = sys.modules["autotune.kernels.matmul_mgpu"]
+module = sys.modules["autotune.kernels.matmul_mgpu.matmul_mgpu"]
 H200 = DeviceInfo("gpu", "NVIDIA H200", "mosaic_gpu", jax.__version__, "", "")
 LIMIT = 232_448
 
@@ -100,14 +100,14 @@ def test_a_cluster_of_two_blocks_lowers_for_a_gpu():
 
     def lowered(along):
         config = _config(cluster_dimension=along, max_concurrent_steps=3)
-        fn = functools.partial(matmul_mgpu.spec.fn, **config)
+        fn = matmul_mgpu.spec.bound_function(config, interpret=False)
         return jax.jit(fn).trace(x, x).lower(lowering_platforms=("cuda",)).as_text()
 
     assert "nvvm.cluster.wait" not in lowered("none")
     assert all("nvvm.cluster.wait" in lowered(along) for along in ("m", "n"))
     with pytest.raises(ValueError, match="cluster_dimension='k' must be one of"):
         ones = jnp.ones((64, 64), jnp.bfloat16)
-        matmul_mgpu.spec.fn(ones, ones, cluster_dimension="k")
+        matmul_mgpu.spec.bound_function({"cluster_dimension": "k"}, interpret=False)(ones, ones)
 
 
 def test_float32_is_refused_with_the_rule():
@@ -148,7 +148,8 @@ def test_float32_is_refused_with_the_rule():
 )
 def test_matches_the_reference_under_gpu_interpret_mode(dtype, shapes, config):
     x, y = rand(shapes[0], dtype, seed=0), rand(shapes[1], dtype, seed=1)
-    run = functools.partial(
-        matmul_mgpu.spec.fn, **_config(max_concurrent_steps=2, **config), interpret=True
+    configured = matmul_mgpu.spec.bound_function(
+        _config(max_concurrent_steps=2, **config), interpret=False
     )
+    run = functools.partial(configured, interpret=True)
     close(jax.jit(run)(x, y), matmul_mgpu_reference(x, y), jnp.bfloat16)

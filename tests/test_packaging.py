@@ -41,7 +41,7 @@ def test_the_shipped_kernels_and_spaces_are_found_under_the_package():
     from autotune import registry
     from autotune.space import resolve_space_path
 
-    assert registry.resolve("matmul").spec.fn.__module__ == "autotune.kernels.matmul"
+    assert registry.resolve("matmul").spec.fn.__module__ == "autotune.kernels.matmul.matmul"
     assert resolve_space_path("matmul").parent == ROOT / "search_spaces"
 
 

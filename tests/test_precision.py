@@ -9,9 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from autotune.kernels.bmm import bmm
-from autotune.kernels.flash_attention import flash_attention
-from autotune.kernels.matmul import matmul
+from autotune.kernels import bmm, flash_attention, matmul
 from autotune.measure.verify import compare, tolerance
 
 F32 = jax.ShapeDtypeStruct

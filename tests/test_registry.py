@@ -119,15 +119,22 @@ def test_a_module_outside_any_package_covers_the_modules_beside_it(tmp_path):
     assert version(2) != version(3)
 
 
-def test_the_shipped_kernels_versions_cover_the_modules_they_run():
-    from autotune.kernels import bmm, flash_attention_dq, softmax
+def test_the_shipped_kernels_versions_cover_the_modules_they_run_and_no_other_ops():
+    from autotune.kernels import attention_mgpu, bmm, flash_attention_dq, matmul, softmax
 
-    def modules(kernel):
-        return {name for name, _ in kernel_code(kernel.spec.fn)}
+    def modules(kernel):  # the kernel's own statements (an outside import is module "")
+        parts = kernel_code(kernel.spec.fn)
+        return {name.removeprefix("autotune.kernels.") for name, _ in parts if name}
 
-    assert "autotune.kernels.rowwise" in modules(softmax)
-    assert "autotune.kernels.matmul" in modules(bmm)
-    assert "autotune.kernels.flash_attention" in modules(flash_attention_dq)
+    # an op's modules and the helpers the ops share, and no package's __init__ (which imports
+    # every op of its package)
+    assert modules(softmax) == {"rows.softmax", "rows.layout", "differentiable"}
+    assert modules(bmm) == {"matmul.bmm", "matmul.tiles", "precision", "differentiable"}
+    assert modules(matmul) == {"matmul.matmul", "matmul.tiles", "precision", "differentiable"}
+    assert "flash_attention.tpu" in modules(flash_attention_dq)
+    assert "flash_attention.forward" not in modules(flash_attention_dq)
+    assert "flash_attention.reference" in modules(attention_mgpu)
+    assert "flash_attention.backward" not in modules(attention_mgpu)
     # the library and JAX are not the kernel's code: their releases stale nothing
     assert not any(m.startswith(("jax", "autotune.backends")) for m in modules(softmax))
 
@@ -322,3 +329,133 @@ def test_a_shape_tuned_for_another_kernel_version_says_so_in_explain_and_a_warni
     (warning,) = [r.getMessage() for r in caplog.records if "versioned_declared" in r.getMessage()]
     assert "a different version of the kernel" in warning and "not served: re-tune it" in warning
     assert "older" not in warning
+
+
+# ------------------------------------------------------------ block sizes, declared once
+
+BLOCKS_KERNEL = """
+import dataclasses
+
+from autotune import Example, autotuned
+
+
+@dataclasses.dataclass(frozen={frozen})
+class BlockSizes:
+    block_rows: int = {default}
+    num_warps: int = 4
+
+
+def fits(config, sig):
+    return config[{read!r}] <= sig.shapes[0][0]
+
+
+@autotuned(name="blocked", space={space}, constraints=[fits], example=Example("f32[32,128]"))
+def blocked(x, *, block_sizes: BlockSizes = BlockSizes(), interpret=False):
+    return x * block_sizes.block_rows
+"""
+SPACE = {"common": {"block_rows": [8, 16]}, "gpu": {"num_warps": [4, 8]}}
+
+
+def load_blocks(tmp_path, space=SPACE, default=8, read="block_rows", frozen=True):
+    n = len(list(tmp_path.iterdir()))
+    path = tmp_path / f"blocked_{n}.py"
+    path.write_text(BLOCKS_KERNEL.format(space=space, default=default, read=read, frozen=frozen))
+    spec = importlib.util.spec_from_file_location(f"blocked_{n}", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_block_sizes_are_the_tunables_and_their_defaults(tmp_path):
+    module = load_blocks(tmp_path)
+    spec = module.blocked.spec
+    assert spec.block_sizes is module.BlockSizes
+    assert spec.defaults == {"block_rows": 8, "num_warps": 4}
+    assert spec.kernel_kwargs({"block_rows": 16}) == {"block_sizes": module.BlockSizes(16, 4)}
+    # the constraints see every field, those this platform does not tune at their defaults
+    sig = spec.example.signature("cpu", "cpu")
+    assert spec.space("cpu").fixed == (("num_warps", 4),)
+    assert spec.space("cpu").is_valid({"block_rows": 16}, sig)
+
+
+@pytest.mark.parametrize(
+    "change, error",
+    [
+        # a parameter the space tunes and the dataclass lacks
+        (
+            dict(space={**SPACE, "cpu": {"num_wraps": [2]}}),
+            r"blocked tunes 'num_wraps' \(on cpu\), which BlockSizes has no field for: add "
+            r"`num_wraps: int = \.\.\.` to BlockSizes",
+        ),
+        # a field the space gives no candidates
+        (
+            dict(space={"block_rows": [8, 16]}),
+            r"blocked: BlockSizes.num_warps has no candidates in .*: give it a list there",
+        ),
+        # a default that is not one of its candidates where the platform tunes it
+        (
+            dict(default=12),
+            r"blocked: BlockSizes.block_rows defaults to 12, which is not one of its cpu "
+            r"candidates .* \[8, 16\]: add it there, or change the default",
+        ),
+        # a constraint that reads a parameter the dataclass lacks (asked at the example)
+        (
+            dict(read="block_row"),
+            r"blocked: constraint fits reads parameter 'block_row', which BlockSizes has no "
+            r"field for",
+        ),
+        (dict(frozen=False), r"blocked: BlockSizes is not frozen: declare it"),
+    ],
+)
+def test_a_mismatch_of_block_sizes_space_and_constraints_fails_at_import(tmp_path, change, error):
+    from autotune.errors import AutotuneError
+
+    with pytest.raises(AutotuneError, match=error):
+        load_blocks(tmp_path, **change)
+
+
+def test_a_call_gives_block_sizes_by_name_or_whole(tmp_path, db_url):
+    import jax.numpy as jnp
+
+    module = load_blocks(tmp_path)
+    x = jnp.ones((32, 128))
+    assert float(module.blocked(x)[0, 0]) == 8  # the default
+    assert float(module.blocked(x, block_rows=16)[0, 0]) == 16
+    assert float(module.blocked(x, block_sizes=module.BlockSizes(16))[0, 0]) == 16
+    assert module.blocked.explain(x, block_sizes=module.BlockSizes(16))["source"] == "caller"
+    with pytest.raises(KernelError, match="block_sizes=.* is no BlockSizes"):
+        module.blocked(x, block_sizes=(16, 4))
+
+
+def test_an_unknown_option_is_named():
+    with pytest.raises(
+        KernelError, match=r"unknown option\(s\) spcae; no space: it takes name, space"
+    ):
+        autotuned(name="typo", spcae={"block": [8]})
+
+
+def test_every_shipped_kernel_declares_its_block_sizes_an_example_and_its_backward():
+    # what the suites that cover every kernel read (tests/kernel_checks.py): every kernel
+    # differentiates but the backward kernels, which its gradient calls
+    from autotune import registry
+    from autotune.registry.version import SHIPPED_KERNELS_PACKAGE
+    from autotune.runtime.variants import VariantGroup
+
+    shipped = {
+        n: k.spec
+        for n, k in registry.registered().items()
+        if k.spec.fn.__module__.startswith(SHIPPED_KERNELS_PACKAGE + ".")
+        and not isinstance(k, VariantGroup)
+    }
+    assert len(shipped) >= 15
+    assert all(s.block_sizes is not None for s in shipped.values())
+    assert all(s.example is not None for s in shipped.values())
+    called = {b for s in shipped.values() for b in s.backward or ()}
+    assert called <= set(shipped)
+    assert {n for n, s in shipped.items() if not s.differentiates} == called - {
+        n for n, s in shipped.items() if s.differentiates
+    }
+    assert {"attention_mgpu", "flash_attention"} <= {
+        n for n, s in shipped.items() if s.differentiates
+    }

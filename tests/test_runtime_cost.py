@@ -47,7 +47,9 @@ def test_jitted_call_holds_the_hand_configured_pallas_call_and_nothing_else(db_u
     tuned = {"block_m": 64, "block_n": 32, "block_k": 128}
     store(db_url, matmul, [x, y], tuned)
     assert matmul.explain(x, y)["source"] == "db"
-    hand = jax.jit(functools.partial(matmul.spec.fn, **tuned, interpret=True))
+    hand = jax.jit(
+        functools.partial(matmul.spec.bound_function(tuned, interpret=False), interpret=True)
+    )
     decorated = jax.make_jaxpr(lambda a, b: matmul(a, b))(x, y)
     by_hand = jax.make_jaxpr(lambda a, b: hand(a, b))(x, y)
     assert str(decorated) == str(by_hand)

@@ -1,7 +1,8 @@
 """The TPU bodies of matmul, bmm and flash_attention, checked without a TPU: their output under
 TPU interpret mode against the references, their VMEM models against footprints worked out by
 hand, the chip facts, and what the constraints accept at realistic large shapes on each
-generation, lowered for a TPU on this CPU host with the dimension semantics they carry."""
+generation, lowered for a TPU on this CPU host with the dimension semantics they carry; and
+every kernel a TPU compiles (the registry's), lowered for one at its example."""
 
 import base64
 import functools
@@ -20,7 +21,7 @@ from jax._src.lib import tpu as tpu_dialect
 from jax.experimental.pallas import tpu as pltpu
 from jaxlib.mlir import ir
 from jaxlib.mlir.passmanager import PassManager
-from kernel_checks import close, rand
+from kernel_checks import close, lowering_failures, lowers_for, rand, with_examples
 
 from autotune.backends import mosaic_tpu
 from autotune.backends.hardware import MiB
@@ -42,11 +43,10 @@ from autotune.kernels import (
 )
 from autotune.measure.lowering import lowering_error
 
-# the modules (autotune.kernels' attributes of these names are the kernels)
-mm_module = importlib.import_module("autotune.kernels.matmul")
-fa_module = importlib.import_module("autotune.kernels.flash_attention")
-bwd_module = importlib.import_module("autotune.kernels.flash_attention_bwd")
-tpu_module = importlib.import_module("autotune.kernels.flash_attention_tpu")
+mm_module = importlib.import_module("autotune.kernels.matmul.tiles")
+fa_module = importlib.import_module("autotune.kernels.flash_attention.forward")
+bwd_module = importlib.import_module("autotune.kernels.flash_attention.reference")
+tpu_module = importlib.import_module("autotune.kernels.flash_attention.tpu")
 
 S = jax.ShapeDtypeStruct
 GENERATIONS = ("v4", "v5e", "v5p", "v6e", "v7x")
@@ -92,12 +92,18 @@ def lowered_kernels(lowered_text: str) -> list[LoweredKernel]:
     return found
 
 
-def tpu_interpret(kernel, *args, **config):
+def configured(kernel, **options):
+    """The kernel's function with the block sizes among `options` bound, and the rest."""
+    tunables = kernel.spec.take_overrides(options)
+    return functools.partial(kernel.spec.bound_function(tunables, interpret=False), **options)
+
+
+def tpu_interpret(kernel, *args, **options):
     """The kernel's TPU body (interpret=False on a CPU host) under TPU interpret mode, where
     uninitialised memory reads as NaN."""
     try:
         with pltpu.force_tpu_interpret_mode():
-            return kernel.spec.fn(*args, **config)
+            return configured(kernel, **options)(*args)
     finally:
         mosaic_tpu.reset_interpret_state()
 
@@ -140,7 +146,8 @@ def test_the_tpu_flash_attention_body_matches_the_reference(sq, sk, block_q, blo
 def test_the_tpu_flash_attention_body_keeps_each_rows_log_sum_exp_for_the_backward():
     q = rand((1, 1, 200, 64))
     k, v = rand((1, 1, 333, 64), seed=1), rand((1, 1, 333, 64), seed=2)
-    options = dict(sm_scale=None, block_q=128, block_k=128, num_warps=4, num_stages=2)
+    blocks = fa_module.BlockSizes(block_q=128, block_k=128, num_warps=4, num_stages=2)
+    options = dict(sm_scale=None, block_sizes=blocks)
     try:
         with pltpu.force_tpu_interpret_mode():
             out, lse = fa_module.attention_on(
@@ -164,7 +171,7 @@ def test_the_tpu_flash_attention_body_runs_batches_and_heads_in_the_grids_own_or
 
 @pytest.mark.parametrize("causal", [False, True])
 def test_a_tile_is_masked_exactly_where_a_row_must_not_see_one_of_its_keys(causal):
-    from autotune.kernels.attention_masks import masks_any, tile_needs_mask
+    from autotune.kernels.flash_attention.tiles import masks_any, tile_needs_mask
 
     masked = whole = 0
     for block_q, block_k, sq, sk in [
@@ -217,7 +224,7 @@ def test_the_gradient_of_the_tpu_flash_attention_body_is_the_true_one():
     # forward (keeping lse) and backward all in their TPU bodies: jax.vjp of the reference
     q, do = rand((1, 1, 200, 64)), rand((1, 1, 200, 64), seed=3)
     k, v = rand((1, 1, 333, 64), seed=1), rand((1, 1, 333, 64), seed=2)
-    attention = functools.partial(flash_attention.spec.fn, causal=True, block_q=128, block_k=256)
+    attention = configured(flash_attention, causal=True, block_q=128, block_k=256)
     try:
         with pltpu.force_tpu_interpret_mode():
             grads = jax.vjp(attention, q, k, v)[1](do)
@@ -238,6 +245,16 @@ def test_a_skipped_causal_q_block_repeats_the_first_visible_one(block_q, block_k
         assert fetched == [max(t, first) for t in range(n_q)]
     # keys past every query: the index stays within the grid
     assert int(tpu_module.q_block_fetched(5, 0, 128, 128, 2)) == 1
+
+
+# ------------------------------------------------------------ every kernel, from the registry
+
+
+@pytest.mark.parametrize("name", [n for n, k in with_examples().items() if lowers_for(k, "tpu")])
+def test_every_kernel_lowers_for_a_tpu_at_its_example(name):
+    # its default configuration (adapted to the call) and a spread of those its TPU space's
+    # constraints admit, lowered through Mosaic TPU on this host
+    assert lowering_failures(with_examples()[name], "tpu") == {}
 
 
 # ------------------------------------------------------------ VMEM models, by hand
@@ -345,7 +362,7 @@ def accepted(kernel, args, kwargs, kind):
 
 
 def lowered(kernel, config, args, kwargs) -> LoweredKernel:
-    fn = functools.partial(kernel.spec.fn, **config, **kwargs)
+    fn = configured(kernel, **config, **kwargs)
     text = jax.jit(fn).trace(*args).lower(lowering_platforms=("tpu",)).as_text()
     (found,) = lowered_kernels(text)
     return found

@@ -1,16 +1,16 @@
 """Triton kernels checked for a GPU on this CPU-only host: jax 0.10.2 lowers Pallas-Triton for
 "cuda" without a driver, so the shipped Triton spaces' constraints are tested against that
 lowering (as the Mosaic GPU model is), and a kernel picks Triton's compiler parameters from the
-platform it is lowered for, not from this host's device."""
+platform it is lowered for, not from this host's device. Every kernel a GPU compiles (the
+registry's, Triton and Mosaic GPU) is lowered for one at its example."""
 
 from __future__ import annotations
-
-import functools
 
 import jax
 import jax.numpy as jnp
 import pytest
 from jax.experimental import pallas as pl
+from kernel_checks import lowering_failures, lowers_for, with_examples
 
 import autotune
 from autotune import backends
@@ -28,7 +28,8 @@ def _lowered_text(fn, args):
 def test_a_shipped_kernel_lowers_through_triton_for_a_gpu_on_this_host():
     x = jax.ShapeDtypeStruct((256, 512), BF16)
     y = jax.ShapeDtypeStruct((512, 384), BF16)
-    fn = functools.partial(matmul.spec.fn, block_m=64, block_n=128, block_k=64, num_warps=4)
+    config = {"block_m": 64, "block_n": 128, "block_k": 64, "num_warps": 4}
+    fn = matmul.spec.bound_function(config, interpret=False)
     text = _lowered_text(fn, [x, y])
     # Triton IR inside XLA's custom call, with the config's warps: not Mosaic GPU
     assert "xla.gpu.triton" in text and "num_warps = 4" in text
@@ -55,6 +56,13 @@ def test_every_accepted_triton_candidate_lowers_for_a_gpu(kernel, shapes, dtype,
     accepted = [r for r in rows if r.accepted]
     assert accepted, "the GPU space accepts nothing for this shape"
     assert [(r.config, r.lowering_error) for r in accepted if r.lowering_error] == []
+
+
+@pytest.mark.parametrize("name", [n for n, k in with_examples().items() if lowers_for(k, "gpu")])
+def test_every_kernel_lowers_for_a_gpu_at_its_example(name):
+    # its default configuration (adapted to the call) and a spread of those its GPU space's
+    # constraints admit, lowered through its backend (Triton, Mosaic GPU) for "cuda"
+    assert lowering_failures(with_examples()[name], "gpu") == {}
 
 
 def test_a_block_breaking_tritons_power_of_two_rule_is_reported():

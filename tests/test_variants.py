@@ -90,9 +90,7 @@ def test_an_untuned_group_serves_its_first_member_that_can_run_under_jit_and_gra
 
 
 def test_a_chosen_member_that_cannot_run_here_gives_way_with_one_warning(caplog):
-    group = autotune.variants(
-        "picky_dot", [only_16_bit, autotune.Member(jnp.dot, name="xla")]
-    )
+    group = autotune.variants("picky_dot", [only_16_bit, autotune.Member(jnp.dot, name="xla")])
     x, y = jnp.ones((4, 3)), jnp.ones((3, 2))
     entry = {**group.explain(x, y)["key"], "config": {"variant": "only_16_bit"}, "time_s": 1e-6}
     caplog.clear()  # untuned, the group said that its first member raised when traced
@@ -152,9 +150,7 @@ def test_a_forced_group_task_tunes_its_members_afresh(tmp_path, db_url):
     from autotune.tuning.settings import TuneSettings
     from autotune.tuning.task import make_task
 
-    autotune.variants(
-        "forced_scale", [scale, autotune.Member(lambda x: x * 2.0, name="xla")]
-    )
+    autotune.variants("forced_scale", [scale, autotune.Member(lambda x: x * 2.0, name="xla")])
     task = make_task("forced_scale", "32x128", trials=2, strategy="grid")
     settings = TuneSettings(storage=f"sqlite:///{tmp_path / 'studies.db'}")
     (first,) = run_tasks([task], current_device(), db=db_url, settings=settings)

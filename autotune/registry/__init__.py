@@ -17,7 +17,7 @@ from autotune.errors import AutotuneError, KernelError
 from autotune.registry.spec import KernelSpec
 
 # The kernels shipped with pallas-autotune register themselves when this package is imported.
-SHIPPED_KERNELS_PACKAGE = "autotune.kernels"
+from autotune.registry.version import SHIPPED_KERNELS_PACKAGE
 
 # name -> AutotunedKernel (the runtime's wrapper; typed Any to keep this module below runtime)
 _REGISTRY: dict[str, Any] = {}

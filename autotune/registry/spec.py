@@ -1,5 +1,16 @@
 """KernelSpec: what a tunable kernel declares (its function, spaces, defaults, reference,
-version, backend, split), and make_spec, which builds one from the decorator's arguments."""
+version, backend, split, example, backward), KernelOptions, the one list of what the decorator
+takes, and make_spec, which builds a KernelSpec from a function and its options.
+
+A kernel takes its tunables as keyword arguments of their own (`block_m=128`), or as one: a
+keyword-only `block_sizes` whose default is an instance of a frozen dataclass (JAX's own
+Pallas ops' `BlockSizes`), declared once: its fields are the tunables, their defaults the
+default configuration. Such a kernel is checked when it registers: every field has candidates
+in the search space, every parameter of the space is a field, every default is one of its
+candidates on each platform that tunes it, and (given an example call) its constraints read
+no parameter that is not a field. A mismatch is an error naming the kernel, the parameter and
+the fix, not a default silently used.
+"""
 
 from __future__ import annotations
 
@@ -16,6 +27,7 @@ from typing import Any
 from autotune import backends
 from autotune.device import DeviceInfo, current_device
 from autotune.errors import KernelError, SpaceError
+from autotune.registry.example import Example
 from autotune.registry.split import Split
 from autotune.registry.version import kernel_version
 from autotune.signature import ArgSpec, Signature, TuningKey, dtype_name, is_array, static_value
@@ -29,6 +41,10 @@ from autotune.space import (
 )
 
 log = logging.getLogger(__name__)
+
+# The keyword-only argument a kernel takes its tunables in, when it takes them as one frozen
+# dataclass (the name JAX's own Pallas ops give it)
+BLOCK_SIZES = "block_sizes"
 
 
 @dataclass(frozen=True, eq=False)
@@ -48,6 +64,10 @@ class KernelSpec:
     backend: str | None = None  # "mosaic_gpu", "mosaic_tpu", "triton"; None: recognised
     tuned: Path | None = None  # the tuned table shipped with the kernel (autotune.db.tables)
     split: Split | None = None  # how a call on sharded arrays splits (autotune.runtime.sharded)
+    example: Example | None = None  # a small call, for code that covers every kernel
+    # the kernels its custom VJP calls (() where it calls none); None: it does not differentiate
+    backward: tuple[str, ...] | None = None
+    block_sizes: type | None = None  # the frozen dataclass it takes its tunables in, if any
     _recognised: dict[str, str | None] = field(default_factory=dict, repr=False)
 
     @functools.cached_property
@@ -61,8 +81,34 @@ class KernelSpec:
         """Every tunable parameter name on any platform (callers may pass these to override)."""
         return frozenset(self.defaults)
 
+    @property
+    def differentiates(self) -> bool:
+        """Whether jax.grad through the kernel works (it declares a backward)."""
+        return self.backward is not None
+
     def space(self, platform: str) -> Space:
-        return Space(self.spaces[platform], self.constraints)
+        """The platform's candidates and the constraints. A kernel with block sizes gives its
+        constraints every field: those the platform does not tune at their defaults."""
+        params = self.spaces[platform]
+        fixed: tuple[tuple[str, Any], ...] = ()
+        if self.block_sizes is not None:
+            tuned = {p.name for p in params}
+            fixed = tuple((n, v) for n, v in self.defaults.items() if n not in tuned)
+        return Space(params, self.constraints, fixed)
+
+    def take_overrides(self, kwargs: dict[str, Any]) -> dict[str, Any]:
+        """The tunables a call gives itself, taken out of `kwargs`: by name (`block_m=64`), or
+        as the whole `block_sizes=` object of a kernel that takes one."""
+        overrides = {k: kwargs.pop(k) for k in self.tunables & kwargs.keys()}
+        if self.block_sizes is not None and BLOCK_SIZES in kwargs:
+            given = kwargs.pop(BLOCK_SIZES)
+            if not isinstance(given, self.block_sizes):
+                raise KernelError(
+                    f"{self.name}: block_sizes={given!r} is no {self.block_sizes.__name__}: "
+                    f"pass {self.block_sizes.__name__}(...), or the block sizes by name"
+                )
+            overrides = {**_fields(given), **overrides}
+        return overrides
 
     def kernel_kwargs(self, config: Mapping[str, Any]) -> dict[str, Any]:
         """What to pass to the kernel function for a config (mapped through `bind` if given)."""
@@ -197,29 +243,64 @@ def config_distance(a: Mapping[str, Any], b: Mapping[str, Any]) -> float:
     return d
 
 
-def make_spec(
-    fn: Callable,
-    *,
-    name: str,
-    space: Mapping[str, Any] | str | Path,
-    constraints: Sequence[Constraint] = (),
-    reference: Callable | None = None,
-    defaults: Mapping[str, Any] | None = None,
-    bind: Callable[[dict[str, Any]], dict[str, Any]] | Mapping[str, Any] | None = None,
-    backend: str | None = None,
-    tuned: str | Path | None = None,
-    version: str | None = None,
-    split: Split | None = None,
-) -> KernelSpec:
+@dataclass(frozen=True)
+class KernelOptions:
+    """What a kernel declares beside its function: the keywords of `autotuned` and `register`.
+
+    `space`: a dict of candidate lists, or the name of a file in search_spaces/ (or beside the
+    kernel's module). `constraints`: functions (config, sig) -> bool. `reference`: what its
+    output must agree with. `defaults`, `bind`: for tunables the function does not take as
+    plain keyword arguments (a dict such as {"block_shape": ("block_m", "block_n"),
+    "block_sizes": BlockSizes} maps them declaratively). `backend`: "mosaic_gpu", ... where it
+    is not recognised from what the kernel traces to. `tuned`: a tuned table shipped with the
+    kernel, relative to its module. `version`: instead of a hash of its code. `split`: its
+    batch-like axes. `example`: a small call (`Example`), with which the suites that cover
+    every kernel call it. `backward`: the kernels its custom VJP calls (() where none): it
+    differentiates.
+    """
+
+    name: str
+    space: Mapping[str, Any] | str | Path
+    constraints: Sequence[Constraint] = ()
+    reference: Callable | None = None
+    defaults: Mapping[str, Any] | None = None
+    bind: Callable[[dict[str, Any]], dict[str, Any]] | Mapping[str, Any] | None = None
+    backend: str | None = None
+    tuned: str | Path | None = None
+    version: str | None = None
+    split: Split | None = None
+    example: Example | None = None
+    backward: Sequence[str] | None = None
+
+    @classmethod
+    def of(cls, options: Mapping[str, Any]) -> KernelOptions:
+        """The options from a decorator's keywords; an unknown one is a KernelError naming it."""
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(options) - known)
+        missing = sorted({"name", "space"} - set(options))
+        if unknown or missing:
+            what = f"unknown option(s) {', '.join(unknown)}" if unknown else ""
+            what += ("; " if what else "") + (f"no {' or '.join(missing)}" if missing else "")
+            raise KernelError(
+                f"autotuned({', '.join(f'{k}=...' for k in options)}): {what}: it takes "
+                f"{', '.join(f.name for f in dataclasses.fields(cls))}"
+            )
+        return cls(**options)
+
+
+def make_spec(fn: Callable, options: KernelOptions) -> KernelSpec:
+    name = options.name
     if not isinstance(name, str) or not name:
         raise KernelError("a kernel needs a non-empty name: autotuned(name='my_kernel', ...)")
+    version = options.version
     if version is not None and not (isinstance(version, str) and 0 < len(version) <= 64):
         raise KernelError(
             f"{name}: version={version!r} is not a string of 1 to 64 characters: give e.g. "
             "version='2.1', or leave it out for a hash of the kernel's code"
         )
-    backends.check_declared(name, backend)
+    backends.check_declared(name, options.backend)
     module_dir = _module_dir(fn)
+    space = options.space
     if isinstance(space, Mapping):
         where = f"space of kernel {name!r}"
         spaces = space_from_dict(where, space)
@@ -227,26 +308,42 @@ def make_spec(
         path = resolve_space_path(space, module_dir)
         spaces = load_space_file(path)
         where = str(path)
+    constraints = tuple(options.constraints)
     for c in constraints:
         if not callable(c):
             raise SpaceError(
                 f"{where}: constraint {c!r} is not callable: pass functions (config, sig) -> bool"
             )
+    example = _checked_example(name, options.example)
 
     params = inspect.signature(fn).parameters
     names = {p.name for ps in spaces.values() for p in ps}
+    bind, defaults = options.bind, options.defaults
+    block_sizes = _block_sizes_type(params) if bind is None else None
     bind_text = ""
-    if isinstance(bind, Mapping):
-        bind_text = repr(sorted((k, _describe(v)) for k, v in bind.items()))
-        bind, derived = structured_bind(fn, name, bind, names)
-        defaults = {**derived, **(defaults or {})}
-    if bind is None:
+    if block_sizes is not None:
+        if defaults is not None:
+            raise KernelError(
+                f"{name}: defaults= beside block_sizes: the defaults are "
+                f"{block_sizes.__name__}'s own: drop defaults="
+            )
+        default = params[BLOCK_SIZES].default
+        _check_block_sizes(name, fn, block_sizes, default, spaces, where)
+        given = _fields(default)
+        names = set(given)
+        bind_text = f"{BLOCK_SIZES}: {_describe(block_sizes)}"
+        bind = functools.partial(_fill, default)
+        bound_names = frozenset({BLOCK_SIZES})
+    elif bind is None:
         missing = sorted(n for n in names if n not in params)
         if missing:
-            raise SpaceError(
-                f"{where}: {name} takes no parameter(s) {', '.join(missing)}: "
-                "rename them, or pass bind= to map them onto the kernel's arguments"
+            hint = (
+                f"give {BLOCK_SIZES} a frozen dataclass default ({BLOCK_SIZES}: BlockSizes = "
+                "BlockSizes()) whose fields they are"
+                if BLOCK_SIZES in params
+                else "rename them, or pass bind= to map them onto the kernel's arguments"
             )
+            raise SpaceError(f"{where}: {name} takes no parameter(s) {', '.join(missing)}: {hint}")
         given = dict(defaults or {})
         for n in names:
             if n not in given:
@@ -258,6 +355,10 @@ def make_spec(
                 given[n] = params[n].default
         bound_names = frozenset(names)
     else:
+        if isinstance(bind, Mapping):
+            bind_text = repr(sorted((k, _describe(v)) for k, v in bind.items()))
+            bind, derived = structured_bind(fn, name, bind, names)
+            defaults = {**derived, **(defaults or {})}
         given = dict(defaults or {})
         missing = sorted(names - set(given))
         if missing:
@@ -269,22 +370,168 @@ def make_spec(
                 f"{name}: bind= returns argument(s) {', '.join(unknown)} the kernel does not take"
             )
 
+    defaults_config = {n: given[n] for n in sorted(names)}
+    if block_sizes is not None and example is not None:
+        _check_constraint_reads(name, block_sizes, constraints, defaults_config, example)
     bind_code = bind_text or bind
     return KernelSpec(
         name=name,
         fn=fn,
         spaces=spaces,
-        constraints=tuple(constraints),
-        defaults={n: given[n] for n in sorted(names)},
-        reference=reference,
+        constraints=constraints,
+        defaults=defaults_config,
+        reference=options.reference,
         versioned=version or (lambda: kernel_version(fn, spaces, constraints, bind_code)),
         bind=bind,
         bound_names=bound_names,
         takes_interpret="interpret" in params,
-        backend=backend,
-        tuned=tuned_path(name, tuned, module_dir),
-        split=_checked_split(name, split),
+        backend=options.backend,
+        tuned=tuned_path(name, options.tuned, module_dir),
+        split=_checked_split(name, options.split),
+        example=example,
+        backward=_checked_backward(name, options.backward),
+        block_sizes=block_sizes,
     )
+
+
+def _fields(blocks: Any) -> dict[str, Any]:
+    """A block sizes object's fields by name (shallow: dataclasses.asdict would copy)."""
+    return {f.name: getattr(blocks, f.name) for f in dataclasses.fields(blocks)}
+
+
+def _fill(default: Any, config: dict[str, Any]) -> dict[str, Any]:
+    """The kernel's arguments for a flat config: its block sizes, the default's fields where
+    the config (a platform's space) does not tune them."""
+    return {BLOCK_SIZES: dataclasses.replace(default, **config)}
+
+
+def _block_sizes_type(params: Mapping[str, inspect.Parameter]) -> type | None:
+    """The frozen dataclass a kernel takes its tunables in (`block_sizes`), or None."""
+    p = params.get(BLOCK_SIZES)
+    if p is None or p.kind is not p.KEYWORD_ONLY:
+        return None
+    default = p.default
+    if not dataclasses.is_dataclass(default) or isinstance(default, type):
+        return None
+    return type(default)
+
+
+def _check_block_sizes(
+    name: str,
+    fn: Callable,
+    cls: type,
+    default: Any,
+    spaces: Mapping[str, tuple[Param, ...]],
+    where: str,
+) -> None:
+    """A kernel's block sizes against its space: the same names, each default a candidate."""
+    title = cls.__qualname__
+    module = getattr(fn, "__module__", "") or "its module"
+    if not cls.__dataclass_params__.frozen:  # type: ignore[attr-defined]
+        raise KernelError(
+            f"{name}: {title} is not frozen: declare it @dataclasses.dataclass(frozen=True) (block "
+            "sizes are static arguments: jit hashes them)"
+        )
+    try:
+        own = cls()
+    except TypeError as e:
+        raise KernelError(
+            f"{name}: {title}() fails ({e}): give every field a default, the default configuration"
+        ) from None
+    if own != default:
+        raise KernelError(
+            f"{name}: {BLOCK_SIZES} defaults to {default!r}, not {title}(): declare the defaults "
+            f"once, in {title}'s fields, and write {BLOCK_SIZES}: {title} = {title}()"
+        )
+    fields = list(_fields(default))
+    tuned_on: dict[str, list[str]] = {}
+    for platform, params in spaces.items():
+        for p in params:
+            tuned_on.setdefault(p.name, []).append(platform)
+    for param, platforms in sorted(tuned_on.items()):
+        if param not in fields:
+            raise SpaceError(
+                f"{where}: {name} tunes {param!r} (on {', '.join(platforms)}), which {title} has "
+                f"no field for: add `{param}: int = ...` to {title} ({module}), or remove it "
+                "from the space"
+            )
+    for f in fields:
+        if f not in tuned_on:
+            raise SpaceError(
+                f"{name}: {title}.{f} has no candidates in {where}: give it a list there (under "
+                "[common] or a platform's section), or remove the field"
+            )
+    for platform, params in spaces.items():
+        for p in params:
+            value = getattr(default, p.name)
+            if not p.admits(value):
+                raise SpaceError(
+                    f"{name}: {title}.{p.name} defaults to {value!r}, which is not one of its "
+                    f"{platform} candidates in {where} {list(p.values)}: add it there, or change "
+                    "the default (a tuning run measures the default, and stores it where it wins)"
+                )
+
+
+class _UnknownParameter(Exception):
+    pass
+
+
+class _ReadChecked(dict):
+    """A config that refuses to be read at a name that is no tunable."""
+
+    def __getitem__(self, key: Any) -> Any:
+        if key not in self:
+            raise _UnknownParameter(key)
+        return super().__getitem__(key)
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        if key not in self:
+            raise _UnknownParameter(key)
+        return super().get(key)
+
+
+def _check_constraint_reads(
+    name: str,
+    cls: type,
+    constraints: Sequence[Constraint],
+    defaults: Mapping[str, Any],
+    example: Example,
+) -> None:
+    """Each constraint, asked about the default configuration at the example's shapes on every
+    platform, reads only tunables: a name that is no field of `cls` is a KernelError."""
+    for platform in backends.PLATFORM_BACKENDS:
+        sig = example.signature(platform, backends.of_platform(platform).default_kind or platform)
+        for c in constraints:
+            try:
+                c(_ReadChecked(defaults), sig)
+            except _UnknownParameter as e:
+                raise KernelError(
+                    f"{name}: constraint {getattr(c, '__qualname__', c)} reads parameter "
+                    f"{e.args[0]!r}, which {cls.__qualname__} has no field for: read one of "
+                    f"{', '.join(defaults)}, or add the field (and its candidates)"
+                ) from None
+            except Exception as e:  # asked again, and reported, when a space uses it
+                log.debug("%s: constraint %s raised on the example: %s", name, c, e)
+
+
+def _checked_example(name: str, example: Any) -> Example | None:
+    if example is not None and not isinstance(example, Example):
+        raise KernelError(
+            f"{name}: example={example!r}: give autotune.Example('f32[37,45],f32[45,29]'), "
+            "static arguments as its keywords"
+        )
+    return example
+
+
+def _checked_backward(name: str, backward: Any) -> tuple[str, ...] | None:
+    if backward is None:
+        return None
+    if isinstance(backward, str) or not all(isinstance(b, str) for b in backward):
+        raise KernelError(
+            f"{name}: backward={backward!r}: give the names of the kernels its VJP calls, "
+            "e.g. backward=('softmax_bwd',), or () for none"
+        )
+    return tuple(backward)
 
 
 def _checked_split(name: str, split: Any) -> Split | None:
@@ -308,7 +555,7 @@ def tuned_path(name: str, tuned: str | Path | None, module_dir: Path | None) -> 
                 f"{name}: tuned={str(tuned)!r} is relative, but the kernel has no module file to "
                 "resolve it against: give an absolute path"
             )
-        path = module_dir / path
+        path = (module_dir / path).resolve()  # '../tuned': a folder beside the package's
     return path
 
 
@@ -370,7 +617,8 @@ def _describe(target: Any) -> str:
 
 
 def _module_dir(fn: Callable) -> Path | None:
+    """The folder of the module the kernel is written in (under any functools.wraps wrapper)."""
     try:
-        return Path(inspect.getfile(fn)).resolve().parent
+        return Path(inspect.getfile(inspect.unwrap(fn))).resolve().parent
     except (OSError, TypeError):
         return None

@@ -48,7 +48,7 @@ from autotune.space import Constraint, Param
 # such a kernel into the rest of the package (pallas_call's implementation, autotune's runtime)
 # would stale its entries at every release
 _LIBRARIES = frozenset({"jax", "jaxlib", "numpy", "autotune"})
-_SHIPPED = "autotune.kernels"  # the kernels shipped with autotune: one package, reached whole
+SHIPPED_KERNELS_PACKAGE = "autotune.kernels"  # the kernels shipped with autotune: reached whole
 
 
 def kernel_version(
@@ -286,8 +286,8 @@ def _scope_of(fn: Any) -> _Scope | None:
     if home is None:
         return None
     name, _, file = home
-    if name == _SHIPPED or name.startswith(_SHIPPED + "."):
-        return _Scope(_SHIPPED, None)
+    if name == SHIPPED_KERNELS_PACKAGE or name.startswith(SHIPPED_KERNELS_PACKAGE + "."):
+        return _Scope(SHIPPED_KERNELS_PACKAGE, None)
     top, dot, _ = name.partition(".")
     if name == "__main__" or (not dot and file.name != "__init__.py"):
         return _Scope("", file.parent)  # a script, or a module outside any package

@@ -18,21 +18,18 @@ import functools
 import inspect
 import operator
 from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 from autotune import backends, registry
 from autotune.device import current_device
 from autotune.errors import AutotuneError
-from autotune.registry.spec import KernelSpec, make_spec
-from autotune.registry.split import Split
+from autotune.registry.spec import KernelOptions, KernelSpec, make_spec
 from autotune.runtime import lookup, partitioned, sharded
 from autotune.runtime import state as runtime_state
 from autotune.runtime.lookup import Resolution
 from autotune.runtime.overlays import active_overlays
 from autotune.runtime.traced_calls import traced_call_scope
 from autotune.signature import Signature, call_shape, is_array
-from autotune.space import Constraint
 
 # a tuning run in this process stored a best entry: serve it from the next call on
 registry.on_entry_stored(runtime_state.clear_memo)
@@ -62,7 +59,9 @@ class AutotunedKernel:
         ]
         # The jitted entry's static arguments: options, and overrides of tunable parameters.
         options = {p.name for p in params if p.kind is p.KEYWORD_ONLY or p.default is not p.empty}
-        self._static_names = frozenset(options | spec.tunables | {"interpret"})
+        # (a kernel's block sizes object, given whole, is static too: a frozen dataclass)
+        given_whole = set(spec.bound_names) if spec.block_sizes is not None else set()
+        self._static_names = frozenset(options | spec.tunables | given_whole | {"interpret"})
         self._array_names = [p.name for p in params if p.kind is not p.KEYWORD_ONLY]
         # A signature whose every argument is an array (positional, no default) or an option
         # (keyword-only with a default: see _is_option) says how calls split: they go straight
@@ -168,7 +167,7 @@ class AutotunedKernel:
         if interpreter == "plain":
             sharded.warn_plain_interpreter(self.spec.name, args)
         given = dict(kwargs)
-        overrides = {k: kwargs.pop(k) for k in self.spec.tunables & kwargs.keys()}
+        overrides = self.spec.take_overrides(kwargs)
         resolution = self._resolution(args, kwargs)
         if resolution.refused and not overrides:  # block sizes passed: the caller's choice
             raise AutotuneError(resolution.detail)
@@ -232,7 +231,7 @@ class AutotunedKernel:
         arrays sharded over a mesh, each device's call (at its local shape). Where this process
         remembers another configuration for the call than a lookup gives now (another process
         stored an entry since), the remembered one, which calls run, with `detail` saying so."""
-        overrides = {k: kwargs.pop(k) for k in self.spec.tunables & kwargs.keys()}
+        overrides = self.spec.take_overrides(kwargs)
         split = sharded.plan(self.spec.split, args, self._array_names)
         if split is not None:
             args = sharded.local_parts(split, args)
@@ -332,56 +331,49 @@ def _all_arrays(values: Sequence[Any]) -> bool:
     return True
 
 
-def autotuned(
-    *,
-    name: str,
-    space: Mapping[str, Any] | str | Path,
-    constraints: Sequence[Constraint] = (),
-    reference: Callable | None = None,
-    defaults: Mapping[str, Any] | None = None,
-    bind: Callable[[dict[str, Any]], dict[str, Any]] | Mapping[str, Any] | None = None,
-    backend: str | None = None,
-    tuned: str | Path | None = None,
-    version: str | None = None,
-    split: Split | None = None,
-) -> Callable[[Callable], AutotunedKernel]:
-    """Declare a kernel's tunable parameters and register it under `name`.
+def autotuned(**options: Any) -> Callable[[Callable], AutotunedKernel]:
+    """Declare a kernel's tunable parameters and register it under `name` (the options:
+    `KernelOptions`, checked here, before the function is decorated).
 
-    `space` is a dict of candidate lists or the name of a file in search_spaces/; the kernel's
-    keyword defaults are the default configuration (or `defaults=` with `bind=`, which maps the
-    flat config onto structured arguments such as a tuple or a dataclass of block sizes; a dict
-    such as {"block_shape": ("block_m", "block_n"), "block_sizes": BlockSizes} does so
-    declaratively and reads the defaults from the kernel's own). `tuned` is a tuned table
-    shipped with the kernel: an exported JSON file, or a folder of them, relative to the
-    kernel's module; it serves calls the user's own database has no entry for. `split` says
-    which axes of its arrays are batch-like, so that a call on arrays sharded along them under
-    `jax.jit` runs on each device's part (autotune.runtime.sharded). `version` names the kernel's
-    version (part of every key) instead of a hash of its code: for a library whose kernels
-    run code from outside their own package.
+    `space` is a dict of candidate lists or the name of a file in search_spaces/. The kernel
+    takes its tunables as keyword arguments with defaults (the default configuration), or as
+    one keyword-only `block_sizes` whose default is a frozen dataclass, declared once (see
+    autotune.registry.spec); `bind=` with `defaults=` maps the flat config onto other
+    structured arguments (a dict such as {"block_shape": ("block_m", "block_n"),
+    "block_sizes": BlockSizes} does so declaratively and reads the defaults from the kernel's
+    own). `tuned` is a tuned table shipped with the kernel: an exported JSON file, or a folder
+    of them, relative to the kernel's module; it serves calls the user's own database has no
+    entry for. `split` says which axes of its arrays are batch-like, so that a call on arrays
+    sharded along them under `jax.jit` runs on each device's part (autotune.runtime.sharded).
+    `version` names the kernel's version (part of every key) instead of a hash of its code:
+    for a library whose kernels run code from outside their own package. `example` is a small
+    call (autotune.Example) and `backward` the kernels its custom VJP calls: what code that
+    covers every registered kernel reads.
     """
+    checked = KernelOptions.of(options)
 
     def decorate(fn: Callable) -> AutotunedKernel:
-        return register(
-            fn,
-            name=name,
-            space=space,
-            constraints=constraints,
-            reference=reference,
-            defaults=defaults,
-            bind=bind,
-            backend=backend,
-            tuned=tuned,
-            version=version,
-            split=split,
-        )
+        return _register(fn, checked)
 
     return decorate
 
 
-def register(
-    fn: Callable, *, name: str, space: Mapping[str, Any] | str | Path, **options: Any
-) -> AutotunedKernel:
-    """Register an existing function (e.g. from another library) as an autotuned kernel."""
-    kernel = AutotunedKernel(make_spec(fn, name=name, space=space, **options))
+def register(fn: Callable, **options: Any) -> AutotunedKernel:
+    """Register an existing function (e.g. from another library) as an autotuned kernel (the
+    options: `autotuned`'s)."""
+    return _register(fn, KernelOptions.of(options))
+
+
+def _register(fn: Callable, options: KernelOptions) -> AutotunedKernel:
+    kernel = AutotunedKernel(make_spec(fn, options))
     registry.add(kernel)
     return kernel
+
+
+# what help() and editors show: the one list of options
+autotuned.__signature__ = register.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+    [
+        p.replace(kind=inspect.Parameter.KEYWORD_ONLY)
+        for p in inspect.signature(KernelOptions).parameters.values()
+    ]
+)

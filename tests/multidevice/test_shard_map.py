@@ -1,6 +1,7 @@
-"""Every shipped kernel inside `jax.shard_map` with its default check_vma=True, over four host
-devices: traced and lowered for a TPU and a GPU (this host lowers both), forward and backward,
-and a transformer-style step's loss and gradients against plain JAX's."""
+"""Every kernel inside `jax.shard_map` with its default check_vma=True, over four host devices:
+each kernel model code calls (the registry's: its backward kernels run inside its gradient) at
+its example, traced and lowered for a TPU and a GPU (this host lowers both), forward and
+backward; and a transformer-style step's loss and gradients against plain JAX's."""
 
 from __future__ import annotations
 
@@ -14,11 +15,13 @@ import pytest
 from jax.experimental.pallas import tpu as pltpu
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
+from kernel_checks import cuda_runtime_stub, example_call, lowers_for, outermost, with_examples
 
 from autotune import kernels as K
 from autotune.backends import lowering_for
+from autotune.registry.split import ELLIPSIS
 
-F32, BF16 = jnp.float32, jnp.bfloat16
+F32 = jnp.float32
 S = jax.ShapeDtypeStruct
 MESH = jax.make_mesh((4,), ("d",))
 ROWS, SAME = P("d"), P()
@@ -34,40 +37,67 @@ def _abstract_mesh(platform):
     )
 
 
-# name: the kernel, its arrays as (global shape, spec: split along "d" or the same on every
-# device), their dtype; each is called with interpret=False, so the device's own body is traced
-KERNELS = {
-    "rms_norm": (K.rms_norm, [((64, 96), ROWS), ((96,), SAME)], F32),
-    "layer_norm": (K.layer_norm, [((64, 96), ROWS), ((96,), SAME), ((96,), SAME)], F32),
-    "softmax": (K.softmax, [((64, 96), ROWS)], F32),
-    "matmul": (K.matmul, [((64, 48), ROWS), ((48, 40), SAME)], F32),
-    "bmm": (K.bmm, [((4, 16, 24), ROWS), ((4, 24, 8), ROWS)], F32),
-    "flash_attention": (
-        functools.partial(K.flash_attention, causal=True),
-        [((4, 2, 16, 16), ROWS)] * 3,
-        F32,
-    ),
-    "vector_add": (K.vector_add, [((1024,), ROWS)] * 2, F32),
-}
-MOSAIC_GPU = {"matmul_mgpu": (K.matmul_mgpu, [((256, 128), ROWS), ((128, 128), SAME)], BF16)}
 # what each backend's kernel lowers to: the Pallas call is in the program, not replaced
 MARKERS = {"tpu": "tpu_custom_call", "gpu": "triton", "mosaic_gpu": "mosaic_gpu"}
 
 
-def _lowered(platform, kernel, arrays, dtype, grad):
+def _split_axis(split, axes: str, rank: int) -> int | None:
+    """The axis of an array (axes as the kernel's Split names them) that the mesh splits: its
+    first batch-like one, or None where the array has none (it is the same on every device)."""
+    first = ELLIPSIS if split.along.startswith(ELLIPSIS) else split.along[0]
+    if first == ELLIPSIS:
+        return 0 if axes.startswith(ELLIPSIS) else None
+    letters = axes.replace(ELLIPSIS, "")
+    return rank - len(letters) + letters.index(first) if first in letters else None
+
+
+def _spec(axis: int | None) -> P:
+    return SAME if axis is None else P(*([None] * axis), "d")
+
+
+def _sharded(kernel):
+    """The kernel's example over the mesh: each array as (global shape, spec, dtype), its
+    batch-like axis (the kernel's Split) split along "d", so that each device's part is the
+    example's; the outputs' specs; the static arguments. A kernel that declares no Split has
+    every array the same on every device."""
+    arrays, static = example_call(kernel)
+    split = kernel.spec.split
+    outs = jax.eval_shape(functools.partial(kernel.spec.reference, **static), *arrays)
+    if split is None:
+        return (
+            [(a.shape, SAME, a.dtype) for a in arrays],
+            jax.tree.map(lambda _: SAME, outs),
+            static,
+        )
+    sharded = []
+    for a, axes in zip(arrays, split.inputs):
+        axis = _split_axis(split, axes, len(a.shape))
+        shape = list(a.shape)
+        if axis is not None:
+            shape[axis] *= MESH.size
+        sharded.append((tuple(shape), _spec(axis), a.dtype))
+    leaves, tree = jax.tree.flatten(outs)
+    out_specs = [
+        _spec(_split_axis(split, axes, len(o.shape))) for o, axes in zip(leaves, split.outputs)
+    ]
+    return sharded, jax.tree.unflatten(tree, out_specs), static
+
+
+def _lowered(platform, kernel, grad):
     mesh = _abstract_mesh(platform)
-    args = [S(shape, dtype, sharding=NamedSharding(mesh, spec)) for shape, spec in arrays]
+    arrays, out_specs, static = _sharded(kernel)
+    args = [S(shape, dtype, sharding=NamedSharding(mesh, spec)) for shape, spec, dtype in arrays]
 
     def step(*arrays):
-        return kernel(*arrays, interpret=False)
+        return kernel(*arrays, **static, interpret=False)
 
-    specs = tuple(spec for _, spec in arrays)
-    fn = jax.shard_map(step, mesh=mesh, in_specs=specs, out_specs=ROWS)
+    specs = tuple(spec for _, spec, _ in arrays)
+    fn = jax.shard_map(step, mesh=mesh, in_specs=specs, out_specs=out_specs)
     if grad:  # the backward's own kernels, under the same shard_map
         fn = jax.grad(
             lambda *a, f=fn: jnp.sum(f(*a).astype(F32) ** 2), argnums=tuple(range(len(args)))
         )
-    with lowering_for(platform):
+    with lowering_for(platform), cuda_runtime_stub():
         return jax.jit(fn).trace(*args).lower(lowering_platforms=(LOWERING[platform],))
 
 
@@ -75,13 +105,14 @@ def _lowered(platform, kernel, arrays, dtype, grad):
 def test_every_kernel_and_its_gradient_lowers_inside_shard_map(platform):
     # kernels trace once per shape: a trace for the other platform must not be reused
     jax.clear_caches()
-    cases = {**KERNELS, **(MOSAIC_GPU if platform == "gpu" else {})}
+    cases = {n: with_examples()[n] for n in outermost() if lowers_for(with_examples()[n], platform)}
+    assert {"matmul", "flash_attention"} <= set(cases)
     failed = {}
-    for name, (kernel, arrays, dtype) in cases.items():
-        marker = MARKERS["mosaic_gpu" if name in MOSAIC_GPU else platform]
-        for grad in (False, True):
+    for name, kernel in cases.items():
+        marker = MARKERS[kernel.spec.backend or platform]
+        for grad in (False, True)[: 1 + kernel.spec.differentiates]:
             try:
-                text = _lowered(platform, kernel, arrays, dtype, grad).as_text()
+                text = _lowered(platform, kernel, grad).as_text()
             except Exception as e:  # every kernel's failure is listed
                 failed[f"{name}{' grad' if grad else ''}"] = f"{type(e).__name__}: {e}"[:300]
                 continue

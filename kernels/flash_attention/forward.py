@@ -6,13 +6,13 @@ matrix never exists in full). Sequences that are not multiples of the blocks are
 padded query rows are computed and dropped, padded keys are masked out of the softmax. Causal
 masking is top-left aligned (query i sees keys 0..i), and a causal step stops at the last key
 block its rows can see; only the key blocks that cross the diagonal or hold padded keys are
-masked (kernels/attention_masks.py), and the query blocks that see the most keys run first. The
+masked (tiles.py), and the query blocks that see the most keys run first. The
 softmax runs in base 2: the scale and log2(e) multiply the float32 scores, and exp2 replaces exp.
 On GPU head_dim is zero-padded to a power of two (zeros change no dot product). On a TPU the
-kernel has its own body (kernels/flash_attention_tpu.py).
+kernel has its own body (tpu.py).
 
 Differentiable: under jax.grad the forward also keeps each row's log-sum-exp, and the backward
-is two kernels of their own (kernels/flash_attention_bwd.py).
+is two kernels of their own (backward.py).
 """
 
 from __future__ import annotations
@@ -24,32 +24,31 @@ import jax
 import jax.numpy as jnp
 from jax.experimental import pallas as pl
 
-from autotune import Split, autotuned, out_struct
-from autotune.backends import clamp_block, kernel_platform, mosaic_tpu, whole_block
-from autotune.backends.hardware import (
-    GPU_TILE_REGISTERS,
-    TPU_LANES,
-    gpu_registers_ok,
-    gpu_smem_bytes,
-    is_pow2,
-    tpu_block_ok,
-)
-from autotune.kernels.attention_masks import NT, key_blocks_walked, mask_scores, padded_keys
+from autotune import Example, Split, autotuned, out_struct
+from autotune.backends import kernel_platform, mosaic_tpu, triton
+from autotune.backends.hardware import gpu_smem_bytes
 from autotune.kernels.differentiable import differentiable
-from autotune.kernels.flash_attention_tpu import attention_tpu, tpu_vmem
-from autotune.kernels.matmul import Precision, dot_precision
-from autotune.kernels.rowwise import F32, gpu_compiler_params
+from autotune.kernels.flash_attention.backward import flash_attention_dkv, flash_attention_dq
+from autotune.kernels.flash_attention.reference import attention_reference, softmax_scale
+from autotune.kernels.flash_attention.tiles import (
+    F32,
+    NT,
+    BlockSizes,
+    check_shapes,
+    gpu_tiles_in_registers,
+    gpu_tiles_ok,
+    key_blocks_walked,
+    layout,
+    mask_scores,
+    padded_keys,
+    tpu_tiles_ok,
+)
+from autotune.kernels.flash_attention.tpu import attention_tpu, tpu_vmem
+from autotune.kernels.precision import Precision, dot_precision
 
 LOG2_E = math.log2(math.e)
-
-
-def layout(shapes, config: dict, platform: str) -> tuple[int, int, int, int, int]:
-    """(block_q, block_k, padded seq_q, padded seq_k, padded head_dim)."""
-    (_, _, sq, d), (_, _, sk, _) = shapes[0], shapes[1]
-    bq = clamp_block(config["block_q"], sq, platform)
-    bk = clamp_block(config["block_k"], sk, platform)
-    dp = whole_block(d, platform)
-    return bq, bk, pl.cdiv(sq, bq) * bq, pl.cdiv(sk, bk) * bk, dp
+# a small call: padded rows and keys (on a GPU, blocks of at least 16 rows and head_dim)
+EXAMPLE = "f32[1,2,19,16],f32[1,2,23,16],f32[1,2,23,16]"
 
 
 def fits_platform(config: dict, sig) -> bool:
@@ -62,14 +61,11 @@ def fits_platform(config: dict, sig) -> bool:
     bq, bk, sqp, skp, dp = layout(sig.shapes, config, sig.platform)
     itemsize = jnp.dtype(sig.dtypes[0]).itemsize
     if sig.platform == "tpu":
-        return (
-            tpu_block_ok((bq, dp), (sqp, dp))
-            and tpu_block_ok((bk, dp), (skp, dp))
-            and (bk % TPU_LANES == 0 or bk == skp)  # lanes of the score tile
-            and tpu_vmem(bq, bk, dp, itemsize) <= mosaic_tpu.vmem_budget(sig.device_kind)
-        )
+        return tpu_tiles_ok(bq, bk, sqp, skp, dp) and tpu_vmem(
+            bq, bk, dp, itemsize
+        ) <= mosaic_tpu.vmem_budget(sig.device_kind)
     if sig.platform == "gpu":
-        stages = config.get("num_stages", 2)
+        stages = config["num_stages"]
         smem = (bq * dp + stages * 2 * bk * dp) * itemsize
         return (
             gpu_tiles_ok(bq, bk, dp)
@@ -77,50 +73,6 @@ def fits_platform(config: dict, sig) -> bool:
             and gpu_tiles_in_registers(bq * dp + bq * bk, config)  # the output sum, the scores
         )
     return True
-
-
-def gpu_tiles_ok(bq: int, bk: int, dp: int) -> bool:
-    """Triton's tiles: powers of two of at least 16 (tl.dot)."""
-    return all(is_pow2(b) and b >= 16 for b in (bq, bk, dp))
-
-
-def gpu_tiles_in_registers(f32_elems: int, config: dict) -> bool:
-    """Whether float32 tiles of `f32_elems` elements in all, live at once, fit the registers a
-    thread gives its tiles (hardware.GPU_TILE_REGISTERS) at the config's `num_warps`: 8 warps
-    past head_dim 64 at 128 x 128 blocks, as JAX's own GPU attention takes."""
-    return gpu_registers_ok(f32_elems, config.get("num_warps", 4), budget=GPU_TILE_REGISTERS)
-
-
-def softmax_scale(head_dim: int, sm_scale: float | None) -> float:
-    """What the scores are scaled by: `sm_scale`, by default 1 / sqrt(head_dim)."""
-    return 1.0 / math.sqrt(head_dim) if sm_scale is None else float(sm_scale)
-
-
-def reference_scores(q: jax.Array, k: jax.Array, *, causal: bool, scale: float, precision: str):
-    """The references' float32 scores q k^T * `scale`, [B, H, Sq, Sk]; causal, those of keys
-    after a row's own are -inf (the backward's references recompute the forward's)."""
-    s = jnp.einsum("bhqd,bhkd->bhqk", q.astype(F32), k.astype(F32), precision=precision) * scale
-    if causal:
-        s = jnp.where(jnp.tril(jnp.ones((q.shape[2], k.shape[2]), bool)), s, -jnp.inf)
-    return s
-
-
-def attention_reference(
-    q: jax.Array,
-    k: jax.Array,
-    v: jax.Array,
-    *,
-    causal: bool = False,
-    sm_scale: float | None = None,
-    precision: str | None = None,
-) -> jax.Array:
-    # in float32 whatever the inputs: None is "highest" here (dot_precision's 16-bit "default"
-    # would be TF32 on a GPU for these float32 copies)
-    precision = precision or "highest"
-    scale = softmax_scale(q.shape[-1], sm_scale)
-    s = reference_scores(q, k, causal=causal, scale=scale, precision=precision)
-    p = jax.nn.softmax(s, axis=-1)
-    return jnp.einsum("bhqk,bhkd->bhqd", p, v.astype(F32), precision=precision).astype(q.dtype)
 
 
 def _kernel(
@@ -175,27 +127,8 @@ def _kernel(
     carry = jax.lax.fori_loop(0, n_whole, functools.partial(step, masked=False), init)
     m, denom, acc = jax.lax.fori_loop(n_whole, n_steps, functools.partial(step, masked=True), carry)
     o_ref[...] = (acc / denom).astype(o_ref.dtype)
-    if lse_ref is not None:  # kept for the backward (kernels/flash_attention_bwd.py), base e
+    if lse_ref is not None:  # kept for the backward (backward.py), base e
         lse_ref[...] = m / LOG2_E + jnp.log(denom)
-
-
-def check_shapes(q: jax.Array, k: jax.Array, v: jax.Array) -> None:
-    if q.ndim != 4 or k.ndim != 4 or v.ndim != 4:
-        raise ValueError(
-            f"flash_attention needs q, k, v of shape [batch, heads, seq, head_dim], "
-            f"got {q.shape=} {k.shape=} {v.shape=}"
-        )
-    if k.shape != v.shape or q.shape[:2] != k.shape[:2] or q.shape[3] != k.shape[3]:
-        raise ValueError(
-            f"flash_attention needs k and v of one shape, with q's batch, heads and head_dim, "
-            f"got {q.shape=} {k.shape=} {v.shape=}"
-        )
-    if not (q.dtype == k.dtype == v.dtype) or not jnp.issubdtype(q.dtype, jnp.floating):
-        raise ValueError(
-            f"flash_attention needs q, k, v of one float dtype, got {q.dtype=} {k.dtype=} {v.dtype=}"
-        )
-    if k.shape[2] == 0 and q.shape[2] > 0:
-        raise ValueError(f"flash_attention needs at least one key, got {k.shape=}")
 
 
 def attention_on(
@@ -205,10 +138,7 @@ def attention_on(
     *,
     causal: bool,
     sm_scale: float | None,
-    block_q: int,
-    block_k: int,
-    num_warps: int,
-    num_stages: int,
+    block_sizes: BlockSizes,
     platform: str,
     interpret: bool,
     precision: str | None = None,
@@ -221,8 +151,8 @@ def attention_on(
     if q.size == 0:
         return (q, jnp.zeros(q.shape[:3], F32)) if with_lse else q
     (b, h, sq, d), sk = q.shape, k.shape[2]
-    config = {"block_q": block_q, "block_k": block_k}
-    bq, bk, sqp, skp, dp = layout((q.shape, k.shape), config, platform)
+    blocks = {"block_q": block_sizes.block_q, "block_k": block_sizes.block_k}
+    bq, bk, sqp, skp, dp = layout((q.shape, k.shape), blocks, platform)
     scale = softmax_scale(d, sm_scale)
     if mosaic_tpu.targets_tpu(platform, interpret):
         return attention_tpu(q, k, v, bool(causal), scale, bq, bk, precision, with_lse)
@@ -258,7 +188,9 @@ def attention_on(
         grid=(b, h, n_q),
         in_specs=[q_spec, kv_spec, kv_spec],
         out_specs=out_specs,
-        compiler_params=gpu_compiler_params(num_warps, platform, num_stages),
+        compiler_params=triton.compiler_params(
+            block_sizes.num_warps, block_sizes.num_stages, platform
+        ),
         interpret=interpret,
     )(pad(q, sq, sqp), pad(k, sk, skp), pad(v, sk, skp))
     out = outs[0][:, :, :sq, :d] if (sqp, dp) != (sq, d) else outs[0]
@@ -274,9 +206,6 @@ def _fwd(forward, q: jax.Array, k: jax.Array, v: jax.Array, *, interpret: bool, 
 
 
 def _bwd(residuals: tuple, do: jax.Array, *, causal, sm_scale, precision, interpret, **_) -> tuple:
-    # imported here: the backward's module imports this one for its layout and masking
-    from autotune.kernels.flash_attention_bwd import flash_attention_dkv, flash_attention_dq
-
     q, k, v, out, lse = residuals
     delta = jnp.sum(out.astype(F32) * do.astype(F32), axis=-1)  # rowsum(dO * O), [B, H, Sq]
     options = dict(causal=causal, sm_scale=sm_scale, precision=precision, interpret=interpret)
@@ -290,8 +219,10 @@ def _bwd(residuals: tuple, do: jax.Array, *, causal, sm_scale, precision, interp
     space="flash_attention",
     constraints=[fits_platform],
     reference=attention_reference,
-    tuned="tuned",
+    tuned="../tuned",
     split=Split("bhsd,bhtd,bhtd->bhsd", along="bh"),
+    example=Example(EXAMPLE, sm_scale=0.3),
+    backward=("flash_attention_dq", "flash_attention_dkv"),
 )
 @differentiable(_bwd, _fwd)
 def flash_attention(
@@ -301,28 +232,14 @@ def flash_attention(
     *,
     causal: bool = False,
     sm_scale: float | None = None,
-    block_q: int = 128,
-    block_k: int = 128,
-    num_warps: int = 8,  # 4 would spill past head_dim 64 (gpu_tiles_in_registers)
-    num_stages: int = 2,
+    block_sizes: BlockSizes = BlockSizes(),
     precision: Precision = None,
     interpret: bool = False,
 ) -> jax.Array:
     """Attention of q [B, H, Sq, D] over k, v [B, H, Sk, D]; sm_scale defaults to 1/sqrt(D);
     the dots at `precision` (None: "highest" for float32, the native pass for 16-bit floats;
-    see autotune.kernels.matmul.dot_precision).
+    see autotune.kernels.precision.dot_precision).
     Differentiable: the backward is the tuned kernels flash_attention_dq and _dkv."""
-    return attention_on(
-        q,
-        k,
-        v,
-        causal=causal,
-        sm_scale=sm_scale,
-        block_q=block_q,
-        block_k=block_k,
-        num_warps=num_warps,
-        num_stages=num_stages,
-        precision=precision,
-        platform=kernel_platform(interpret),
-        interpret=interpret,
-    )
+    platform = kernel_platform(interpret)
+    options = dict(causal=causal, sm_scale=sm_scale, precision=precision, interpret=interpret)
+    return attention_on(q, k, v, block_sizes=block_sizes, platform=platform, **options)

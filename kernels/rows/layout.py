@@ -1,9 +1,11 @@
-"""What softmax, rms_norm and layer_norm share: each row of the last axis is independent.
+"""What the row kernels share (softmax, rms_norm, layer_norm and their backward kernels): each
+row of the last axis is independent.
 
 Leading axes are flattened into rows; a grid step handles `block_rows` whole rows. Rows are
 zero-padded up to a multiple of the block and sliced back (padded rows are computed and dropped).
 On GPU the row length is also padded, to the power of two Triton needs, and the kernels mask
-the padded lanes out of every reduction.
+the padded lanes out of every reduction. A backward kernel writes its rows of dx per block, and
+sums the weight's (and bias's) gradient per block in float32 (`row_grads_call`).
 """
 
 from __future__ import annotations
@@ -17,10 +19,19 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 
 from autotune import out_struct
-from autotune.backends import clamp_block, mosaic_tpu, triton, whole_block
+from autotune.backends import clamp_block, kernel_platform, mosaic_tpu, triton, whole_block
 from autotune.backends.hardware import TRITON_MAX_NUMEL, gpu_smem_bytes, is_pow2, tpu_block_ok
 
 F32 = jnp.float32
+
+
+@dataclass(frozen=True)
+class BlockSizes:
+    """A row kernel's tunables: rows per grid step; on a GPU Triton's warps. Each row kernel
+    (each backward kernel too) is tuned on its own, from these defaults."""
+
+    block_rows: int = 64
+    num_warps: int = 4
 
 
 @dataclass(frozen=True)
@@ -75,8 +86,7 @@ def rowwise_on(
     x: jax.Array,
     vectors: list[jax.Array],
     *,
-    block_rows: int,
-    num_warps: int,
+    block_sizes: BlockSizes,
     platform: str,
     interpret: bool,
 ) -> jax.Array:
@@ -86,7 +96,7 @@ def rowwise_on(
     rows, cols = check_rows(name, x)
     if x.size == 0:
         return x
-    layout = RowLayout.of(rows, cols, block_rows, platform)
+    layout = RowLayout.of(rows, cols, block_sizes.block_rows, platform)
     br, cols_p = layout.block_rows, layout.cols_padded
     row_spec = pl.BlockSpec((br, cols_p), lambda i: (i, 0))
     vec_spec = pl.BlockSpec((1, cols_p), lambda i: (0, 0))
@@ -97,7 +107,7 @@ def rowwise_on(
         grid=(layout.rows_padded // br,),
         in_specs=[row_spec] + [vec_spec] * len(vectors),
         out_specs=row_spec,
-        compiler_params=gpu_compiler_params(num_warps, platform),
+        compiler_params=gpu_compiler_params(block_sizes.num_warps, platform),
         interpret=interpret,
     )(layout.pad(x2d), *(layout.pad_vector(v) for v in vectors))
     return layout.unpad(out, x.shape)
@@ -130,3 +140,45 @@ def fits_rowwise(config: dict, sig, *, f32_temps: int = 3, row_arrays: int = 2) 
 def gpu_compiler_params(num_warps: int, platform: str, num_stages: int = 1):
     """Triton knobs on GPU; the TPU and interpret paths take the compiler's defaults."""
     return triton.compiler_params(num_warps, num_stages, platform)
+
+
+def row_grads_call(
+    kernel,
+    rows: list[jax.Array],
+    vectors: list[jax.Array],
+    n_sums: int,
+    *,
+    block_sizes: BlockSizes,
+    interpret: bool,
+) -> list[jax.Array]:
+    """Run `kernel(*row_refs, *vector_refs, dx_ref, *sum_refs)` over row blocks; returns dx in
+    the rows' shape and `n_sums` column sums (float32, one per vector gradient)."""
+    shape = rows[0].shape
+    n_rows, cols = check_rows("row gradient", rows[0])
+    platform = kernel_platform(interpret)
+    layout = RowLayout.of(n_rows, cols, block_sizes.block_rows, platform)
+    br, cols_p = layout.block_rows, layout.cols_padded
+    blocks = layout.rows_padded // br
+    row_spec = pl.BlockSpec((br, cols_p), lambda i: (i, 0))
+    vec_spec = pl.BlockSpec((1, cols_p), lambda i: (0, 0))
+    sum_spec = pl.BlockSpec((None, 1, cols_p), lambda i: (i, 0, 0))
+    outs = pl.pallas_call(
+        kernel,
+        out_shape=[out_struct((layout.rows_padded, cols_p), rows[0].dtype, *rows, *vectors)]
+        + [out_struct((blocks, 1, cols_p), F32, *rows, *vectors)] * n_sums,
+        grid=(blocks,),
+        in_specs=[row_spec] * len(rows) + [vec_spec] * len(vectors),
+        out_specs=[row_spec] + [sum_spec] * n_sums,
+        compiler_params=gpu_compiler_params(block_sizes.num_warps, platform),
+        interpret=interpret,
+    )(*(layout.pad(a.reshape(n_rows, cols)) for a in rows), *map(layout.pad_vector, vectors))
+    dx = layout.unpad(outs[0], shape)
+    return [dx] + [s.sum(axis=(0, 1))[:cols] for s in outs[1:]]
+
+
+def check_like(name: str, x: jax.Array, g: jax.Array, *vectors: jax.Array) -> None:
+    if g.shape != x.shape or g.dtype != x.dtype:
+        raise ValueError(f"{name} needs g of x's shape and dtype, got {x.shape=} {g.shape=}")
+    for v in vectors:
+        if v.shape != (x.shape[-1],):
+            raise ValueError(f"{name} needs a weight of shape ({x.shape[-1]},), got {v.shape=}")

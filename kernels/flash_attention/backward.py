@@ -10,15 +10,14 @@ dp = dO v^T and ds = p * (dp - delta): dq = ds k * sm_scale, dk = ds^T q * sm_sc
 - `flash_attention_dkv`: a grid step holds `block_k` keys and walks the query rows `block_q`
   at a time (causal: from the first query block that sees its keys).
 
-On a TPU each takes its own body (kernels/flash_attention_tpu.py), laid out as the forward's:
+On a TPU each takes its own body (tpu.py), laid out as the forward's:
 the walked side is the last grid axis, "arbitrary", and the float32 accumulators live in VMEM
 scratch, so a step holds one block of each side whatever the sequence lengths.
 
 Their block sizes are tuned apart from the forward's and from each other's (the two loops run
-in opposite directions). Padding and masking are the forward's (kernels/attention_masks.py):
-padded keys are masked out, padded query rows carry a zero dO and add nothing. Each kernel's
-reference is the VJP of attention_reference written in the saved lse and delta, so that it is
-defined for any inputs (the oracle draws them at random).
+in opposite directions). Padding and masking are the forward's (tiles.py): padded keys are
+masked out, padded query rows carry a zero dO and add nothing. Each kernel's reference is the
+VJP of attention_reference written in the saved lse and delta (reference.py).
 """
 
 from __future__ import annotations
@@ -30,26 +29,54 @@ import jax
 import jax.numpy as jnp
 from jax.experimental import pallas as pl
 
-from autotune import Split, autotuned, out_struct
-from autotune.backends import kernel_platform, mosaic_tpu
+from autotune import Example, Split, autotuned, out_struct
+from autotune.backends import kernel_platform, mosaic_tpu, triton
 from autotune.backends.hardware import gpu_smem_bytes
-from autotune.kernels.attention_masks import NT, TN, key_blocks_walked, padded_keys, probs
-from autotune.kernels.flash_attention import (
+from autotune.kernels.flash_attention.reference import (
+    attention_dkv_reference,
+    attention_dq_reference,
+    softmax_scale,
+)
+from autotune.kernels.flash_attention.tiles import (
+    F32,
+    NT,
+    TN,
+    BlockSizes,
     check_shapes,
     gpu_tiles_in_registers,
     gpu_tiles_ok,
+    key_blocks_walked,
     layout,
-    reference_scores,
-    softmax_scale,
+    padded_keys,
+    probs,
+    tpu_tiles_ok,
 )
-from autotune.kernels.flash_attention import fits_platform as fits_forward
-from autotune.kernels.flash_attention_tpu import backward_tpu, tpu_vmem_dkv, tpu_vmem_dq
-from autotune.kernels.matmul import Precision, dot_precision
-from autotune.kernels.rowwise import F32, gpu_compiler_params
+from autotune.kernels.flash_attention.tpu import backward_tpu, tpu_vmem_dkv, tpu_vmem_dq
+from autotune.kernels.precision import Precision, dot_precision
+
+# both kernels' arrays: q, k, v, dO, and the forward's log-sum-exp and delta, [B, H, Sq] float32
+ARRAYS = "bhsd,bhtd,bhtd,bhsd,bhs,bhs"
+# a small call, the forward's example's: 19 queries over 23 keys, causal (padded rows and keys,
+# blocks past the diagonal)
+EXAMPLE = Example(
+    "f32[1,2,19,16],f32[1,2,23,16],f32[1,2,23,16],f32[1,2,19,16],f32[1,2,19],f32[1,2,19]",
+    causal=True,
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class DkvBlockSizes:
+    """flash_attention_dkv's tunables: keys per grid step (block_k), query rows per inner step
+    (block_q); on a GPU Triton's warps and pipeline stages."""
+
+    block_q: int = 64  # dk, dv and the probabilities: 192 registers a thread at head_dim 128
+    block_k: int = 128
+    num_warps: int = 8
+    num_stages: int = 2
 
 
 def _fits(config: dict, sig, tpu_vmem, streamed: str) -> bool:
-    """On a TPU the forward's tiling rules for q, k and v and the step's VMEM (`tpu_vmem`); on
+    """On a TPU the forward's tiling rules (tiles.tpu_tiles_ok) and the step's VMEM (`tpu_vmem`); on
     a GPU the forward's tiles, the shared memory of two resident blocks (q and dO for dq, k and
     v for dkv) and `num_stages` copies of the two blocks `streamed` along the loop, and in
     registers the float32 accumulators (dq; dk and dv) beside the probability and dp tiles."""
@@ -58,12 +85,13 @@ def _fits(config: dict, sig, tpu_vmem, streamed: str) -> bool:
     bq, bk, _, _, dp = layout(sig.shapes[:2], config, sig.platform)
     itemsize = jnp.dtype(sig.dtypes[0]).itemsize
     if sig.platform == "tpu":
-        return fits_forward(config, dataclasses.replace(sig, args=sig.args[:3])) and tpu_vmem(
+        _, _, sqp, skp, _ = layout(sig.shapes[:2], config, sig.platform)
+        return tpu_tiles_ok(bq, bk, sqp, skp, dp) and tpu_vmem(
             bq, bk, dp, itemsize
         ) <= mosaic_tpu.vmem_budget(sig.device_kind)
     if sig.platform == "gpu":
         resident, step = (bq, bk) if streamed == "k" else (bk, bq)
-        stages = config.get("num_stages", 2)
+        stages = config["num_stages"]
         smem = 2 * (resident + stages * step) * dp * itemsize
         accumulators = bq * dp if streamed == "k" else 2 * bk * dp
         return (
@@ -85,52 +113,6 @@ def fits_platform_dkv(config: dict, sig) -> bool:
     """As `fits_platform_dq`, for dkv: its TPU body's VMEM (`tpu_vmem_dkv`); on a GPU k and v
     held while q and dO stream, the dk and dv accumulators in registers."""
     return _fits(config, sig, tpu_vmem_dkv, streamed="q")
-
-
-def _reference_parts(q, k, v, do, lse, delta, causal, sm_scale, precision):
-    precision = precision or "highest"  # in float32 whatever the inputs, as attention_reference
-    scale = softmax_scale(q.shape[-1], sm_scale)
-    q, k, v, do = (a.astype(F32) for a in (q, k, v, do))
-    s = reference_scores(q, k, causal=causal, scale=scale, precision=precision)
-    p = jnp.exp(s - lse[..., None])
-    dp = jnp.einsum("bhqd,bhkd->bhqk", do, v, precision=precision)
-    return scale, q, k, do, p, p * (dp - delta[..., None])
-
-
-def attention_dq_reference(
-    q: jax.Array,
-    k: jax.Array,
-    v: jax.Array,
-    do: jax.Array,
-    lse: jax.Array,
-    delta: jax.Array,
-    *,
-    causal: bool = False,
-    sm_scale: float | None = None,
-    precision: str | None = None,
-) -> jax.Array:
-    scale, _, kf, _, _, ds = _reference_parts(q, k, v, do, lse, delta, causal, sm_scale, precision)
-    return (jnp.einsum("bhqk,bhkd->bhqd", ds, kf, precision=precision) * scale).astype(q.dtype)
-
-
-def attention_dkv_reference(
-    q: jax.Array,
-    k: jax.Array,
-    v: jax.Array,
-    do: jax.Array,
-    lse: jax.Array,
-    delta: jax.Array,
-    *,
-    causal: bool = False,
-    sm_scale: float | None = None,
-    precision: str | None = None,
-) -> tuple[jax.Array, jax.Array]:
-    scale, qf, _, dof, p, ds = _reference_parts(
-        q, k, v, do, lse, delta, causal, sm_scale, precision
-    )
-    dk = jnp.einsum("bhqk,bhqd->bhkd", ds, qf, precision=precision) * scale
-    dv = jnp.einsum("bhqk,bhqd->bhkd", p, dof, precision=precision)
-    return dk.astype(k.dtype), dv.astype(v.dtype)
 
 
 def _dq_kernel(
@@ -259,6 +241,19 @@ def _check_grads(q, k, v, do, lse, delta) -> None:
             )
 
 
+def _check_grads(q, k, v, do, lse, delta) -> None:
+    check_shapes(q, k, v)
+    if do.shape != q.shape or do.dtype != q.dtype:
+        raise ValueError(
+            f"flash attention backward needs do of q's shape and dtype, got {do.shape=}"
+        )
+    for name, a in (("lse", lse), ("delta", delta)):
+        if a.shape != q.shape[:3]:
+            raise ValueError(
+                f"flash attention backward needs {name} of shape {q.shape[:3]}, got {a.shape}"
+            )
+
+
 def backward_on(
     which: str,
     q: jax.Array,
@@ -270,10 +265,7 @@ def backward_on(
     *,
     causal: bool,
     sm_scale: float | None,
-    block_q: int,
-    block_k: int,
-    num_warps: int,
-    num_stages: int,
+    block_sizes: BlockSizes | DkvBlockSizes,
     precision: str | None,
     platform: str,
     interpret: bool,
@@ -286,9 +278,8 @@ def backward_on(
         return [jnp.zeros_like(q)] if which == "dq" else [jnp.zeros_like(k), jnp.zeros_like(v)]
     kernel = _dq_kernel if which == "dq" else _dkv_kernel
     (b, h, sq, d), sk = q.shape, k.shape[2]
-    bq, bk, sqp, skp, dp = layout(
-        (q.shape, k.shape), {"block_q": block_q, "block_k": block_k}, platform
-    )
+    blocks = {"block_q": block_sizes.block_q, "block_k": block_sizes.block_k}
+    bq, bk, sqp, skp, dp = layout((q.shape, k.shape), blocks, platform)
 
     def pad(x, s, sp):
         return jnp.pad(x, ((0, 0), (0, 0), (0, sp - s), (0, dp - d))) if (sp, dp) != (s, d) else x
@@ -324,7 +315,9 @@ def backward_on(
         grid=grid,
         in_specs=in_specs,
         out_specs=out_specs,
-        compiler_params=gpu_compiler_params(num_warps, platform, num_stages),
+        compiler_params=triton.compiler_params(
+            block_sizes.num_warps, block_sizes.num_stages, platform
+        ),
         interpret=interpret,
     )(
         pad(q, sq, sqp),
@@ -342,8 +335,9 @@ def backward_on(
     space="flash_attention_dq",
     constraints=[fits_platform_dq],
     reference=attention_dq_reference,
-    tuned="tuned",
-    split=Split("bhsd,bhtd,bhtd,bhsd,bhs,bhs->bhsd", along="bh"),
+    tuned="../tuned",
+    split=Split(f"{ARRAYS}->bhsd", along="bh"),
+    example=EXAMPLE,
 )
 def flash_attention_dq(
     q: jax.Array,
@@ -355,32 +349,16 @@ def flash_attention_dq(
     *,
     causal: bool = False,
     sm_scale: float | None = None,
-    block_q: int = 128,
-    block_k: int = 128,
-    num_warps: int = 8,  # dq and the probabilities: 192 registers a thread at head_dim 128
-    num_stages: int = 2,
+    block_sizes: BlockSizes = BlockSizes(),  # dq and the probabilities: 192 registers a thread
     precision: Precision = None,
     interpret: bool = False,
 ) -> jax.Array:
     """dq of flash_attention for the output's cotangent do, from the forward's lse and
     delta = rowsum(do * out) (both [B, H, Sq] float32)."""
+    options = dict(causal=causal, sm_scale=sm_scale, precision=precision, interpret=interpret)
+    platform = kernel_platform(interpret)
     (dq,) = backward_on(
-        "dq",
-        q,
-        k,
-        v,
-        do,
-        lse,
-        delta,
-        causal=causal,
-        sm_scale=sm_scale,
-        block_q=block_q,
-        block_k=block_k,
-        num_warps=num_warps,
-        num_stages=num_stages,
-        precision=precision,
-        platform=kernel_platform(interpret),
-        interpret=interpret,
+        "dq", q, k, v, do, lse, delta, block_sizes=block_sizes, platform=platform, **options
     )
     return dq
 
@@ -390,8 +368,9 @@ def flash_attention_dq(
     space="flash_attention_dkv",
     constraints=[fits_platform_dkv],
     reference=attention_dkv_reference,
-    tuned="tuned",
-    split=Split("bhsd,bhtd,bhtd,bhsd,bhs,bhs->bhtd,bhtd", along="bh"),
+    tuned="../tuned",
+    split=Split(f"{ARRAYS}->bhtd,bhtd", along="bh"),
+    example=EXAMPLE,
 )
 def flash_attention_dkv(
     q: jax.Array,
@@ -403,31 +382,15 @@ def flash_attention_dkv(
     *,
     causal: bool = False,
     sm_scale: float | None = None,
-    block_q: int = 64,  # dk, dv and the probabilities: 192 registers a thread at head_dim 128
-    block_k: int = 128,
-    num_warps: int = 8,
-    num_stages: int = 2,
+    block_sizes: DkvBlockSizes = DkvBlockSizes(),
     precision: Precision = None,
     interpret: bool = False,
 ) -> tuple[jax.Array, jax.Array]:
     """(dk, dv) of flash_attention for the output's cotangent do, from the forward's lse and
     delta = rowsum(do * out) (both [B, H, Sq] float32)."""
+    options = dict(causal=causal, sm_scale=sm_scale, precision=precision, interpret=interpret)
+    platform = kernel_platform(interpret)
     dk, dv = backward_on(
-        "dkv",
-        q,
-        k,
-        v,
-        do,
-        lse,
-        delta,
-        causal=causal,
-        sm_scale=sm_scale,
-        block_q=block_q,
-        block_k=block_k,
-        num_warps=num_warps,
-        num_stages=num_stages,
-        precision=precision,
-        platform=kernel_platform(interpret),
-        interpret=interpret,
+        "dkv", q, k, v, do, lse, delta, block_sizes=block_sizes, platform=platform, **options
     )
     return dk, dv

@@ -1,5 +1,6 @@
-"""What flash attention's bodies share (forward and backward, GPU and TPU layouts): which scores
-a row must not see, and which (query block, key block) tiles hold any.
+"""What flash attention's bodies share (forward and backward, GPU and TPU layouts): the blocks
+laid out for a platform and the rules they keep, the shapes a call must have, which scores a row
+must not see, and which (query block, key block) tiles hold any.
 
 A row must not see a padded key (past the sequence: zeros, which would otherwise take a share of
 the softmax) nor, causal and top-left aligned, a key after its own (query i sees keys 0..i). Such
@@ -10,11 +11,34 @@ row block sees is seen whole by each of its rows.
 
 from __future__ import annotations
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 from jax.experimental import pallas as pl
 
-from autotune.kernels.rowwise import F32
+from autotune.backends import clamp_block, whole_block
+from autotune.backends.hardware import (
+    GPU_TILE_REGISTERS,
+    TPU_LANES,
+    gpu_registers_ok,
+    is_pow2,
+    tpu_block_ok,
+)
+
+F32 = jnp.float32
+
+
+@dataclasses.dataclass(frozen=True)
+class BlockSizes:
+    """Flash attention's tunables (the forward's and flash_attention_dq's): query rows per grid step (block_q)
+    and keys per inner step (block_k); on a GPU Triton's warps and pipeline stages."""
+
+    block_q: int = 128
+    block_k: int = 128
+    num_warps: int = 8  # 4 would spill past head_dim 64 (tiles.gpu_tiles_in_registers)
+    num_stages: int = 2
+
 
 # A finite "minus infinity" for masked scores: exp(MASK - m) is exactly 0 for any real max m,
 # and a block with every key masked cannot turn the running max into NaN.
@@ -73,3 +97,53 @@ def probs(q, k, lse, rows, cols, *, sm_scale, causal, seq_k, precision):
     forward's log-sum-exp), the scores `mask_scores` masks at exactly 0."""
     s = jax.lax.dot_general(q, k, NT, precision=precision, preferred_element_type=F32) * sm_scale
     return jnp.exp(mask_scores(s, rows, cols, causal=causal, seq_k=seq_k) - lse)
+
+
+def layout(shapes, config: dict, platform: str) -> tuple[int, int, int, int, int]:
+    """(block_q, block_k, padded seq_q, padded seq_k, padded head_dim)."""
+    (_, _, sq, d), (_, _, sk, _) = shapes[0], shapes[1]
+    bq = clamp_block(config["block_q"], sq, platform)
+    bk = clamp_block(config["block_k"], sk, platform)
+    dp = whole_block(d, platform)
+    return bq, bk, pl.cdiv(sq, bq) * bq, pl.cdiv(sk, bk) * bk, dp
+
+
+def tpu_tiles_ok(bq: int, bk: int, sqp: int, skp: int, dp: int) -> bool:
+    """The TPU's (8, 128) tiling of the q, k and v blocks and of the (block_q, block_k) score
+    tile (its lanes: block_k a multiple of 128, or every key)."""
+    return (
+        tpu_block_ok((bq, dp), (sqp, dp))
+        and tpu_block_ok((bk, dp), (skp, dp))
+        and (bk % TPU_LANES == 0 or bk == skp)
+    )
+
+
+def gpu_tiles_ok(bq: int, bk: int, dp: int) -> bool:
+    """Triton's tiles: powers of two of at least 16 (tl.dot)."""
+    return all(is_pow2(b) and b >= 16 for b in (bq, bk, dp))
+
+
+def gpu_tiles_in_registers(f32_elems: int, config: dict) -> bool:
+    """Whether float32 tiles of `f32_elems` elements in all, live at once, fit the registers a
+    thread gives its tiles (hardware.GPU_TILE_REGISTERS) at the config's `num_warps`: 8 warps
+    past head_dim 64 at 128 x 128 blocks, as JAX's own GPU attention takes."""
+    return gpu_registers_ok(f32_elems, config["num_warps"], budget=GPU_TILE_REGISTERS)
+
+
+def check_shapes(q: jax.Array, k: jax.Array, v: jax.Array) -> None:
+    if q.ndim != 4 or k.ndim != 4 or v.ndim != 4:
+        raise ValueError(
+            f"flash_attention needs q, k, v of shape [batch, heads, seq, head_dim], "
+            f"got {q.shape=} {k.shape=} {v.shape=}"
+        )
+    if k.shape != v.shape or q.shape[:2] != k.shape[:2] or q.shape[3] != k.shape[3]:
+        raise ValueError(
+            f"flash_attention needs k and v of one shape, with q's batch, heads and head_dim, "
+            f"got {q.shape=} {k.shape=} {v.shape=}"
+        )
+    if not (q.dtype == k.dtype == v.dtype) or not jnp.issubdtype(q.dtype, jnp.floating):
+        raise ValueError(
+            f"flash_attention needs q, k, v of one float dtype, got {q.dtype=} {k.dtype=} {v.dtype=}"
+        )
+    if k.shape[2] == 0 and q.shape[2] > 0:
+        raise ValueError(f"flash_attention needs at least one key, got {k.shape=}")

@@ -8,19 +8,30 @@ A length that is not a multiple of the block is zero-padded up to it and sliced 
 
 from __future__ import annotations
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 from jax.experimental import pallas as pl
 
-from autotune import Split, autotuned, out_struct
-from autotune.backends import kernel_platform, mosaic_tpu, triton
+from autotune import Example, Split, autotuned, out_struct
+from autotune.backends import clamp_block, kernel_platform, mosaic_tpu, triton
 from autotune.backends.hardware import TPU_LANES, is_pow2, tpu_block_ok
 from autotune.kernels.differentiable import differentiable
 
 
-def _block(block: int, n: int) -> int:
-    """Elements per block: whole rows of lanes, no more than the (row-padded) vector."""
-    return min(block, pl.cdiv(n, TPU_LANES) * TPU_LANES)
+@dataclasses.dataclass(frozen=True)
+class BlockSizes:
+    """vector_add's tunables: elements per block (whole rows of 128 lanes); Triton's warps."""
+
+    block: int = 1024
+    num_warps: int = 4
+
+
+def _block(block: int, n: int, platform: str) -> int:
+    """Elements per block: whole rows of lanes, no more than the block that holds the
+    row-padded vector (on a GPU a power of two of them: Triton's arrays are)."""
+    return clamp_block(block, pl.cdiv(n, TPU_LANES) * TPU_LANES, platform)
 
 
 def fits_platform(config: dict, sig) -> bool:
@@ -30,7 +41,7 @@ def fits_platform(config: dict, sig) -> bool:
         return True  # the kernel itself rejects such calls with a clear message
     if config["block"] % TPU_LANES:
         return False
-    block = _block(config["block"], n)
+    block = _block(config["block"], n, sig.platform)
     if sig.platform == "tpu":
         rows = pl.cdiv(n, block) * block // TPU_LANES
         vmem = 3 * 2 * block * jnp.dtype(sig.dtypes[0]).itemsize  # x, y, out; double-buffered
@@ -63,14 +74,17 @@ def _bwd(_: None, g: jax.Array, **__) -> tuple:
     space="vector_add",
     constraints=[fits_platform],
     reference=vector_add_reference,
-    tuned="tuned",
+    tuned="../tuned",
     split=Split("n,n->n", along="n"),
+    example=Example("f32[300],f32[300]"),
+    backward=(),
 )
 @differentiable(_bwd, _fwd)
 def vector_add(
-    x: jax.Array, y: jax.Array, *, block: int = 1024, num_warps: int = 4, interpret: bool = False
+    x: jax.Array, y: jax.Array, *, block_sizes: BlockSizes = BlockSizes(), interpret: bool = False
 ) -> jax.Array:
     """x + y for 1-D arrays of one shape and dtype; `block` is a multiple of 128."""
+    block = block_sizes.block
     if x.ndim != 1 or x.shape != y.shape or x.dtype != y.dtype:
         raise ValueError(
             f"vector_add needs two 1-D arrays of one shape and dtype, got {x.shape=} {y.shape=}"
@@ -80,7 +94,8 @@ def vector_add(
             f"vector_add needs a block that is a multiple of {TPU_LANES}, got {block=}"
         )
     n = x.shape[0]
-    b = _block(block, n)
+    platform = kernel_platform(interpret)
+    b = _block(block, n, platform)
     padded = pl.cdiv(n, b) * b
     if padded != n:
         x, y = (jnp.pad(a, (0, padded - n)) for a in (x, y))
@@ -92,7 +107,7 @@ def vector_add(
         grid=(padded // b,),
         in_specs=[spec, spec],
         out_specs=spec,
-        compiler_params=triton.compiler_params(num_warps, None, kernel_platform(interpret)),
+        compiler_params=triton.compiler_params(block_sizes.num_warps, None, platform),
         interpret=interpret,
     )(x, y)
     out = out.reshape(padded)

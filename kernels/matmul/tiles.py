@@ -1,60 +1,29 @@
-"""Tiled matmul: grid over (M, N) output tiles, accumulating over K tiles in float32.
-
-With `group_m` > 1 the grid is one axis whose programs walk the output tiles in groups of
-`group_m` tile rows, down a column of the group before the next column: programs that run at
-the same time then share y's columns and a few rows of x, which stay in the GPU's L2 cache
-(the grouped order of Triton's tutorial matmul). `group_m` 1 is the plain row-major grid.
+"""What matmul and bmm share: an [M, K] x [K, N] product tiled into (block_m, block_n)
+output tiles and block_k steps of K, per platform.
 
 Shapes that are not multiples of the block sizes are zero-padded up to them (zeros add nothing
 to a dot product) and the result is sliced back, so every block size is valid for every shape;
 a block larger than its dimension is clamped to the dimension (on GPU, to the power of two
 that covers it: Triton blocks are powers of two).
 
-On a TPU (and when lowered for one, or run under TPU interpret mode) the kernel has its own
+On a TPU (and when lowered for one, or run under TPU interpret mode) the product has its own
 body, `tpu_call`: the grid walks (M, N, K) tiles with K last, and the float32 sum lives in VMEM
-scratch, so VMEM holds three tiles whatever K is (the layout of JAX's ops/tpu/matmul.py).
+scratch, so VMEM holds three tiles whatever K is (the layout of JAX's ops/tpu/matmul.py). The
+GPU (and interpret-mode) body is `tile_kernel`: one output tile, K walked inside it.
 """
 
 from __future__ import annotations
 
 import functools
-from typing import Literal, get_args
 
 import jax
 import jax.numpy as jnp
 from jax.experimental import pallas as pl
 
-from autotune import Split, autotuned, out_struct
-from autotune.backends import clamp_block, kernel_platform, mosaic_tpu, triton
+from autotune import out_struct
+from autotune.backends import clamp_block, mosaic_tpu
 from autotune.backends.hardware import gpu_registers_ok, gpu_smem_bytes, is_pow2, tpu_block_ok
-from autotune.kernels.differentiable import differentiable
-
-ACC_DTYPE = jnp.float32
-# jnp.dot's precision for float32 inputs: "highest" computes in float32; "high" and "default"
-# allow fewer bits (TF32 on NVIDIA GPUs, bfloat16 passes on TPUs), which the oracle's tolerance
-# follows (autotune.measure.verify). None, the default, is the inputs' own (`dot_precision`).
-# A static argument annotated Literal[...] is checked up front by `autotune tune` and job files
-# (autotune.tuning.task.check_call), before any database is opened or kernel traced.
-Precision = Literal["highest", "high", "default", None]
-PRECISIONS = get_args(Precision)
-
-
-def check_precision(precision: str | None) -> None:
-    if precision not in PRECISIONS:
-        named = ", ".join(p for p in PRECISIONS if p is not None)
-        raise ValueError(f"precision={precision!r}: use one of {named}, or None (the default)")
-
-
-def dot_precision(precision: str | None, dtype) -> str:
-    """The precision a kernel's dots take for inputs of `dtype`: the one the call asked for,
-    else "highest" for float32 (the float32 a user means) and "default" for 16-bit floats: a
-    product of two of them is exact in the float32 accumulator, so one native pass of the TPU's
-    MXU gives what "highest" would, without its multi-pass float32 emulation
-    (`contract_precision<fp32>` in Mosaic); on a GPU both are one 16-bit MMA."""
-    check_precision(precision)
-    if precision is not None:
-        return precision
-    return "highest" if jnp.dtype(dtype).itemsize >= 4 else "default"
+from autotune.kernels.precision import ACC_DTYPE
 
 
 def _blocks(config: dict, sig) -> tuple[int, int, int, int, int, int]:
@@ -80,12 +49,12 @@ def fits_platform(config: dict, sig) -> bool:
             and tpu_vmem(bm, bn, bk, itemsize) <= mosaic_tpu.vmem_budget(sig.device_kind)
         )
     if sig.platform == "gpu":
-        stages = config.get("num_stages", 2)
+        stages = config["num_stages"]
         smem = stages * (bm * bk + bk * bn) * itemsize
         return (
             all(is_pow2(b) and b >= 16 for b in (bm, bn, bk))
             and smem <= gpu_smem_bytes(sig.device_kind)
-            and gpu_registers_ok(bm * bn, config.get("num_warps", 4))
+            and gpu_registers_ok(bm * bn, config["num_warps"])
         )
     return True
 
@@ -112,20 +81,6 @@ def padded_operands(x: jax.Array, y: jax.Array, blocks: tuple[int, int, int], pl
 def unpadded(out: jax.Array, m: int, n: int) -> jax.Array:
     """A product of `padded_operands` sliced back to its [..., M, N]."""
     return out[..., :m, :n] if out.shape[-2:] != (m, n) else out
-
-
-def matmul_reference(x: jax.Array, y: jax.Array, *, precision: str | None = None) -> jax.Array:
-    return jnp.dot(
-        x, y, precision=dot_precision(precision, x.dtype), preferred_element_type=ACC_DTYPE
-    ).astype(x.dtype)
-
-
-def grouped_tile(pid, tiles_m: int, tiles_n: int, group_m: int):
-    """The (row, column) of output tile `pid` in the grouped order (see the module docstring)."""
-    per_group = group_m * tiles_n
-    first_m = (pid // per_group) * group_m
-    rows = jnp.minimum(tiles_m - first_m, group_m)  # the last group may be shorter
-    return first_m + (pid % per_group) % rows, (pid % per_group) // rows
 
 
 def _tpu_kernel(x_ref, y_ref, o_ref, acc_ref, *, k_axis: int, precision: str):
@@ -184,76 +139,3 @@ def tile_kernel(x_ref, y_ref, o_ref, *, block_k: int, n_k: int, precision: str):
 
     acc = jax.lax.fori_loop(0, n_k, step, jnp.zeros(o_ref.shape, ACC_DTYPE))
     o_ref[...] = acc.astype(o_ref.dtype)
-
-
-def _bwd(residuals: tuple, g: jax.Array, *, precision: str, interpret: bool, **_) -> tuple:
-    """dx = g y^T and dy = x^T g, each served by the tuned matmul for its own shapes."""
-    x, y = residuals
-    return (
-        matmul(g, y.T, precision=precision, interpret=interpret),
-        matmul(x.T, g, precision=precision, interpret=interpret),
-    )
-
-
-@autotuned(
-    name="matmul",
-    space="matmul",
-    constraints=[fits_platform],
-    reference=matmul_reference,
-    tuned="tuned",
-    split=Split("mk,kn->mn", along="mn"),
-)
-@differentiable(_bwd)
-def matmul(
-    x: jax.Array,
-    y: jax.Array,
-    *,
-    block_m: int = 128,
-    block_n: int = 128,
-    block_k: int = 128,
-    num_warps: int = 4,
-    num_stages: int = 2,
-    group_m: int = 1,
-    precision: Precision = None,
-    interpret: bool = False,
-) -> jax.Array:
-    """x @ y for 2-D x [M, K] and y [K, N] of one float dtype; float32 accumulation, the dots
-    at `precision` (None: "highest" for float32, the native pass for 16-bit floats; see
-    dot_precision); output tiles in `group_m` row groups. Differentiable: the backward's two
-    products are matmul calls of their own."""
-    if x.ndim != 2 or y.ndim != 2 or x.shape[1] != y.shape[0]:
-        raise ValueError(f"matmul needs x [M, K] and y [K, N], got {x.shape=} and {y.shape=}")
-    if x.dtype != y.dtype:
-        raise ValueError(f"matmul needs one dtype, got {x.dtype=} and {y.dtype=}")
-    precision = dot_precision(precision, x.dtype)
-    m, n = x.shape[0], y.shape[1]
-    platform = kernel_platform(interpret)
-    (bm, bn, bk), xp, yp = padded_operands(x, y, (block_m, block_n, block_k), platform)
-    if mosaic_tpu.targets_tpu(platform, interpret):
-        return unpadded(tpu_call(xp, yp, bm, bn, bk, precision), m, n)
-    (mp, kp), np_ = xp.shape, yp.shape[1]
-    tiles_m, tiles_n = mp // bm, np_ // bn
-    if group_m > 1:
-        grid = (tiles_m * tiles_n,)
-
-        def tile(pid):
-            return grouped_tile(pid, tiles_m, tiles_n, group_m)
-    else:
-        grid = (tiles_m, tiles_n)
-
-        def tile(i, j):
-            return i, j
-
-    out = pl.pallas_call(
-        functools.partial(tile_kernel, block_k=bk, n_k=kp // bk, precision=precision),
-        out_shape=out_struct((mp, np_), x.dtype, xp, yp),
-        grid=grid,
-        in_specs=[
-            pl.BlockSpec((bm, kp), lambda *g: (tile(*g)[0], 0)),
-            pl.BlockSpec((kp, bn), lambda *g: (0, tile(*g)[1])),
-        ],
-        out_specs=pl.BlockSpec((bm, bn), lambda *g: tile(*g)),
-        compiler_params=triton.compiler_params(num_warps, num_stages, platform),
-        interpret=interpret,
-    )(xp, yp)
-    return unpadded(out, m, n)

@@ -21,13 +21,14 @@ nothing to a dot product) and the result is sliced back.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import jax
 import jax.numpy as jnp
 from jax.experimental import pallas as pl
 
-from autotune import Split, autotuned, out_struct
+from autotune import Example, Split, autotuned, out_struct
 from autotune.backends import mosaic_gpu as backend
 from autotune.kernels.differentiable import differentiable
 
@@ -38,6 +39,24 @@ PRODUCER_REGISTERS = 40  # registers a thread of the producer warpgroup keeps
 DIMS = ("m", "n")
 CLUSTER_DIMS = ("none", *DIMS)  # cluster_dimension: "none" is a cluster of one block
 DELAY_RELEASE = 1  # wgmma groups a consumer keeps in flight; their slots are released late
+
+
+@dataclasses.dataclass(frozen=True)
+class BlockSizes:
+    """matmul_mgpu's tunables (see the module docstring): a warpgroup's output tile and K step,
+    the pipeline's depth, the tile order, the warpgroups' split, the cluster, the epilogue's
+    piece."""
+
+    tile_m: int = 128
+    tile_n: int = 128
+    tile_k: int = 64
+    max_concurrent_steps: int = 4
+    grid_minor_dim: str = "n"
+    grid_tile_width: int = 1
+    wg_dimension: str = "n"
+    cluster_dimension: str = "none"
+    epi_tile_m: int = 64
+    epi_tile_n: int = 64
 
 
 def cluster_size(config: dict) -> int:
@@ -241,24 +260,17 @@ def _bwd(residuals: tuple, g: jax.Array, *, interpret: bool, **_) -> tuple:
     constraints=[fits_hopper],
     reference=matmul_mgpu_reference,
     backend="mosaic_gpu",
-    tuned="tuned",
+    tuned="../tuned",
     split=Split("mk,kn->mn", along="mn"),
+    example=Example("bf16[100,200],bf16[200,72]"),
+    backward=("matmul_mgpu",),
 )
 @differentiable(_bwd)
 def matmul_mgpu(
     x: jax.Array,
     y: jax.Array,
     *,
-    tile_m: int = 128,
-    tile_n: int = 128,
-    tile_k: int = 64,
-    max_concurrent_steps: int = 4,
-    grid_minor_dim: str = "n",
-    grid_tile_width: int = 1,
-    wg_dimension: str = "n",
-    cluster_dimension: str = "none",
-    epi_tile_m: int = 64,
-    epi_tile_n: int = 64,
+    block_sizes: BlockSizes = BlockSizes(),
     interpret: bool = False,
 ) -> jax.Array:
     """x @ y for 2-D x [M, K] and y [K, N] of one 16-bit float dtype on a Hopper GPU (Mosaic
@@ -271,23 +283,15 @@ def matmul_mgpu(
             f"matmul_mgpu needs x and y of one dtype in {DTYPES}, got {x.dtype=} and {y.dtype=}: "
             "cast them, or use autotune.kernels.matmul for other dtypes"
         )
-    for name, value, allowed in (
-        ("grid_minor_dim", grid_minor_dim, DIMS),
-        ("wg_dimension", wg_dimension, DIMS),
-        ("cluster_dimension", cluster_dimension, CLUSTER_DIMS),
+    config = dataclasses.asdict(block_sizes)  # what the layout helpers read, by name
+    for name, allowed in (
+        ("grid_minor_dim", DIMS),
+        ("wg_dimension", DIMS),
+        ("cluster_dimension", CLUSTER_DIMS),
     ):
-        if value not in allowed:
-            raise ValueError(f"matmul_mgpu: {name}={value!r} must be one of {allowed}")
-    config = {
-        "tile_m": tile_m,
-        "tile_n": tile_n,
-        "tile_k": tile_k,
-        "max_concurrent_steps": max_concurrent_steps,
-        "wg_dimension": wg_dimension,
-        "cluster_dimension": cluster_dimension,
-        "epi_tile_m": epi_tile_m,
-        "epi_tile_n": epi_tile_n,
-    }
+        if config[name] not in allowed:
+            raise ValueError(f"matmul_mgpu: {name}={config[name]!r} must be one of {allowed}")
+    tile_k = config["tile_k"]
     rows, cols = cluster_tile(config)
     (m, k), n = x.shape, y.shape[1]
     mp, np_, kp = (pl.cdiv(d, b) * b for d, b in ((m, rows), (n, cols), (k, tile_k)))
@@ -298,8 +302,8 @@ def matmul_mgpu(
         _kernel,
         config=config,
         tiles=tiles,
-        grid_minor_dim=DIMS.index(grid_minor_dim),
-        grid_tile_width=grid_tile_width,
+        grid_minor_dim=DIMS.index(config["grid_minor_dim"]),
+        grid_tile_width=config["grid_tile_width"],
     )
     out = backend.plgpu().kernel(
         body,

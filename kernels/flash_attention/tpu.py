@@ -10,7 +10,7 @@ dkv holds a key block and walks the queries. The parallel axes are laid out for 
 
 A causal tile that no row of its query block sees is skipped, and its index map repeats a block
 fetched anyway, so the pipeline fetches nothing for it. Of the tiles that run, only those that
-need it are masked (`attention_masks.tile_needs_mask`: the diagonal's and the one with padded
+need it are masked (`tiles.tile_needs_mask`: the diagonal's and the one with padded
 keys); the rest skip the iota, compare and select. Sequences are zero-padded to the blocks;
 head_dim stays whole.
 """
@@ -26,7 +26,8 @@ from jax.experimental import pallas as pl
 from autotune import out_struct
 from autotune.backends import mosaic_tpu
 from autotune.backends.hardware import TPU_LANES
-from autotune.kernels.attention_masks import (
+from autotune.kernels.flash_attention.tiles import (
+    F32,
     NT,
     TN,
     mask_scores,
@@ -35,7 +36,6 @@ from autotune.kernels.attention_masks import (
     probs,
     tile_needs_mask,
 )
-from autotune.kernels.rowwise import F32
 
 # the kernel's grid axes (before ParallelGrid lays the parallel ones out)
 BATCH, HEADS, HELD, WALKED = 0, 1, 2, 3

@@ -1,8 +1,8 @@
 """Batched matmul: x [B, M, K] @ y [B, K, N], one grid axis per batch entry, tiled as matmul.
 
-The batch axis is squeezed out of every block, so each step runs matmul's kernel body on one
-(M, N) output tile; padding, clamping and the per-platform rules are matmul's, and so is the
-TPU body (`matmul.tpu_call`, with the batch a "parallel" grid axis).
+The batch axis is squeezed out of every block, so each step runs the tile body on one (M, N)
+output tile; padding, clamping, the per-platform rules and the TPU body (with the batch a
+"parallel" grid axis) are tiles.py's, which matmul shares.
 """
 
 from __future__ import annotations
@@ -14,23 +14,36 @@ import jax
 import jax.numpy as jnp
 from jax.experimental import pallas as pl
 
-from autotune import Split, autotuned, out_struct
+from autotune import Example, Split, autotuned, out_struct
 from autotune.backends import kernel_platform, mosaic_tpu, triton
-from autotune.kernels import matmul as mm
 from autotune.kernels.differentiable import differentiable
+from autotune.kernels.matmul import tiles
+from autotune.kernels.precision import ACC_DTYPE, Precision, check_precision, dot_precision
+
+
+@dataclasses.dataclass(frozen=True)
+class BlockSizes:
+    """bmm's tunables, per batch entry: the output tile (block_m x block_n), the K step
+    block_k; on a GPU Triton's warps and pipeline stages."""
+
+    block_m: int = 128
+    block_n: int = 128
+    block_k: int = 128
+    num_warps: int = 4
+    num_stages: int = 2
 
 
 def fits_platform(config: dict, sig) -> bool:
-    """matmul's rules for one batch entry's [M, K] x [K, N]."""
+    """tiles.py's rules for one batch entry's [M, K] x [K, N]."""
     if len(sig.shapes) != 2 or any(len(s) != 3 for s in sig.shapes):
         return True  # the kernel itself rejects such calls with a clear message
     per_entry = tuple(dataclasses.replace(a, shape=a.shape[1:]) for a in sig.args)
-    return mm.fits_platform(config, dataclasses.replace(sig, args=per_entry))
+    return tiles.fits_platform(config, dataclasses.replace(sig, args=per_entry))
 
 
 def bmm_reference(x: jax.Array, y: jax.Array, *, precision: str | None = None) -> jax.Array:
-    precision = mm.dot_precision(precision, x.dtype)
-    out = jnp.einsum("bmk,bkn->bmn", x, y, precision=precision, preferred_element_type=mm.ACC_DTYPE)
+    precision = dot_precision(precision, x.dtype)
+    out = jnp.einsum("bmk,bkn->bmn", x, y, precision=precision, preferred_element_type=ACC_DTYPE)
     return out.astype(x.dtype)
 
 
@@ -48,41 +61,40 @@ def _bwd(residuals: tuple, g: jax.Array, *, precision: str, interpret: bool, **_
     space="bmm",
     constraints=[fits_platform],
     reference=bmm_reference,
-    tuned="tuned",
+    tuned="../tuned",
     split=Split("bmk,bkn->bmn", along="bmn"),
+    example=Example("f32[2,20,13],f32[2,13,24]"),
+    backward=("bmm",),
 )
 @differentiable(_bwd)
 def bmm(
     x: jax.Array,
     y: jax.Array,
     *,
-    block_m: int = 128,
-    block_n: int = 128,
-    block_k: int = 128,
-    num_warps: int = 4,
-    num_stages: int = 2,
-    precision: mm.Precision = None,
+    block_sizes: BlockSizes = BlockSizes(),
+    precision: Precision = None,
     interpret: bool = False,
 ) -> jax.Array:
     """x @ y per batch entry for x [B, M, K] and y [B, K, N] of one float dtype (the dots at
     `precision`, as in matmul). Differentiable: the backward's products are bmm calls of
     their own."""
-    mm.check_precision(precision)
+    check_precision(precision)
     if x.ndim != 3 or y.ndim != 3 or x.shape[0] != y.shape[0] or x.shape[2] != y.shape[1]:
         raise ValueError(f"bmm needs x [B, M, K] and y [B, K, N], got {x.shape=} and {y.shape=}")
     if x.dtype != y.dtype:
         raise ValueError(f"bmm needs one dtype, got {x.dtype=} and {y.dtype=}")
-    precision = mm.dot_precision(precision, x.dtype)
+    precision = dot_precision(precision, x.dtype)
     (b, m, _), n = x.shape, y.shape[2]
     if x.size == 0 or y.size == 0:  # an empty batch, or K = 0: the sum over nothing
         return jnp.zeros((b, m, n), x.dtype)
     platform = kernel_platform(interpret)
-    (bm, bn, bk), xp, yp = mm.padded_operands(x, y, (block_m, block_n, block_k), platform)
+    blocks = (block_sizes.block_m, block_sizes.block_n, block_sizes.block_k)
+    (bm, bn, bk), xp, yp = tiles.padded_operands(x, y, blocks, platform)
     if mosaic_tpu.targets_tpu(platform, interpret):
-        return mm.unpadded(mm.tpu_call(xp, yp, bm, bn, bk, precision), m, n)
+        return tiles.unpadded(tiles.tpu_call(xp, yp, bm, bn, bk, precision), m, n)
     (_, mp, kp), np_ = xp.shape, yp.shape[2]
     out = pl.pallas_call(
-        functools.partial(mm.tile_kernel, block_k=bk, n_k=kp // bk, precision=precision),
+        functools.partial(tiles.tile_kernel, block_k=bk, n_k=kp // bk, precision=precision),
         out_shape=out_struct((b, mp, np_), x.dtype, xp, yp),
         grid=(b, mp // bm, np_ // bn),
         in_specs=[
@@ -90,7 +102,9 @@ def bmm(
             pl.BlockSpec((None, kp, bn), lambda t, i, j: (t, 0, j)),
         ],
         out_specs=pl.BlockSpec((None, bm, bn), lambda t, i, j: (t, i, j)),
-        compiler_params=triton.compiler_params(num_warps, num_stages, platform),
+        compiler_params=triton.compiler_params(
+            block_sizes.num_warps, block_sizes.num_stages, platform
+        ),
         interpret=interpret,
     )(xp, yp)
-    return mm.unpadded(out, m, n)
+    return tiles.unpadded(out, m, n)
