@@ -86,6 +86,18 @@ def test_a_listing_counts_no_miss_and_creates_no_database(db_url):
     assert [m["count"] for m in TuningDB(db_url).misses()] == [1]
 
 
+def test_a_function_the_caller_jitted_counts_its_miss_when_called_after_a_listing(db_url):
+    from toy_kernels import make_input, scale
+
+    from autotune import TuningDB
+
+    step = jax.jit(lambda a: scale(a) + 1)
+    x = make_input(rows=40)
+    assert [c.source for c in autotune.calls_in(step, (x,))] == ["default"]
+    step(x)  # traced again: the listing's trace is its own, and counted nothing
+    assert [m["count"] for m in TuningDB(db_url).misses()] == [1]
+
+
 def test_a_listing_with_the_default_database_creates_not_even_its_folder(tmp_path, monkeypatch):
     from toy_kernels import scale
 

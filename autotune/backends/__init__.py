@@ -233,6 +233,14 @@ def interpret_mode(backend: str | None) -> contextlib.AbstractContextManager:
     return get(backend).interpret_mode()
 
 
+def interpret_mode_forced() -> bool:
+    """Whether an interpret mode (TPU's or GPU's) is forced on the kernels traced now: Pallas
+    then runs `interpret=True` kernels in it too, not in its plain interpreter."""
+    from jax._src import config  # where force_tpu_interpret_mode keeps its parameters
+
+    return config.pallas_tpu_interpret_mode_context_manager.value is not None
+
+
 def reset_interpret_state(backend: str | None) -> None:
     """Clear what that interpret mode keeps after a kernel raised, for the next kernel."""
     get(backend).reset_interpret_state()

@@ -29,17 +29,23 @@ def cmd_calls(args: argparse.Namespace) -> int:
     import_user_modules(args)
     fn, call_args, kwargs = load_program(args.program)
     rows = [c.as_dict() for c in calls_in(fn, call_args, kwargs)]
+    if args.format != "json":  # what a call gathers first, in one cell
+        rows = [{**r, "gathered": "; ".join(r["gathered"])} for r in rows]
     if args.format == "table":
         rows = [
             {**r, "config": config_text(r["config"]), "mesh_axes": _axes_text(r["mesh_axes"])}
             for r in rows
         ]
-        if not any(r["detail"] for r in rows):  # a column only where a trace is older
-            rows = [{k: v for k, v in r.items() if k != "detail"} for r in rows]
+        # a column only where a trace is older, or a call gathers
+        shown = {k for k in _RARE if any(r[k] for r in rows)}
+        rows = [{k: v for k, v in r.items() if k not in _RARE or k in shown} for r in rows]
         print(table(rows) if rows else "(no @autotuned calls)")
     else:
         print(render(rows, args.format))
     return 0
+
+
+_RARE = ("detail", "gathered")
 
 
 def _axes_text(axes: dict[str, int]) -> str:

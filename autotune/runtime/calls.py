@@ -6,6 +6,13 @@ named scope that the runtime remembers (autotune.runtime.traced_calls), and the 
 on the entry's operations in every jaxpr that holds them, also where jit served the entry
 from its cache. Calls that `fn` differentiates include the backward's: the shipped kernels'
 VJPs call backward kernels that are `@autotuned` themselves.
+
+On a mesh each call is listed as each device runs it, at its local shape. Inside a shard_map and
+on a mesh's Explicit axes the trace says it; on Auto axes (`jax.sharding.Mesh(devices, names)`)
+only XLA's partitioner does, when it compiles the program (autotune.runtime.partitioned): so a
+program that makes such calls is compiled too (nothing runs), where its arguments' shardings are
+a mesh of this process's devices; elsewhere its calls are listed at their global shapes, saying
+so.
 """
 
 from __future__ import annotations
@@ -80,6 +87,9 @@ class ProgramCall:
     mesh_axes: dict[str, int] = field(default_factory=dict)
     detail: str = ""  # where the trace found runs another config than a new trace would
     count: int = 1  # how many times the program makes the call (as traced: a loop's body once)
+    # what the call gathers to every device first, on a mesh ("x's axis 1 (over mesh axis
+    # 'd')"): it runs at those axes' global size, not each device's part
+    gathered: tuple[str, ...] = ()
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -90,6 +100,7 @@ class ProgramCall:
             "source": self.source,
             "config": self.config,
             "mesh_axes": self.mesh_axes,
+            "gathered": list(self.gathered),
             "detail": self.detail,
         }
 
@@ -99,9 +110,17 @@ def calls_in(
 ) -> list[ProgramCall]:
     """Every `@autotuned` call that `fn(*args, **kwargs)` makes, each once (with `count`, how
     many times the program makes it), in the order the program makes them; arguments may be
-    arrays or jax.ShapeDtypeStructs (nothing runs)."""
+    arrays or jax.ShapeDtypeStructs (nothing runs). On a mesh the calls are each device's, at
+    its local shape, from the arguments' shardings (give a ShapeDtypeStruct its `sharding=`): a
+    call's `mesh_axes` says the mesh it runs on each device of, `gathered` what it gathers
+    first."""
     import jax
 
+    from autotune.runtime.partitioned import (
+        BACKWARD_SCOPE_PREFIX,
+        PARTITIONED_CALLS,
+        PARTITIONED_SCOPE_PREFIX,
+    )
     from autotune.runtime.state import listing
     from autotune.runtime.traced_calls import TRACED_CALLS, TRACED_SCOPE_PREFIX
 
@@ -121,30 +140,60 @@ def calls_in(
             call_args[i] = a
         return fn(*call_args, **{**kwargs, **named})
 
+    arrays = [_abstract(args[i]) for i in positions]
+    named = {k: _abstract(kwargs[k]) for k in names}
+    pattern = _scopes(TRACED_SCOPE_PREFIX, PARTITIONED_SCOPE_PREFIX, BACKWARD_SCOPE_PREFIX)
+    with listing() as current:  # reads only: no miss counted, no database created
+        closed = _traced(fn, lambda: jax.make_jaxpr(program)(arrays, named))
+        scopes = list(
+            dict.fromkeys(s for n in _name_stacks(closed.jaxpr) for s in pattern.findall(n))
+        )
+        split_by_xla = any(not s.startswith(TRACED_SCOPE_PREFIX) for s in scopes)
+        compiled = split_by_xla and _on_devices([*arrays, *named.values()])
+        if compiled:  # XLA's partitioner traces each device's call as it compiles (runs none)
+            _traced(fn, lambda: jax.jit(program).lower(arrays, named).compile())
+    in_program = _scope_counts(closed.jaxpr, pattern)
+    local = _scopes(TRACED_SCOPE_PREFIX)
+    found: dict[tuple, ProgramCall] = {}
+    counts: dict[tuple, int] = {}
+    for scope in scopes:
+        n = in_program.get(scope, 0)
+        if scope.startswith(TRACED_SCOPE_PREFIX):
+            calls = [(_program_call(TRACED_CALLS[scope]), n)]
+        elif compiled:  # each device's calls, as the partitioner traced them
+            per_device = current.partitioned.get(scope)
+            each = _scope_counts(per_device, local) if per_device is not None else {}
+            calls = [(_program_call(TRACED_CALLS[s]), n * m) for s, m in each.items()]
+        elif scope.startswith(BACKWARD_SCOPE_PREFIX):  # its calls are known once compiled
+            calls = []
+        else:
+            calls = [(_whole_call(PARTITIONED_CALLS[scope]), n)]
+        for call, times in calls:
+            key = (call.kernel, call.signature, call.static)
+            found.setdefault(key, call)
+            counts[key] = counts.get(key, 0) + times
+    return [dataclasses.replace(c, count=counts.get(k) or 1) for k, c in found.items()]
+
+
+def _traced(fn: Callable, trace: Callable[[], Any]) -> Any:
+    """`trace()`, its failure one AutotuneError that names `fn`."""
     try:
-        with listing():  # reads only: no miss counted, no database created
-            closed = jax.make_jaxpr(program)(
-                [_abstract(args[i]) for i in positions], {k: _abstract(kwargs[k]) for k in names}
-            )
+        return trace()
     except AutotuneError:
         raise
     except Exception as e:
         raise AutotuneError(
             f"calls_in: tracing {getattr(fn, '__name__', fn)!r} failed: {type(e).__name__}: {e}"
         ) from e
-    pattern = re.compile(re.escape(TRACED_SCOPE_PREFIX) + r"\d+")
-    found: dict[tuple, ProgramCall] = {}
-    of_scope: dict[str, tuple] = {}
-    for stack in _name_stacks(closed.jaxpr):
-        for scope in pattern.findall(stack):
-            if scope not in of_scope:
-                call = _program_call(TRACED_CALLS[scope])
-                of_scope[scope] = (call.kernel, call.signature, call.static)
-                found.setdefault(of_scope[scope], call)
-    counts: dict[tuple, int] = {}
-    for scope, n in _scope_counts(closed.jaxpr, pattern).items():
-        counts[of_scope[scope]] = counts.get(of_scope[scope], 0) + n
-    return [dataclasses.replace(c, count=counts.get(k) or 1) for k, c in found.items()]
+
+
+def _on_devices(arrays: Sequence[Any]) -> bool:
+    """Whether every argument's sharding is on this process's devices (a `jax.sharding.Mesh`,
+    not an AbstractMesh described for a device this host lacks): the program can be compiled."""
+    import jax
+
+    meshes = [getattr(a.sharding, "mesh", None) for a in arrays if a.sharding is not None]
+    return all(m is None or isinstance(m, jax.sharding.Mesh) for m in meshes)
 
 
 def _abstract(a: Any) -> Any:
@@ -155,6 +204,11 @@ def _abstract(a: Any) -> Any:
     sharding = getattr(a, "sharding", None)
     named = sharding if isinstance(sharding, jax.sharding.NamedSharding) else None
     return jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=named)
+
+
+def _scopes(*prefixes: str) -> re.Pattern:
+    """The named scopes a prefix and a number name (one of `prefixes`)."""
+    return re.compile(f"(?:{'|'.join(map(re.escape, prefixes))})\\d+")
 
 
 def _name_stacks(jaxpr: Any) -> Iterator[str]:
@@ -217,13 +271,14 @@ def _launches_kernel(eqn: Any, inner: list[Any], memo: dict[int, bool]) -> bool:
     return False
 
 
-def _program_call(traced: Any) -> ProgramCall:
+def _program_call(traced: Any, detail: str = "") -> ProgramCall:
     """A traced call as listed: the configuration its trace runs, and where a call traced now
-    would run another (the trace is older: an overlay ended, an entry was stored), says so."""
+    would run another (the trace is older: an overlay ended, an entry was stored), says so.
+    With a `detail`, a call whose configuration no trace chose yet: as a lookup now gives it."""
     kernel = traced.kernel
     explained = kernel.explain(*traced.args, **dict(traced.kwargs))
-    source, config, detail = explained["source"], explained["config"], ""
-    if config != traced.config:
+    source, config = explained["source"], explained["config"]
+    if not detail and config != traced.config:
         detail = (
             f"an older trace: a call traced now would run {config} ({source}); jit this "
             "function again to run that"
@@ -240,4 +295,17 @@ def _program_call(traced: Any) -> ProgramCall:
         kwargs={k: v for k, v in traced.kwargs.items() if k not in tunables},
         mesh_axes=traced.mesh_axes,
         detail=detail,
+        gathered=traced.gathered,
     )
+
+
+def _whole_call(traced: Any) -> ProgramCall:
+    """A call on a mesh's Auto axes, listed at its global shape: how XLA splits it is decided
+    only when it compiles the program, which this host cannot (its arguments' mesh is not of
+    this process's devices)."""
+    detail = (
+        "on a mesh's Auto axes: listed at its global shape, as XLA splits it only when it "
+        "compiles the program; give the arguments shardings over a jax.sharding.Mesh of this "
+        "host's devices (or over Explicit axes) to list each device's call"
+    )
+    return _program_call(traced, detail)

@@ -20,10 +20,11 @@ import operator
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from autotune import registry
+from autotune import backends, registry
+from autotune.device import current_device
 from autotune.errors import AutotuneError
 from autotune.registry.spec import KernelOptions, KernelSpec, make_spec
-from autotune.runtime import lookup, sharded
+from autotune.runtime import lookup, partitioned, sharded
 from autotune.runtime import state as runtime_state
 from autotune.runtime.lookup import Resolution
 from autotune.runtime.overlays import active_overlays
@@ -138,13 +139,33 @@ class AutotunedKernel:
     def _run(self, args: Sequence[Any], kwargs: dict[str, Any], kernel_for: Callable) -> Any:
         """A call, in the jitted entry's trace or on the general path: looked up, then run in
         a scope that names the call in jaxprs (`autotune.calls_in` reads it). A call on
-        sharded arrays runs this for each device's part (autotune.runtime.sharded), so that each is
+        sharded arrays runs this for each device's part (on a mesh's Explicit axes
+        autotune.runtime.sharded, on Auto axes autotune.runtime.partitioned), so that each is
         looked up, named and recorded at its local shape."""
+        if partitioned.in_body():
+            return self._run_whole(args, kwargs, kernel_for)
         split = sharded.plan(self.spec.split, args, self._array_names)
         if split is not None:
             return sharded.run(
                 self.spec.name, split, lambda *part: self._run(part, dict(kwargs), kernel_for), args
             )
+        interpreter = self._interpreter(kwargs)
+        mesh = partitioned.auto_mesh(args, kwargs)
+        if mesh is not None and interpreter != "mode":
+            return partitioned.run(
+                self,
+                self._array_names,
+                mesh,
+                args,
+                kwargs,
+                lambda part, kw: self._run(part, kw, kernel_for),
+                lambda part, kw: self._run_whole(part, kw, kernel_for),
+                kernel_for,
+            )
+        if mesh is not None:
+            partitioned.warn_interpret_mode(self.spec.name, mesh)
+        if interpreter == "plain":
+            sharded.warn_plain_interpreter(self.spec.name, args)
         given = dict(kwargs)
         overrides = self.spec.take_overrides(kwargs)
         resolution = self._resolution(args, kwargs)
@@ -157,6 +178,29 @@ class AutotunedKernel:
         if resolution.miss:
             runtime_state.record_miss(resolution.key)
         return out
+
+    def _run_whole(self, args: Sequence[Any], kwargs: dict[str, Any], kernel_for: Callable) -> Any:
+        """The call at its global shape where XLA's partitioner runs each device's part
+        (autotune.runtime.partitioned), traced for its type only: at the default
+        configuration (or the caller's block sizes), nothing looked up, named or recorded."""
+        kwargs = dict(kwargs)
+        overrides = {k: kwargs.pop(k) for k in self.spec.tunables & kwargs.keys()}
+        sig = self.spec.signature(args, kwargs, current_device())
+        config = {**self._default_config(sig, args, kwargs), **overrides}
+        return kernel_for(config, args, kwargs)(*args, **kwargs)
+
+    def _interpreter(self, kwargs: Mapping[str, Any]) -> str | None:
+        """Which of Pallas's interpreters runs the call: "plain" (`interpret=True`), "mode"
+        (an interpret mode, TPU's or GPU's: forced, passed, or the backend's for a kernel
+        without an `interpret` argument on a CPU), None (compiled for the device)."""
+        if backends.interpret_mode_forced():
+            return "mode"
+        if "interpret" in kwargs:
+            given = kwargs["interpret"]
+            return "plain" if given is True else "mode" if given else None
+        if not current_device().interpret:
+            return None
+        return "plain" if self.spec.takes_interpret else "mode"
 
     def _memo_key(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> tuple:
         # an active overlay changes the answer: calls inside and outside one differ
@@ -191,6 +235,8 @@ class AutotunedKernel:
         split = sharded.plan(self.spec.split, args, self._array_names)
         if split is not None:
             args = sharded.local_parts(split, args)
+        else:
+            args = partitioned.local_parts(self.spec.split, args, kwargs)
         with runtime_state.listing():  # a question, not a call to count
             r = self.resolve(args, kwargs, record_miss=False)
         try:

@@ -53,3 +53,15 @@ def overlay(source: Any) -> Iterator[EntryTable]:
 def active_overlays() -> tuple[EntryTable, ...]:
     """The overlays in effect here, innermost first."""
     return _ACTIVE.get()
+
+
+@contextlib.contextmanager
+def restored(tables: tuple[EntryTable, ...]) -> Iterator[None]:
+    """Within: `tables` are the overlays in effect, as where a call was traced whose lookup runs
+    later elsewhere (XLA's partitioner traces each device's part while it compiles, on a thread
+    of its own in JAX 0.10); nothing is dropped, as nothing changed for that call."""
+    token = _ACTIVE.set(tables)
+    try:
+        yield
+    finally:
+        _ACTIVE.reset(token)

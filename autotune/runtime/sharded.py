@@ -4,15 +4,15 @@ A Pallas call cannot be partitioned by XLA. Where a call's arrays are sharded ov
 Explicit axes (`jax.make_mesh`'s default), their types say so while jit traces, so the kernel's
 entry wraps the call in a `jax.shard_map` built from those shardings (`plan`, `run`): each
 device's kernel is looked up and traced for its local shape, and the result keeps the sharding
-of the batch-like axes. A kernel says which axes those are with `Split` (`@autotuned(split=...)`).
-A sharding that cannot be kept (a contracted axis, or a kernel with no `Split`) is gathered
-first: the call still runs, and says so once.
+of the batch-like axes. A kernel says which axes those are with `Split` (`@autotuned(split=...)`),
+and `split.lay_out` decides the layout from it, as it does for a mesh's Auto axes, where XLA's
+partitioner asks (autotune.runtime.partitioned). A sharding that cannot be kept (a contracted
+axis, or a kernel with no `Split`) is gathered first: the call still runs, and says so once.
 
-Why a shard_map and not `jax.experimental.custom_partitioning`: the entry sees the shardings
-while jit traces it, so everything that reads a trace (the lookup, `calls_in`, recorded misses)
-sees the local shapes without compiling; custom_partitioning decides only inside XLA's
-partitioner, at compile time, has no autodiff rule (the kernels' custom VJPs would have to
-move inside it), and traces the kernel at the global shape first.
+On Explicit axes a shard_map rather than `jax.experimental.custom_partitioning` (which Auto
+axes need): the entry sees the shardings while jit traces it, so everything that reads a trace
+(the lookup, `calls_in`, recorded misses) sees the local shapes without compiling, and
+gradients need nothing more (a shard_map transposes).
 """
 
 from __future__ import annotations
@@ -22,24 +22,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from autotune.registry.split import ELLIPSIS, Split
+from autotune.registry.split import Layout, Split, lay_out
+from autotune.registry.varying import varying_axes
+from autotune.runtime import traced_calls
 from autotune.runtime.state import warn_once
-
-
-def _letters(axes: str, n_ellipsis: int) -> list[str]:
-    """One name per dimension of an array whose axes are written `axes`, the ellipsis standing
-    for `n_ellipsis` dimensions, named "0", "1", ... counted from the right."""
-    head, dots, tail = axes.partition(ELLIPSIS)
-    middle = [str(n_ellipsis - 1 - i) for i in range(n_ellipsis)] if dots else []
-    return [*head, *middle, *tail]
-
-
-def _n_ellipsis(split: Split, args: Sequence[Any]) -> int:
-    """How many dimensions the ellipsis stands for in this call (0 where there is none)."""
-    for axes, a in zip(split.inputs, args):
-        if ELLIPSIS in axes:
-            return max(len(a.shape) - len(axes.replace(ELLIPSIS, "")), 0)
-    return 0
 
 
 def _explicit_spec(x: Any) -> tuple[Any, list[tuple[str, ...]]] | None:
@@ -56,19 +42,21 @@ def _explicit_spec(x: Any) -> tuple[Any, list[tuple[str, ...]]] | None:
         for name, kind in zip(mesh.axis_names, mesh.axis_types)
         if kind == jax.sharding.AxisType.Explicit
     }
-    dims = [tuple(a for a in d if a in explicit) for d in _dims_of(sharding.spec, x.ndim)]
+    dims = [tuple(a for a in d if a in explicit) for d in dims_of(sharding.spec, x.ndim)]
     return (mesh, dims) if any(dims) else None
 
 
-def _dims_of(spec: Any, ndim: int) -> list[tuple[str, ...]]:
+def dims_of(spec: Any, ndim: int) -> list[tuple[str, ...]]:
     """The mesh axes of each of `ndim` dimensions that a PartitionSpec names."""
     padded = list(spec) + [None] * (ndim - len(spec))
     return [(p,) if isinstance(p, str) else tuple(p or ()) for p in padded]
 
 
-def _mesh_axes(axes: tuple[str, ...] | None) -> Any:
-    """A PartitionSpec entry: None, one mesh axis, or a tuple of them."""
-    return None if not axes else axes[0] if len(axes) == 1 else axes
+def spec_of(dims: Sequence[tuple[str, ...]]) -> Any:
+    """The PartitionSpec of an array whose dimensions are split over `dims` (mesh axes each)."""
+    from jax.sharding import PartitionSpec as P
+
+    return P(*(None if not axes else axes[0] if len(axes) == 1 else axes for axes in dims))
 
 
 @dataclass(frozen=True)
@@ -82,8 +70,33 @@ class Plan:
     gathered: tuple[str, ...]
 
 
-def _gathered(name: str, d: int, axes: tuple[str, ...]) -> str:
-    return f"{name}'s axis {d} (over mesh axis {', '.join(map(repr, axes))})"
+def gathered_text(layout: Layout, names: Sequence[str]) -> tuple[str, ...]:
+    """What a layout gathers, each said as "x's axis 1 (over mesh axis 'd')"."""
+    return tuple(
+        f"{names[i]}'s axis {d} (over mesh axis {', '.join(map(repr, axes))})"
+        for i, d, axes in layout.gathered
+    )
+
+
+def argument_names(arg_names: Sequence[str], n: int) -> list[str]:
+    """The names of a call's `n` positional arguments, as messages say them."""
+    return [*arg_names, *(f"argument {i}" for i in range(len(arg_names), n))][:n]
+
+
+def warn_gathered(kernel_name: str, mesh: str, gathered: Sequence[str]) -> None:
+    """Say once per kernel, mesh and axis that a call gathers an axis before it runs."""
+    for what in gathered:
+        warn_once(
+            f"gathered {kernel_name} {mesh} {what}",
+            f"{kernel_name}: {what} is gathered first on the mesh ({mesh}): the kernel cannot "
+            "split along it so (a contracted axis, or one another argument splits otherwise). "
+            "Shard the call's batch-like axes to keep it sharded.",
+        )
+
+
+def mesh_text(mesh: Any) -> str:
+    """A mesh as messages say it: "d=4", "data=2,model=2"."""
+    return ",".join(f"{name}={size}" for name, size in mesh.shape.items())
 
 
 def plan(split: Split | None, args: Sequence[Any], arg_names: Sequence[str]) -> Plan | None:
@@ -96,41 +109,13 @@ def plan(split: Split | None, args: Sequence[Any], arg_names: Sequence[str]) -> 
     found = [s for s in specs if s is not None]
     if not found:
         return None
-    names = [*arg_names, *(f"argument {i}" for i in range(len(arg_names), len(args)))]
-    if split is None or len(split.inputs) != len(args):  # gathered whole
-        gathered = [
-            _gathered(names[i], d, axes)
-            for i, s in enumerate(specs)
-            for d, axes in enumerate(s[1] if s is not None else ())
-            if axes
-        ]
-        return Plan(found[0][0], tuple(P() for _ in args), P(), tuple(gathered))
-
-    n_ellipsis = _n_ellipsis(split, args)
-    letters = [_letters(axes, n_ellipsis) for axes in split.inputs]
-    chosen: dict[str, tuple[str, ...]] = {}  # letter -> the mesh axes it is split over
-    gathered = []
-    for i, s in enumerate(specs):
-        for d, axes in enumerate(s[1] if s is not None else ()):
-            letter = letters[i][d]
-            if not axes or chosen.get(letter) == axes:
-                continue
-            taken = {a for used in chosen.values() for a in used}
-            if split.parallel(letter) and letter not in chosen and not taken & set(axes):
-                chosen[letter] = axes
-            else:  # contracted, split otherwise by another array, or its mesh axis taken
-                gathered.append(_gathered(names[i], d, axes))
-
-    def spec(dims: list[str]) -> Any:
-        return P(*(_mesh_axes(chosen.get(n)) for n in dims))
-
-    outs = [spec(_letters(axes, n_ellipsis)) for axes in split.outputs]
-    return Plan(
-        found[0][0],
-        tuple(spec(dims) for dims in letters),
-        outs[0] if len(outs) == 1 else tuple(outs),
-        tuple(gathered),
-    )
+    layout = lay_out(split, [_dims(a) if hasattr(a, "dtype") else None for a in args])
+    gathered = gathered_text(layout, argument_names(arg_names, len(args)))
+    in_specs = tuple(map(spec_of, layout.inputs))
+    if layout.outputs is None:  # gathered whole
+        return Plan(found[0][0], in_specs, P(), gathered)
+    outs = [spec_of(dims) for dims in layout.outputs]
+    return Plan(found[0][0], in_specs, outs[0] if len(outs) == 1 else tuple(outs), gathered)
 
 
 def run(kernel_name: str, p: Plan, call: Callable[..., Any], args: Sequence[Any]) -> Any:
@@ -139,16 +124,10 @@ def run(kernel_name: str, p: Plan, call: Callable[..., Any], args: Sequence[Any]
     import jax
     from jax.sharding import NamedSharding
 
-    for what in p.gathered:
-        warn_once(
-            f"sharded {kernel_name} {what}",
-            f"{kernel_name}: {what} is gathered first: the kernel cannot split along it so "
-            "(a contracted axis, or one another argument splits otherwise). Shard the call's "
-            "batch-like axes to keep it sharded.",
-        )
+    warn_gathered(kernel_name, mesh_text(p.mesh), p.gathered)
 
-    def laid_out(a: Any, spec: Any) -> Any:
-        if not hasattr(a, "dtype") or _dims(a) == _dims_of(spec, a.ndim):
+    def placed(a: Any, spec: Any) -> Any:
+        if not hasattr(a, "dtype") or _dims(a) == dims_of(spec, a.ndim):
             return a
         return jax.sharding.reshard(a, NamedSharding(p.mesh, spec))
 
@@ -159,7 +138,32 @@ def run(kernel_name: str, p: Plan, call: Callable[..., Any], args: Sequence[Any]
     mapped = jax.shard_map(
         call, mesh=p.mesh, in_specs=p.in_specs, out_specs=p.out_specs, check_vma=False
     )
-    return mapped(*map(laid_out, args, p.in_specs))
+    with traced_calls.laid_out(None, p.gathered):  # the calls it traces are noted so
+        return mapped(*map(placed, args, p.in_specs))
+
+
+def warn_plain_interpreter(kernel_name: str, args: Sequence[Any]) -> None:
+    """Say once what to do where Pallas's plain interpreter runs a call inside a
+    `jax.shard_map` with check_vma=True (its arrays' types vary over manual axes): in JAX 0.10
+    to 0.12 the program then fails to lower, in JAX's code, long after this trace, with
+    nothing of this package on the stack ("Primitive div requires varying manual axes to
+    match", "Scan carry ... mismatched varying manual axes", "while_loop body function carry
+    input and carry output must have equal types"). A warning, not an error: a kernel whose
+    forward is never lowered (dead code) runs, and a JAX release may lift the limit."""
+    axes = tuple(sorted(frozenset().union(*(varying_axes(a) for a in args if hasattr(a, "dtype")))))
+    if not axes:
+        return
+    warn_once(
+        "plain interpreter under check_vma",
+        f"{kernel_name}: Pallas's plain interpreter (interpret=True, a CPU's) cannot run inside "
+        "jax.shard_map with check_vma=True in JAX 0.10 to 0.12: lowering the step fails "
+        "with 'requires varying manual axes to match' (or a scan's or while_loop's carry "
+        "types that differ). On a CPU, run the step under "
+        "jax.experimental.pallas.tpu.force_tpu_interpret_mode(), and differentiate with respect "
+        f"to jax.lax.pcast(params, {axes!r}, to='varying') inside the shard_map (each device's "
+        "gradients, reduced outside: no collective in the program), or pass check_vma=False "
+        "to jax.shard_map. On a GPU or TPU nothing is needed.",
+    )
 
 
 def local_parts(p: Plan, args: Sequence[Any]) -> tuple:
@@ -169,7 +173,7 @@ def local_parts(p: Plan, args: Sequence[Any]) -> tuple:
     def part(a: Any, spec: Any) -> Any:
         if not hasattr(a, "dtype"):
             return a
-        dims = _dims_of(spec, a.ndim)
+        dims = dims_of(spec, a.ndim)
         shape = [
             n // math.prod(p.mesh.shape[name] for name in axes) for n, axes in zip(a.shape, dims)
         ]

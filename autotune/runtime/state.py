@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import itertools
 import logging
 import threading
 import weakref
@@ -63,36 +64,91 @@ _STATE = RuntimeState()
 _KERNELS: weakref.WeakSet[Any] = weakref.WeakSet()
 
 
-# The kernels traced by the listing in progress here (calls_in), None outside one.
-_LISTING: contextvars.ContextVar[set[Any] | None] = contextvars.ContextVar(
+@dataclass(eq=False)
+class Listing:
+    """A listing in progress (calls_in, explain): the kernels it traced, whose entries are
+    dropped after it; what XLA's partitioner traced for each device's part of a call while it
+    compiled (autotune.runtime.partitioned): a jaxpr, by the scope of the call."""
+
+    traced: set[Any] = field(default_factory=set)
+    partitioned: dict[str, Any] = field(default_factory=dict)
+    # its value of the jit context: each listing's traces are its own (those of a program
+    # compiled later carry the listing they were traced in: see `resumed`)
+    number: int = field(default_factory=lambda: next(_LISTINGS))
+
+
+_LISTINGS = itertools.count()
+
+
+# The listing in progress here, None outside one.
+_LISTING: contextvars.ContextVar[Listing | None] = contextvars.ContextVar(
     "autotune_listing", default=None
 )
+# A jax.make_user_context (made on the first listing): jit keys its caches by its value, which
+# a listing sets. So a function jitted by the caller and traced inside a listing (whose kernel
+# calls look up without counting misses) is traced again for a real call, which counts them,
+# and a listing never reuses a real call's trace either.
+_JIT_CONTEXT: list[Any] = []
+_JIT_CONTEXT_LOCK = threading.Lock()
+
+
+def _jit_context() -> Any:
+    with _JIT_CONTEXT_LOCK:
+        if not _JIT_CONTEXT:
+            import jax
+
+            _JIT_CONTEXT.append(jax.make_user_context(None))
+    return _JIT_CONTEXT[0]
 
 
 @contextlib.contextmanager
-def listing() -> Iterator[None]:
+def listing() -> Iterator[Listing]:
     """Lookups that only read (calls_in, explain): no miss is counted, no database is created,
-    no memo entry kept; the kernels' entries traced meanwhile are dropped after, so that a
-    call of them traces again and counts its miss then."""
-    if _LISTING.get() is not None:  # within one: the outermost drops the entries
-        yield
+    no memo entry kept, and what jit traces meanwhile is cached apart from real calls' traces;
+    the kernels' entries traced meanwhile are dropped after, so that a call of them traces
+    again and counts its miss then."""
+    outer = _LISTING.get()
+    if outer is not None:  # within one: the outermost drops the entries
+        yield outer
         return
-    traced: set[Any] = set()
-    token = _LISTING.set(traced)
+    current = Listing()
+    token = _LISTING.set(current)
     try:
-        yield
+        with _jit_context()(current.number):
+            yield current
     finally:
         _LISTING.reset(token)
-        for kernel in traced:
+        for kernel in current.traced:
             kernel._drop_entry()
+
+
+@contextlib.contextmanager
+def resumed(listing: Listing | None) -> Iterator[None]:
+    """Within: the listing `listing` (None: none) is in progress again, in another thread or
+    after it began: XLA's partitioner traces each device's call of a program traced inside a
+    listing when it compiles it, on a thread of its own in JAX 0.10."""
+    if listing is None:
+        yield
+        return
+    token = _LISTING.set(listing)
+    try:
+        with _jit_context()(listing.number):
+            yield
+    finally:
+        _LISTING.reset(token)
+
+
+def in_listing() -> Listing | None:
+    """The listing in progress here, if one is."""
+    return _LISTING.get()
 
 
 def listed(kernel: Any) -> bool:
     """Whether a listing is in progress here: `kernel`, traced by it, is then noted."""
-    traced = _LISTING.get()
-    if traced is not None:
-        traced.add(kernel)
-    return traced is not None
+    current = _LISTING.get()
+    if current is not None:
+        current.traced.add(kernel)
+    return current is not None
 
 
 def current() -> RuntimeState:

@@ -3,14 +3,17 @@
 A kernel's entry traces each distinct call inside a `jax.named_scope` of its own name
 (`traced_call_scope`). The scope's name stays on the operations of the entry's jaxpr, which jit
 caches and reuses: so `autotune.calls_in` finds a call in a program's jaxpr whether or not this
-trace ran it, and reads the call back from TRACED_CALLS.
+trace ran it, and reads the call back from TRACED_CALLS. A call that runs on each device's part
+of its arrays is traced at its local shape, and noted with the mesh axes it is mapped over and
+what its layout gathered first (`laid_out`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Mapping, Sequence
+import threading
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,12 +30,30 @@ class TracedCall:
     mesh_axes: dict[str, int]  # the mesh axes the call is mapped over (mapped_axes), sizes
     config: dict[str, Any]  # the configuration the trace runs
     source: str  # where it came from (autotune.runtime.lookup.LOOKUP_ORDER, or "caller")
+    # what the call's layout gathered to every device first ("x's axis 1 (over mesh axis 'd')")
+    gathered: tuple[str, ...] = ()
 
 
 # Every call an entry traced in this process, by the name of the scope it was traced in.
 TRACED_CALLS: dict[str, TracedCall] = {}
 TRACED_SCOPE_PREFIX = "autotuned_call_"
 _SCOPES: dict[tuple, str] = {}
+# Per thread: the layout of the call being traced for each device's part (laid_out).
+_LAYOUT = threading.local()
+
+
+@contextlib.contextmanager
+def laid_out(axes: Mapping[str, int] | None, gathered: tuple[str, ...]) -> Iterator[None]:
+    """Within: calls traced are each device's part of a call that gathered `gathered` first,
+    mapped over `axes` (mesh axes and sizes), or over the trace's own manual axes where `axes`
+    is None (a shard_map's). XLA's partitioner traces each device's call outside any shard_map,
+    with no mesh in sight (autotune.runtime.partitioned): it passes the axes."""
+    before = getattr(_LAYOUT, "value", None)
+    _LAYOUT.value = (None if axes is None else dict(axes), tuple(gathered))
+    try:
+        yield
+    finally:
+        _LAYOUT.value = before
 
 
 def traced_call_scope(
@@ -43,6 +64,7 @@ def traced_call_scope(
     import jax
 
     mesh_axes = mapped_axes()
+    gathered = _layout()[1]
     try:
         ran = (json.dumps(config, sort_keys=True, default=str), source)
         key = (
@@ -50,6 +72,7 @@ def traced_call_scope(
             kernel.spec.version,
             call_shape(args, kwargs),
             ran,
+            gathered,
             *mesh_axes.items(),
         )
         name = _SCOPES.get(key)
@@ -63,7 +86,7 @@ def traced_call_scope(
 
         named = {k: abstract(v) for k, v in kwargs.items()}
         TRACED_CALLS[name] = TracedCall(
-            kernel, tuple(map(abstract, args)), named, mesh_axes, dict(config), source
+            kernel, tuple(map(abstract, args)), named, mesh_axes, dict(config), source, gathered
         )
     return jax.named_scope(name)
 
@@ -73,6 +96,9 @@ def mapped_axes() -> dict[str, int]:
     axes), with their sizes: a call traced here runs on each device's part, at its local shape."""
     import jax
 
+    axes = _layout()[0]
+    if axes is not None:
+        return dict(axes)
     mesh = jax.sharding.get_abstract_mesh()
     manual = jax.sharding.AxisType.Manual
     return {
@@ -80,3 +106,7 @@ def mapped_axes() -> dict[str, int]:
         for name, size, kind in zip(mesh.axis_names, mesh.axis_sizes, mesh.axis_types)
         if kind == manual
     }
+
+
+def _layout() -> tuple[dict[str, int] | None, tuple[str, ...]]:
+    return getattr(_LAYOUT, "value", None) or (None, ())

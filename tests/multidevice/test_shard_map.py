@@ -6,6 +6,7 @@ backward; and a transformer-style step's loss and gradients against plain JAX's.
 from __future__ import annotations
 
 import functools
+import logging
 
 import jax
 import jax.numpy as jnp
@@ -117,6 +118,27 @@ def test_every_kernel_and_its_gradient_lowers_inside_shard_map(platform):
                 continue
             assert marker in text, name
     assert failed == {}
+
+
+def test_the_plain_interpreter_under_check_vma_says_the_recipe_before_jaxs_error(caplog):
+    x = jax.device_put(jnp.ones((64, 32), F32), NamedSharding(MESH, ROWS))
+
+    def step(check_vma):
+        return jax.jit(
+            jax.shard_map(K.softmax, mesh=MESH, in_specs=ROWS, out_specs=ROWS, check_vma=check_vma)
+        )
+
+    def hints():
+        return [r.getMessage() for r in caplog.records if "plain interpreter" in r.getMessage()]
+
+    with caplog.at_level(logging.WARNING, logger="autotune"):
+        step(False)(x)  # nothing varies in the types: it runs, and nothing is said
+        assert hints() == []
+        with pytest.raises((ValueError, TypeError)):  # JAX's, raised while it lowers the step
+            step(True)(x)
+    [hint] = hints()
+    assert "force_tpu_interpret_mode()" in hint
+    assert "jax.lax.pcast(params, ('d',), to='varying')" in hint
 
 
 def _rows(x):

@@ -16,6 +16,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 from test_shard_map import KERNEL_OPS, LOWERING, MARKERS, REFERENCE_OPS, _abstract_mesh
 
+import autotune
 from autotune import TuningDB
 from autotune import kernels as K
 from autotune.backends import lowering_for
@@ -58,6 +59,8 @@ def test_a_contracted_axis_sharded_is_gathered_with_one_warning(caplog):
     warned = [r.getMessage() for r in caplog.records if "gathered" in r.getMessage()]
     assert len(warned) == 2, warned  # x's axis 1 and y's axis 0, each once
     assert "matmul: x's axis 1 (over mesh axis 'd') is gathered" in warned[0]
+    [call] = autotune.calls_in(jax.jit(K.matmul), (x, y))
+    assert call.gathered == ("x's axis 1 (over mesh axis 'd')", "y's axis 0 (over mesh axis 'd')")
 
 
 def test_a_step_under_sharded_jit_gives_plain_jax_loss_and_gradients():
