@@ -1,5 +1,7 @@
-"""`autotune tune`: one kernel for one call signature, or the tasks of a job file or of the
-recorded misses (--job, --pending)."""
+"""`autotune tune`: one kernel for one call signature, or the tasks of a job file, of the
+recorded misses or of a program (--job, --pending, --program). The arguments are parsed and
+checked here into a request that the tuning service runs (autotune.service.run); what the run
+tells is printed here."""
 
 from __future__ import annotations
 
@@ -170,13 +172,13 @@ def _devices(text: str) -> int | str:
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
-    request = tune_request(args)  # every check before the database is opened or a worker started
+    request = _request(args)  # every check before the database is opened or a worker started
     if request.kernel is not None:
         return _tune_one(request)
     return _tune_many(request)
 
 
-def tune_request(args: argparse.Namespace) -> RunRequest:
+def _request(args: argparse.Namespace) -> RunRequest:
     """The run the command line asks for, its arguments parsed and checked."""
     if args.watch and not args.pending:
         raise UsageError("--watch watches for misses: give it with --pending")
