@@ -12,8 +12,8 @@ import pytest
 import yaml
 
 from autotune.cli import build_parser
+from autotune.cli.tune import parse_shard
 from autotune.service.jobfile import load_job
-from autotune.service.jobs import parse_shard
 
 DOCKER = Path(__file__).resolve().parent.parent / "docker"
 SAMPLE_ENV = {"JOB_COMPLETION_INDEX": "3", "TUNING_DB": "postgresql://h/t", "STUDIES_DB": "x"}

@@ -14,11 +14,12 @@ from test_cli import run
 from toy_kernels import make_input, scale
 
 from autotune import TuningDB, configure
+from autotune.cli.tune import parse_shard
 from autotune.device import current_device
 from autotune.errors import JobError
 from autotune.search.strategies import DEFAULT_STRATEGY, STRATEGIES
 from autotune.service.jobfile import load_job
-from autotune.service.jobs import parse_shard, shard
+from autotune.service.jobs import shard
 from autotune.signature import TuningKey
 from autotune.tuning.settings import TuneSettings
 

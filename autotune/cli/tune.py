@@ -1,32 +1,25 @@
-"""`autotune tune`: one kernel for one call signature, or the tasks of a job file or of the
-recorded misses (--job, --pending)."""
+"""`autotune tune`: one kernel for one call signature, or the tasks of a job file, of the
+recorded misses or of a program (--job, --pending, --program). The arguments are parsed and
+checked here into a request that the tuning service runs (autotune.service.run); what the run
+tells is printed here."""
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import os
-import sys
 from typing import Any
 
-from autotune.cli.common import (
-    DB_HELP,
-    UsageError,
-    add_import_argument,
-    import_user_modules,
-    parse_static,
-)
-from autotune.errors import AutotuneError, SettingsError
+from autotune.cli.common import DB_HELP, UsageError, add_import_argument, parse_static
+from autotune.errors import AutotuneError, JobError, SettingsError
 from autotune.measure.policies import WorkerLimits
 from autotune.search.strategies import STRATEGIES
-from autotune.service import jobfile, jobs
+from autotune.service.jobs import duplicates, resumed_text, side_by_side
 from autotune.service.progress import space_note
+from autotune.service.run import RunListener, RunRequest, Started, run
 from autotune.service.watch import MAX_WAIT_S
 from autotune.sql import check_url
 from autotune.trial import config_text
-from autotune.tuning.settings import DEFAULTS, TuneSettings, checked
-from autotune.tuning.task import check_task, check_traces, make_task
-from autotune.tuning.worker import device_count
+from autotune.tuning.settings import DEFAULTS, checked
 
 # the flags that set the tuning settings, by field: a refusal names the flag
 FLAGS = {
@@ -179,7 +172,14 @@ def _devices(text: str) -> int | str:
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
-    # every check comes before the database is opened or a worker started: nothing is written
+    request = _request(args)  # every check before the database is opened or a worker started
+    if request.kernel is not None:
+        return _tune_one(request)
+    return _tune_many(request)
+
+
+def _request(args: argparse.Namespace) -> RunRequest:
+    """The run the command line asks for, its arguments parsed and checked."""
     if args.watch and not args.pending:
         raise UsageError("--watch watches for misses: give it with --pending")
     if not args.poll > 0:
@@ -198,91 +198,79 @@ def cmd_tune(args: argparse.Namespace) -> int:
         max_memory=args.max_memory,
         devices=args.devices,
     )
-    if settings.devices != 1:  # a worker pinned to each device
-        settings = settings.replace(isolate=True)
     for flag, url in (("--db", args.db), ("--storage", args.storage)):
         if url is not None:
             check_url(url, flag)
-    if settings.isolate and "jax" not in sys.modules:
-        # The device belongs to the worker (a TPU admits one process): this process makes
-        # inputs and the interpret-mode oracle on the CPU; the worker sees the platforms asked for.
-        settings = settings.replace(worker_platforms=os.environ.get("JAX_PLATFORMS", ""))
-        os.environ["JAX_PLATFORMS"] = "cpu"
-    if settings.devices != 1:  # as many as a worker sees, asked once, before anything is written
-        try:
-            settings = settings.replace(devices=device_count(settings))
-        except SettingsError as e:
-            raise e.naming(FLAGS) from None
-    import_user_modules(args)  # after JAX_PLATFORMS is set: the module may import JAX
-    if args.job or args.pending or args.program:
-        return cmd_tune_job(args, settings)
-
-    from autotune.search import studies
-
-    if args.kernel is None or args.shape is None:
-        raise UsageError(
-            "the following arguments are required: --shape and a kernel "
-            "(or tune many with --job FILE or --pending)"
-        )
-    if args.shard or args.force:
-        raise UsageError("--shard and --force apply to --job and --pending")
-    static = parse_static(args.static)
-    one = make_task(
-        args.kernel,
-        args.shape,
-        args.dtype,
-        static,
-        settings.n_trials,
-        settings.strategy,
-        settings.seed,
-    )
-    check_task(one, args.shape)
-    check_traces(one, args.shape)
-    # without --storage, a study beside a SQLite database: a rerun after a crash resumes it,
-    # and a finished run deletes it, so the next run tunes afresh
-    storage = args.storage or studies.default_storage(args.db)
-
-    def show(p: Any, outcome: Any) -> None:
-        if outcome is not None:
-            return
-        trial = p.record
-        if p.trials_done == 1 and p.trial > 1:  # this run's first trial, after an interrupted one's
-            print(
-                f"resuming: {p.trial - 1} of {p.n_trials} trials already measured by an earlier run"
+    common = {
+        "settings": settings,
+        "db": args.db,
+        "storage": args.storage,
+        "imports": tuple(getattr(args, "imports", ())),
+    }
+    if not (args.job or args.pending or args.program):
+        if args.kernel is None or args.shape is None:
+            raise UsageError(
+                "the following arguments are required: --shape and a kernel "
+                "(or tune many with --job FILE or --pending)"
             )
-        if p.trials_done == 1 and space_note(p):
-            print(space_note(p).strip())
-        if trial.status == "duplicate":  # not measured: the program of a trial stored before
-            time = f"= #{trial.duplicate_of}".ljust(12) if trial.duplicate_of else " " * 12
-        else:
-            time = f"{trial.time_s * 1e3:9.4f} ms" if trial.time_s is not None else " " * 12
-        device = f"  {trial.device}" if settings.devices != 1 else ""  # which worker measured it
-        print(
-            f"trial {p.trial:3d}/{p.n_trials}  {trial.status:13s} {time}{device}  "
-            f"{config_text(trial.config)}",
-            flush=True,
+        if args.shard or args.force:
+            raise UsageError("--shard and --force apply to --job and --pending")
+        static = parse_static(args.static)
+        return RunRequest(
+            kernel=args.kernel, shape=args.shape, dtype=args.dtype, static=static, **common
         )
+    if sum(map(bool, (args.job, args.pending, args.program))) > 1:
+        raise UsageError("give one of --job FILE, --pending and --program, not more")
+    if args.kernel or args.shape:
+        raise UsageError(
+            "--job, --pending and --program take their kernels and shapes from the file, the misses "
+            "or the program: "
+            "drop the kernel and --shape (with --pending, --kernel K picks one kernel)"
+        )
+    return RunRequest(
+        job=args.job,
+        pending=args.pending,
+        only_kernel=args.only_kernel,
+        watch=args.watch,
+        poll_s=args.poll,
+        program=args.program,
+        shard=parse_shard(args.shard) if args.shard else None,
+        force=args.force,
+        **common,
+    )
 
-    # the same job runner as every other task, tuning it whether or not it is tuned already
-    run = settings.replace(storage=storage)
-    (outcome,) = jobs.run_tasks([one], None, db=args.db, settings=run, retune=True, show=show)
+
+def parse_shard(text: str) -> tuple[int, int]:
+    """'2/4' -> (2, 4): shard indices run from 0 to N-1 (a Kubernetes JOB_COMPLETION_INDEX)."""
+    i, sep, n = text.partition("/")
+    if not sep or not i.isdigit() or not n.isdigit() or int(n) < 1 or int(i) >= int(n):
+        raise JobError(f"malformed --shard {text!r}: write i/N with 0 <= i < N, e.g. 0/4")
+    return int(i), int(n)
+
+
+def _run(request: RunRequest, listener: RunListener) -> list[Any]:
+    try:
+        return run(request, listener)
+    except SettingsError as e:  # a setting the run refused (--devices): named as its flag
+        raise e.naming(FLAGS) from None
+
+
+def _tune_one(request: RunRequest) -> int:
+    """One task: a line per trial, then its result."""
+    (outcome,) = _run(request, _TrialLines())
     if outcome.status == "failed":
         raise AutotuneError(outcome.detail)
     result = outcome.result
     speedup = f"{result.speedup:.2f}x" if result.speedup else "n/a"
     default = f"{result.default_time_s * 1e3:.4f} ms" if result.default_time_s else "failed"
-    if storage and not args.storage:
-        members = getattr(result, "members", {}).values()  # a variant group's tuned members
-        for key in [result.key, *(m.key for m in members if m is not None)]:
-            studies.delete_study(storage, studies.study_name_of(key), unless_in_use=True)
     if result.resumed:
-        print(f"resumed: {jobs.resumed_text(result)}")
+        print(f"resumed: {resumed_text(result)}")
     print(
         f"\n{result.kernel} {result.key.signature} on {result.key.device_kind} ({result.key.backend})\n"
         f"  best     {config_text(result.best_config)}  {result.best_time_s * 1e3:.4f} ms"
-        f"{jobs.side_by_side(result)}\n"
+        f"{side_by_side(result)}\n"
         f"  default  {config_text(result.default_config)}  {default}\n"
-        f"  speedup  {speedup}   trials {result.n_measured}{jobs.duplicates(result)}"
+        f"  speedup  {speedup}   trials {result.n_measured}{duplicates(result)}"
         f"   rejected {result.n_rejected}"
         f"   crashed/timeout {result.n_crashed}   worker restarts {result.restarts}\n"
         f"  stored in {result.db_url}"
@@ -300,55 +288,47 @@ def cmd_tune(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_tune_job(args: argparse.Namespace, settings: TuneSettings) -> int:
-    """--job / --pending: each task with `settings` and its own budget, strategy and seed."""
-    from rich.console import Console
+class _TrialLines(RunListener):
+    """A single task's trials, a line each (naming the device where several measure)."""
 
-    from autotune.db import TuningDB
-    from autotune.search.studies import default_storage
-    from autotune.service.pending import pending_tasks
-    from autotune.service.program import program_tasks_of
-    from autotune.service.progress import Display
-    from autotune.tuning.worker.parent import tuning_device
+    devices = False
 
-    if sum(map(bool, (args.job, args.pending, args.program))) > 1:
-        raise UsageError("give one of --job FILE, --pending and --program, not more")
-    if args.kernel or args.shape:
-        raise UsageError(
-            "--job, --pending and --program take their kernels and shapes from the file, the misses "
-            "or the program: "
-            "drop the kernel and --shape (with --pending, --kernel K picks one kernel)"
-        )
-    shard = jobs.parse_shard(args.shard) if args.shard else None
-    tasks = jobfile.load_job(args.job) if args.job else []  # every task checked before the database
-    if args.program:
-        tasks = program_tasks_of(args.program, settings)
-    with TuningDB(args.db) as db:
-        device = tuning_device(settings)  # the worker's: this process keeps to the CPU
-        if args.watch:
-            return watch_misses(args, db, device, settings)
-        unknown: dict[str, int] = {}
-        if args.pending:
-            tasks, unknown = pending_tasks(db, device, kernel=args.only_kernel, settings=settings)
-            for name, count in unknown.items():
-                _unknown(name, count)
-        if shard:
-            tasks = jobs.shard(tasks, *shard)
-        storage = args.storage or default_storage(db.url)
-        console = Console(highlight=False)
-        console.print(
-            f"{len(tasks)} task(s); database {db.url}; studies {storage or 'in memory'}",
-            markup=False,
-            soft_wrap=True,
-        )
-        with Display(console) as display:
-            # --time-limit and --patience bound each task's search, as they bound a single one
-            run = settings.replace(storage=storage)
-            outcomes = jobs.run_tasks(
-                tasks, device, db=db, settings=run, force=args.force, show=display
+    def started(self, run: Started) -> None:
+        self.devices = run.devices != 1
+
+    def __call__(self, p: Any, outcome: Any) -> None:
+        if outcome is not None:
+            return
+        trial = p.record
+        if p.trials_done == 1 and p.trial > 1:  # this run's first trial, after an interrupted one's
+            print(
+                f"resuming: {p.trial - 1} of {p.n_trials} trials already measured by an earlier run"
             )
+        if p.trials_done == 1 and space_note(p):
+            print(space_note(p).strip())
+        if trial.status == "duplicate":  # not measured: the program of a trial stored before
+            time = f"= #{trial.duplicate_of}".ljust(12) if trial.duplicate_of else " " * 12
+        else:
+            time = f"{trial.time_s * 1e3:9.4f} ms" if trial.time_s is not None else " " * 12
+        device = f"  {trial.device}" if self.devices else ""  # which worker measured it
+        print(
+            f"trial {p.trial:3d}/{p.n_trials}  {trial.status:13s} {time}{device}  "
+            f"{config_text(trial.config)}",
+            flush=True,
+        )
+
+
+def _tune_many(request: RunRequest) -> int:
+    """--job / --pending / --program: each task with the settings and its own budget, strategy
+    and seed, its progress on a console; --watch: misses as they come, until stopped."""
+    with _JobDisplay() as display:
+        outcomes = _run(request, display)
     counts = {s: sum(o.status == s for o in outcomes) for s in ("tuned", "skipped", "failed")}
     line = ", ".join(f"{n} {s}" for s, n in counts.items())
+    if request.watch:
+        print(f"stopped watching: {line}", flush=True)
+        return 0
+    unknown = display.unknown_misses
     if unknown:  # misses left untuned: the run did not do what it was asked
         n = sum(unknown.values())
         line += (
@@ -359,48 +339,46 @@ def cmd_tune_job(args: argparse.Namespace, settings: TuneSettings) -> int:
     return 1 if counts["failed"] or unknown else 0
 
 
-def _unknown(name: str, count: int) -> None:
-    print(
-        f"skipped {count} pending miss(es) of kernel {name!r}: not registered here "
-        "(name the module that registers it with --import MODULE)",
-        flush=True,
-    )
+class _JobDisplay(RunListener):
+    """A job's progress (autotune.service.progress.Display), after a line naming where it
+    runs; the misses of kernels not registered here, a line each."""
 
+    def __init__(self) -> None:
+        from rich.console import Console
 
-def watch_misses(args: argparse.Namespace, db: Any, device: Any, settings: TuneSettings) -> int:
-    """--pending --watch: tune misses as they are recorded, until Ctrl-C or SIGTERM."""
-    from rich.console import Console
+        self.console = Console(highlight=False)
+        self.stack = contextlib.ExitStack()
+        self.display: Any = None
+        self.unknown_misses: dict[str, int] = {}  # by kernel
 
-    from autotune.search.studies import default_storage
-    from autotune.service.progress import Display
-    from autotune.service.watch import watch
+    def __enter__(self) -> _JobDisplay:
+        return self
 
-    storage = args.storage or default_storage(db.url)
-    console = Console(highlight=False)
-    console.print(
-        f"watching {db.url} for misses on {device.device_kind} ({device.backend}); studies "
-        f"{storage or 'in memory'}; Ctrl-C or SIGTERM ends it",
-        markup=False,
-        soft_wrap=True,
-    )
-    counts = {"tuned": 0, "skipped": 0, "failed": 0}
-    with Display(console) as display:
+    def __exit__(self, *exc: object) -> None:
+        self.stack.close()
 
-        def show(progress: Any, outcome: Any) -> None:
-            if outcome is not None:
-                counts[outcome.status] += 1
-            display(progress, outcome)
+    def started(self, run: Started) -> None:
+        from autotune.service.progress import Display
 
-        # SIGTERM (SystemExit here) is how a service is told to stop, as Ctrl-C is
-        with contextlib.suppress(KeyboardInterrupt, SystemExit):
-            watch(
-                db,
-                device,
-                settings=settings.replace(storage=storage),
-                kernel=args.only_kernel,
-                max_wait_s=args.poll,
-                show=show,
-                unknown=_unknown,
+        studies = run.storage or "in memory"
+        if run.tasks is None:
+            device = run.device
+            line = (
+                f"watching {run.db_url} for misses on {device.device_kind} ({device.backend}); "
+                f"studies {studies}; Ctrl-C or SIGTERM ends it"
             )
-    print("stopped watching: " + ", ".join(f"{n} {s}" for s, n in counts.items()), flush=True)
-    return 0
+        else:
+            line = f"{run.tasks} task(s); database {run.db_url}; studies {studies}"
+        self.console.print(line, markup=False, soft_wrap=True)
+        self.display = self.stack.enter_context(Display(self.console))
+
+    def unknown(self, kernel: str, misses: int) -> None:
+        self.unknown_misses[kernel] = misses
+        print(
+            f"skipped {misses} pending miss(es) of kernel {kernel!r}: not registered here "
+            "(name the module that registers it with --import MODULE)",
+            flush=True,
+        )
+
+    def __call__(self, progress: Any, outcome: Any) -> None:
+        self.display(progress, outcome)

@@ -132,117 +132,230 @@ def run_search(
     meanwhile. A model-based sampler's proposals are not known before they are asked for, so
     they are never among them; nor does the call change what is measured, or in what order.
     """
-    vset = _valid_set(space, sig, valid, strategy, seed)
-    budget = n_trials if vset.count is None else min(n_trials, vset.count)
-    deadline = None if time_limit_s is None else time.monotonic() + time_limit_s
-    enc = _Encoding(space)
-    sampler = make_sampler(strategy, seed, enc, vset)
-    seen: set[Position] = set()  # valid configurations measured or being measured
-
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    shared = SharedStudy(storage, study_name, sampler) if storage else None
-    if shared:
-        shared.join()
-    study = shared.study if shared else optuna.create_study(direction="minimize", sampler=sampler)
-    _queue_first(study, enc, vset, initial, strategy, n_trials, seed, shared is not None)
-
-    results: list[Evaluation] = []
-    measured: dict[tuple, Evaluation] = {}
-    claimed: set[tuple] = set()  # configs other live workers are measuring now
-    best = np.inf
-    since_best = 0
-    repeats = 0  # duplicates in a row: `n_trials` of them end the search (see programs_note)
+    search = _Search(space, sig, n_trials, strategy, seed, valid, storage, study_name)
+    search.queue_first(initial)
+    stopping = _Stopping(n_trials, time_limit_s, patience, noise, search.started)
     try:
-        while True:
-            if shared:
-                measured, claimed = shared.refresh(enc)
-                # rebuilt each time: a dead worker's released claim is unmeasured again
-                seen = set()
-                for cid in (*measured, *claimed):
-                    pos = vset.position(dict((k, v) for k, _, v in cid))
-                    if pos is not None and vset.is_valid(pos):
-                        seen.add(pos)
-            if _distinct(measured) + len(claimed) >= budget or len(seen) == vset.count:
-                if not claimed:
-                    _note_programs(results, vset, n_trials)
-                    break
-                # the budget is spent once the claims are measured; a claim released instead (its
-                # worker died) leaves budget that this worker spends
-                time.sleep(0.5)
-                continue
-            if deadline is not None and time.monotonic() >= deadline:
-                log.info("search: wall-time limit of %.0f s reached", time_limit_s)
+        while not (search.spent() or stopping.ends(search.results, search.vset)):
+            if not search.step(evaluate, upcoming, stopping):
                 break
-            if repeats >= n_trials:
-                _note_programs(results, vset, n_trials)
-                break
-            if patience is not None and since_best >= patience:
-                log.info("search: no improvement beyond %.1f%% in %d trials", noise * 100, patience)
-                break
-            trial = study.ask(enc.distributions)
-            config = enc.decode(trial.params)
-            cid = config_id(config)
-            pos = vset.position(config)
-            admitted = pos is not None and vset.is_valid(pos)
-            fresh = admitted and cid not in measured and cid not in claimed
-            if (
-                shared
-                and fresh
-                and (shared.taken(trial, cid, enc) or _over(shared, enc, budget, trial))
-            ):
-                # another worker claimed it at the same moment, or measured it since our refresh;
-                # neither measures twice (see taken). Or others asked for what was left of the
-                # budget before us (see _over). Queue it again after a
-                # random pause, so two workers that both gave it up fall out of step (the one
-                # that finds the other measuring it, or done, moves on).
-                study.tell(trial, state=TrialState.FAIL)
-                time.sleep(random.uniform(0.0, 0.5))
-                study.enqueue_trial(enc.encode(config))
-                continue
-            if not fresh:
-                # invalid: a bad region for the sampler (pruned: no timing); a repeat: already
-                # known, not new evidence (failed: samplers ignore it)
-                study.tell(trial, state=TrialState.FAIL if admitted else TrialState.PRUNED)
-                near = None if pos is None else vset.nearest_unseen(pos, seen)
-                if near is None:
-                    log.info("search: no unmeasured valid configuration found near a proposal")
-                    break
-                study.enqueue_trial(enc.encode(vset.config(near)))
-                continue
-            if upcoming is not None:
-                upcoming(_queued(study, enc, vset, {cid}, measured, claimed))
-            ev = None
-            try:
-                with shared.heartbeat(trial) if shared else contextlib.nullcontext():
-                    ev = evaluate(config)
-                _tell(study, trial, ev, shared)
-            except BaseException as e:
-                # interrupted (KeyboardInterrupt, SystemExit): a measurement that was stored is
-                # told to the study, so that it counts against the budget; otherwise the claim is
-                # released at once (this process lives on, so no one else would release it)
-                ev = ev or getattr(e, "evaluation", None)
-                if trial.number not in _told(study):
-                    _tell(study, trial, ev, shared)
-                raise
-            seen.add(pos)
-            measured[cid] = ev
-            results.append(ev)
-            repeats = repeats + 1 if ev.status == "duplicate" else 0
-            if repeats:  # nothing measured: no evidence for or against progress
-                continue
-            if ev.value is None:
-                since_best += 1
-            else:
-                since_best = (
-                    0 if ev.value < best * (1 - noise) or best == np.inf else since_best + 1
-                )
-                best = min(best, ev.value)
-        return _every_workers(shared, enc, budget) if shared else results
+        return search.evaluations()
     except BaseException:
-        if shared:  # an interrupted or failed worker no longer searches the study
-            with contextlib.suppress(Exception):  # the cause is what is reported, not this
-                shared.leave()
+        search.leave()
         raise
+
+
+class _Search:
+    """One search as it goes: the valid configurations it searches, the sampler's study (in
+    memory, or shared in a storage with other workers) and what it measured."""
+
+    def __init__(
+        self,
+        space: Space,
+        sig: Signature | None,
+        n_trials: int,
+        strategy: str,
+        seed: int | None,
+        valid: list[dict[str, Any]] | None,
+        storage: str | None,
+        study_name: str | None,
+    ) -> None:
+        self.vset = _valid_set(space, sig, valid, strategy, seed)
+        self.n_trials, self.strategy, self.seed = n_trials, strategy, seed
+        self.budget = n_trials if self.vset.count is None else min(n_trials, self.vset.count)
+        self.started = time.monotonic()
+        self.enc = _Encoding(space)
+        sampler = make_sampler(strategy, seed, self.enc, self.vset)
+        self.seen: set[Position] = set()  # valid configurations measured or being measured
+
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        self.shared = SharedStudy(storage, study_name, sampler) if storage else None
+        if self.shared:
+            self.shared.join()
+        self.study = (
+            self.shared.study
+            if self.shared
+            else optuna.create_study(direction="minimize", sampler=sampler)
+        )
+        self.results: list[Evaluation] = []
+        self.measured: dict[tuple, Evaluation] = {}
+        self.claimed: set[tuple] = set()  # configs other live workers are measuring now
+
+    def queue_first(self, initial: Iterable[Mapping[str, Any]]) -> None:
+        """Queue what is measured first: the `initial` configurations that are valid, then,
+        for a grid or a listed space no larger than the budget, every valid one."""
+        vset = self.vset
+        first = [dict(c) for c in initial if vset.contains(c)]
+        if isinstance(vset, ListedSet) and (self.strategy == "grid" or vset.count <= self.n_trials):
+            order = list(vset.configs)
+            if self.strategy != "grid":  # exhaustive anyway; a seeded order finds good ones early
+                random.Random(self.seed).shuffle(order)
+            first += order
+        # workers joining a shared study do not queue again what is queued, claimed or
+        # measured; a config whose trial failed unmeasured (its worker was killed) is queued again
+        queued = _in_study(self.study, self.enc) if self.shared else set()
+        for c in first:
+            if config_id(c) not in queued:
+                queued.add(config_id(c))
+                self.study.enqueue_trial(self.enc.encode(c))
+
+    def spent(self) -> bool:
+        """Whether the budget is spent (or every valid configuration measured), once the
+        claims of other workers are measured: a claim released instead (its worker died)
+        leaves budget that this worker spends."""
+        while True:
+            if self.shared:
+                self.measured, self.claimed = self.shared.refresh(self.enc)
+                # rebuilt each time: a dead worker's released claim is unmeasured again
+                self.seen = set()
+                for cid in (*self.measured, *self.claimed):
+                    pos = self.vset.position(dict((k, v) for k, _, v in cid))
+                    if pos is not None and self.vset.is_valid(pos):
+                        self.seen.add(pos)
+            spent = _distinct(self.measured) + len(self.claimed) >= self.budget
+            if not (spent or len(self.seen) == self.vset.count):
+                break
+            if not self.claimed:
+                _note_programs(self.results, self.vset, self.n_trials)
+                return True
+            time.sleep(0.5)
+        return False
+
+    def step(
+        self,
+        evaluate: Callable[[dict[str, Any]], Evaluation],
+        upcoming: Callable[[list[dict[str, Any]]], None] | None,
+        stopping: _Stopping,
+    ) -> bool:
+        """Ask the sampler for a configuration and, if it is fresh, measure it and tell the
+        sampler; one that is not (invalid, measured, claimed) is told and replaced. False
+        where the search cannot go on: no unmeasured valid configuration near a proposal."""
+        study, enc, vset, shared = self.study, self.enc, self.vset, self.shared
+        trial = study.ask(enc.distributions)
+        config = enc.decode(trial.params)
+        cid = config_id(config)
+        pos = vset.position(config)
+        admitted = pos is not None and vset.is_valid(pos)
+        fresh = admitted and cid not in self.measured and cid not in self.claimed
+        if (
+            shared
+            and fresh
+            and (shared.taken(trial, cid, enc) or _over(shared, enc, self.budget, trial))
+        ):
+            # another worker claimed it at the same moment, or measured it since our refresh;
+            # neither measures twice (see taken). Or others asked for what was left of the
+            # budget before us (see _over). Queue it again after a
+            # random pause, so two workers that both gave it up fall out of step (the one
+            # that finds the other measuring it, or done, moves on).
+            study.tell(trial, state=TrialState.FAIL)
+            time.sleep(random.uniform(0.0, 0.5))
+            study.enqueue_trial(enc.encode(config))
+            return True
+        if not fresh:
+            # invalid: a bad region for the sampler (pruned: no timing); a repeat: already
+            # known, not new evidence (failed: samplers ignore it)
+            study.tell(trial, state=TrialState.FAIL if admitted else TrialState.PRUNED)
+            near = None if pos is None else vset.nearest_unseen(pos, self.seen)
+            if near is None:
+                log.info("search: no unmeasured valid configuration found near a proposal")
+                return False
+            study.enqueue_trial(enc.encode(vset.config(near)))
+            return True
+        if upcoming is not None:
+            upcoming(_queued(study, enc, vset, {cid}, self.measured, self.claimed))
+        ev = self._measure(trial, config, evaluate)
+        self.seen.add(pos)
+        self.measured[cid] = ev
+        self.results.append(ev)
+        stopping.count(ev)
+        return True
+
+    def _measure(
+        self,
+        trial: optuna.Trial,
+        config: dict[str, Any],
+        evaluate: Callable[[dict[str, Any]], Evaluation],
+    ) -> Evaluation:
+        """`config` evaluated, and told to the study as `trial`."""
+        study, shared = self.study, self.shared
+        ev = None
+        try:
+            with shared.heartbeat(trial) if shared else contextlib.nullcontext():
+                ev = evaluate(config)
+            _tell(study, trial, ev, shared)
+        except BaseException as e:
+            # interrupted (KeyboardInterrupt, SystemExit): a measurement that was stored is
+            # told to the study, so that it counts against the budget; otherwise the claim is
+            # released at once (this process lives on, so no one else would release it)
+            ev = ev or getattr(e, "evaluation", None)
+            if trial.number not in _told(study):
+                _tell(study, trial, ev, shared)
+            raise
+        return ev
+
+    def evaluations(self) -> list[Evaluation]:
+        """What the search measured, in order; in a shared study, every worker's."""
+        if self.shared:
+            return _every_workers(self.shared, self.enc, self.budget)
+        return self.results
+
+    def leave(self) -> None:
+        """An interrupted or failed worker no longer searches the study."""
+        if self.shared:
+            with contextlib.suppress(Exception):  # the cause is what is reported, not this
+                self.shared.leave()
+
+
+class _Stopping:
+    """The rules that end a search before its budget: a time limit, `patience` measurements
+    in a row that do not beat the best by more than `noise`, and `n_trials` duplicates in a
+    row (see programs_note)."""
+
+    def __init__(
+        self,
+        n_trials: int,
+        time_limit_s: float | None,
+        patience: int | None,
+        noise: float,
+        started: float,
+    ) -> None:
+        self.n_trials, self.time_limit_s = n_trials, time_limit_s
+        self.patience, self.noise = patience, noise
+        self.deadline = None if time_limit_s is None else started + time_limit_s
+        self.best = np.inf
+        self.since_best = 0
+        self.repeats = 0  # duplicates in a row
+
+    def count(self, ev: Evaluation) -> None:
+        """One more evaluation measured (or found a duplicate)."""
+        self.repeats = self.repeats + 1 if ev.status == "duplicate" else 0
+        if self.repeats:  # nothing measured: no evidence for or against progress
+            return
+        if ev.value is None:
+            self.since_best += 1
+        else:
+            self.since_best = (
+                0
+                if ev.value < self.best * (1 - self.noise) or self.best == np.inf
+                else self.since_best + 1
+            )
+            self.best = min(self.best, ev.value)
+
+    def ends(self, results: Sequence[Evaluation], vset: ValidSet) -> bool:
+        """Whether a rule ends the search before its next trial (`results`: its evaluations
+        so far, of the valid configurations `vset`)."""
+        if self.deadline is not None and time.monotonic() >= self.deadline:
+            log.info("search: wall-time limit of %.0f s reached", self.time_limit_s)
+            return True
+        if self.repeats >= self.n_trials:
+            _note_programs(results, vset, self.n_trials)
+            return True
+        if self.patience is not None and self.since_best >= self.patience:
+            log.info(
+                "search: no improvement beyond %.1f%% in %d trials", self.noise * 100, self.patience
+            )
+            return True
+        return False
 
 
 def _over(shared: SharedStudy, enc: _Encoding, budget: int, trial: optuna.Trial) -> bool:
@@ -315,33 +428,6 @@ def _valid_set(
     if not valid:
         raise SpaceError(f"no configuration of the space{where}")
     return ListedSet(space, valid)
-
-
-def _queue_first(
-    study: optuna.Study,
-    enc: _Encoding,
-    vset: ValidSet,
-    initial: Iterable[Mapping[str, Any]],
-    strategy: str,
-    n_trials: int,
-    seed: int | None,
-    shared: bool,
-) -> None:
-    """Queue what is measured first: the `initial` configurations that are valid, then, for a
-    grid or a listed space no larger than the budget, every valid one."""
-    first = [dict(c) for c in initial if vset.contains(c)]
-    if isinstance(vset, ListedSet) and (strategy == "grid" or vset.count <= n_trials):
-        order = list(vset.configs)
-        if strategy != "grid":  # exhaustive anyway; a seeded order finds good ones early on average
-            random.Random(seed).shuffle(order)
-        first += order
-    # workers joining a shared study do not queue again what is queued, claimed or measured;
-    # a config whose trial failed unmeasured (its worker was killed) is queued again
-    queued = _in_study(study, enc) if shared else set()
-    for c in first:
-        if config_id(c) not in queued:
-            queued.add(config_id(c))
-            study.enqueue_trial(enc.encode(c))
 
 
 def _in_study(study: optuna.Study, enc: _Encoding) -> set[tuple]:

@@ -20,17 +20,9 @@ from autotune.signature import TuningKey
 from autotune.trial import config_text
 from autotune.tuning.settings import DEFAULTS, TuneSettings
 from autotune.tuning.storing import open_db
-from autotune.tuning.task import Task, bind
+from autotune.tuning.task import BoundTask, Task, bind
 
 log = logging.getLogger(__name__)
-
-
-def parse_shard(text: str) -> tuple[int, int]:
-    """'2/4' -> (2, 4): shard indices run from 0 to N-1 (a Kubernetes JOB_COMPLETION_INDEX)."""
-    i, sep, n = text.partition("/")
-    if not sep or not i.isdigit() or not n.isdigit() or int(n) < 1 or int(i) >= int(n):
-        raise JobError(f"malformed --shard {text!r}: write i/N with 0 <= i < N, e.g. 0/4")
-    return int(i), int(n)
 
 
 def shard(tasks: Sequence[Task], index: int, count: int) -> list[Task]:
@@ -40,7 +32,7 @@ def shard(tasks: Sequence[Task], index: int, count: int) -> list[Task]:
 
 
 def run_tasks(
-    tasks: Sequence[Task],
+    tasks: Sequence[Task | BoundTask],
     device: DeviceInfo | None,
     *,
     db: Any = None,
@@ -54,8 +46,13 @@ def run_tasks(
     devices (fewer tasks run in turn, each on every device); those it already has an entry
     for are skipped unless `force` (which tunes them in fresh studies) or `retune` (which
     resumes their studies: the command line's single task, tuned whether or not it was).
-    Where nothing is skipped `device` may be None: each task is bound to the device its worker
-    measures on.
+
+    Each task is bound once, here, to the device it is measured on (a BoundTask given bound
+    there already, as a watcher binds a miss to claim its key, is taken as it is), and
+    handed down so bound. Where nothing is skipped `device` may be None: under isolation on
+    one device, a task is then bound to the device of the worker the job starts for it (this
+    process may keep to another platform than its workers, and only they can tell theirs);
+    else to `tuning_device`'s.
 
     Each task is tuned with `settings`, its own budget, strategy and seed (Task.settings), and
     the study of its key in `settings.storage`.
@@ -70,10 +67,11 @@ def run_tasks(
         spread = _spread_over(tasks, device, settings)
         if spread > 1:
             return job.spread(spread)
-        progress = JobProgress(n_tasks=len(tasks), budget_left=sum(t.trials for t in tasks))
+        trials = [_plain(t).trials for t in tasks]
+        progress = JobProgress(n_tasks=len(tasks), budget_left=sum(trials))
         outcomes = []
         for i, task in enumerate(tasks, 1):
-            progress.budget_left -= task.trials
+            progress.budget_left -= trials[i - 1]
             outcomes.append(job.run(i, task, progress))
         return outcomes
     finally:
@@ -81,7 +79,9 @@ def run_tasks(
             handle.close()
 
 
-def _spread_over(tasks: Sequence[Task], device: DeviceInfo | None, settings: TuneSettings) -> int:
+def _spread_over(
+    tasks: Sequence[Task | BoundTask], device: DeviceInfo | None, settings: TuneSettings
+) -> int:
     """On how many devices a job runs its tasks side by side, one device each: all it has where
     the tasks are at least as many (1: the tasks run in turn, each on every device)."""
     if settings.devices == 1 or device is None or len(tasks) < 2:
@@ -98,7 +98,7 @@ class _Job:
 
     def __init__(
         self,
-        tasks: Sequence[Task],
+        tasks: Sequence[Task | BoundTask],
         device: DeviceInfo | None,
         handle: Any,
         settings: TuneSettings,
@@ -111,10 +111,12 @@ class _Job:
         self.showing = threading.Lock()  # one display, for every device's tasks
         self.stop = threading.Event()  # an interrupt: the devices end after their trial
 
-    def run(self, i: int, task: Task, progress: JobProgress, worker: Any = None) -> Outcome:
+    def run(
+        self, i: int, task: Task | BoundTask, progress: JobProgress, worker: Any = None
+    ) -> Outcome:
         """Task `i` tuned (with `worker`, a DeviceWorker, where given), its outcome shown."""
-        progress.task_index, progress.task = i, task
-        progress.trial, progress.n_trials, progress.best_s = 0, task.trials, None
+        progress.task_index, progress.task = i, _plain(task)
+        progress.trial, progress.n_trials, progress.best_s = 0, _plain(task).trials, None
         progress.duplicates = 0
         outcome = self._tuned(task, progress, worker)
         self._show(progress, outcome)
@@ -141,8 +143,8 @@ class _Job:
                         try:
                             worker = stack.enter_context(self._worker(task, index))
                         except (AutotuneError, TypeError) as e:  # this task fails, as alone
-                            progress.task_index, progress.task = i, task
-                            outcomes[i] = Outcome(task, "failed", str(e))
+                            progress.task_index, progress.task = i, _plain(task)
+                            outcomes[i] = Outcome(_plain(task), "failed", str(e))
                             self._show(progress, outcomes[i])
                             continue
                     outcomes[i] = self.run(i, task, progress, worker)
@@ -157,56 +159,81 @@ class _Job:
                 raise
         return [outcomes[i] for i in sorted(outcomes)]
 
-    def _worker(self, task: Task, index: int) -> Any:
-        """A device worker pinned to local device `index`, set up for `task`."""
+    def _worker(self, task: Task | BoundTask, index: int | None) -> Any:
+        """A device worker (pinned to local device `index` where given), set up for `task`."""
         from autotune.measure.inputs import random_inputs
         from autotune.tuning.worker import device_worker
 
-        bound = bind(task, self.device)
-        args = random_inputs(bound.args, 0)
-        return device_worker(bound.task, args, self.settings.replace(devices=1), index)
+        task = _plain(task)
+        args = random_inputs(task.inputs(), 0)
+        return device_worker(task, args, self.settings.replace(devices=1), index)
+
+    def _bound(self, task: Task | BoundTask, worker: Any) -> BoundTask:
+        """`task` bound to the device it is measured on: the job's, else its worker's, else
+        tuning_device's (this process's, or the one the workers reported with their count)."""
+        from autotune.tuning.worker.parent import tuning_device
+
+        if self.device is not None or worker is not None:
+            device = self.device or worker.device
+        else:
+            device = tuning_device(self.settings)
+        if isinstance(task, BoundTask) and task.device == device:
+            return task
+        return bind(_plain(task), device)
 
     def _show(self, progress: JobProgress, outcome: Outcome | None) -> None:
         if self.show:
             with self.showing:
                 self.show(progress, outcome)
 
-    def _tuned(self, task: Task, progress: JobProgress, worker: Any) -> Outcome:
+    def _tuned(self, given: Task | BoundTask, progress: JobProgress, worker: Any) -> Outcome:
         from autotune.search.studies import delete_study, study_name_of
+        from autotune.tuning.context import TuneContext
         from autotune.tuning.tune import tune_task
 
-        settings = self.settings
+        settings, task = self.settings, _plain(given)
         try:
-            bound = bind(task, self.device) if self.device is not None else task
-            if not (self.force or self.retune) and self.handle.best(bound.key) is not None:
-                progress.n_trials = 0
-                return Outcome(task, "skipped", "already tuned for this device kind")
-            if self.force and settings.storage:
-                for old in (bound.key, *_member_keys(bound)):
-                    delete_study(settings.storage, study_name_of(old))
+            with contextlib.ExitStack() as stack:
+                alone = settings.isolate and settings.devices == 1  # one device worker measures
+                if self.device is None and worker is None and alone:
+                    # this process may keep to another platform than its workers: the task's
+                    # worker, started first and lent to the tuner, tells where it is measured
+                    worker = stack.enter_context(self._worker(task, None))
+                bound = self._bound(given, worker)
+                if not (self.force or self.retune) and self.handle.best(bound.key) is not None:
+                    progress.n_trials = 0
+                    return Outcome(task, "skipped", "already tuned for this device kind")
+                if self.force and settings.storage:
+                    for old in (bound.key, *_member_keys(bound)):
+                        delete_study(settings.storage, study_name_of(old))
 
-            def on_trial(record: Any, j: int, n: int) -> None:
-                if self.stop.is_set():  # another device's task was interrupted
-                    raise KeyboardInterrupt
-                progress.trial, progress.n_trials, progress.record = j, n, record
-                progress.trials_done += 1
-                progress.duplicates += record.status == "duplicate"
-                if record.time_s is not None and record.status == "ok":
-                    best = progress.best_s
-                    progress.best_s = min(best, record.time_s) if best else record.time_s
-                self._show(progress, None)
+                def on_trial(record: Any, j: int, n: int) -> None:
+                    if self.stop.is_set():  # another device's task was interrupted
+                        raise KeyboardInterrupt
+                    progress.trial, progress.n_trials, progress.record = j, n, record
+                    progress.trials_done += 1
+                    progress.duplicates += record.status == "duplicate"
+                    if record.time_s is not None and record.status == "ok":
+                        best = progress.best_s
+                        progress.best_s = min(best, record.time_s) if best else record.time_s
+                    self._show(progress, None)
 
-            # each task in the study of its own key (autotune.search.studies.study_name_of)
-            run = settings.replace(study_name=None)
-            if worker is not None:  # the task runs on the device of the worker given
-                run = run.replace(devices=1)
-            result = tune_task(bound, run, db=self.handle, progress=on_trial, worker=worker)
+                # each task in the study of its own key (autotune.search.studies.study_name_of)
+                run = settings.replace(study_name=None)
+                if worker is not None:  # the task runs on the device of the worker given
+                    run = run.replace(devices=1)
+                context = TuneContext(run, self.handle, progress=on_trial, worker=worker)
+                result = tune_task(bound, context)
             progress.best_s = result.best_time_s
             return Outcome(task, "tuned", _summary(result), result)
         except TypeError as e:  # the kernel's own signature refused the arguments
             return Outcome(task, "failed", f"the kernel refused these arguments: {e}")
         except AutotuneError as e:
             return Outcome(task, "failed", str(e))
+
+
+def _plain(task: Task | BoundTask) -> Task:
+    return task.task if isinstance(task, BoundTask) else task
 
 
 def _member_keys(bound: Any) -> list[TuningKey]:

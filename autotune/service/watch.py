@@ -23,7 +23,7 @@ from autotune.service.jobs import run_tasks
 from autotune.service.pending import pending_tasks
 from autotune.service.progress import JobProgress, Outcome
 from autotune.tuning.settings import DEFAULTS, TuneSettings
-from autotune.tuning.task import Task, bind
+from autotune.tuning.task import BoundTask, Task, bind
 from autotune.tuning.worker import device_count
 
 log = logging.getLogger(__name__)
@@ -93,18 +93,18 @@ def _tune_pending(
     batch = device_count(settings)  # misses tuned at once: one per device (autotune.service.jobs)
     worked = False
     with contextlib.ExitStack() as claims:
-        claimed: list[Task] = []
+        claimed: list[BoundTask] = []  # bound once: the job tunes each as bound here
         for task in tasks:
             if task in done:
                 continue
             try:
-                key = bind(task, device).key
+                bound = bind(task, device)
             except AutotuneError as e:
                 log.warning("skipped the miss of %s: %s", task.label, e)
                 done.add(task)
                 continue
-            if claims.enter_context(claim(db, key)):  # else another watcher is tuning it
-                claimed.append(task)
+            if claims.enter_context(claim(db, bound.key)):  # else another watcher is tuning it
+                claimed.append(bound)
             if len(claimed) == batch:
                 break
         for outcome in run_tasks(claimed, device, db=db, settings=settings, show=show):

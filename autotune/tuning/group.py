@@ -20,7 +20,7 @@ import functools
 import logging
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,14 +29,12 @@ from autotune.errors import AutotuneError, KernelError
 from autotune.measure.finalists import remeasure
 from autotune.measure.inputs import random_inputs
 from autotune.runtime.variants import PARAM, Member, VariantGroup
-from autotune.trial import TrialRecord
+from autotune.tuning.context import TuneContext
 from autotune.tuning.kernel import tune_kernel
 from autotune.tuning.result import TuneResult
-from autotune.tuning.settings import TuneSettings
 from autotune.tuning.storing import best_entry, open_db
 from autotune.tuning.task import BoundTask, bind, task_of_call
-from autotune.tuning.worker import DeviceWorker, device_worker, task_worker
-from autotune.tuning.worker.parent import tuning_device
+from autotune.tuning.worker import device_worker, task_worker
 
 log = logging.getLogger(__name__)
 
@@ -61,36 +59,34 @@ class GroupTuneResult(TuneResult):
         return lines + [f"skipped  {name}: {why}" for name, why in self.skipped.items()]
 
 
-def tune_group(
-    bound: BoundTask,
-    settings: TuneSettings,
-    *,
-    db: Any = None,
-    store: bool = True,
-    progress: Callable[[TrialRecord, int, int], None] | None = None,
-    worker: DeviceWorker | None = None,
-) -> GroupTuneResult:
+def tune_group(bound: BoundTask, context: TuneContext) -> GroupTuneResult:
     """Tune `bound`'s group (see the module docstring; autotune.tuning.tune comes here for a
-    group); `settings` apply to each member's tuning and to the side-by-side measurement.
-    Under isolation one device worker (`worker` if given) measures both; on several devices
-    (settings.devices) each member is searched on all, and the members measured side by side
-    on the first."""
+    group); the context's settings apply to each member's tuning and to the side-by-side
+    measurement. Under isolation one device worker (the context's if given) measures both; on
+    several devices (settings.devices) each member is searched on all, and the members
+    measured side by side on the first."""
     start = time.perf_counter()
+    settings, worker = context.settings, context.worker
     group: VariantGroup = bound.kernel
     task, kwargs = bound.task, bound.task.static_dict
     args = random_inputs(bound.args, 0 if settings.seed is None else settings.seed)
-    handle = open_db(db) if store else None
+    handle = open_db(context.db) if context.store else None
     try:
         owned: Any = None
         if worker is None and settings.isolate and settings.devices == 1:
             worker = owned = device_worker(task, args, settings)
         with owned or contextlib.nullcontext():  # a worker given stays open
             # which members can run is judged for the device they will run on
-            device = worker.device if worker is not None else tuning_device(settings)
+            device = worker.device if worker is not None else bound.device
             members, skipped = group.runnable(args, kwargs, device)
-            tuned, configs = _tune_members(
-                members, args, kwargs, device, settings, handle, progress, worker, skipped
+            # each member's study is named for its own key: a job names the group's
+            members_run = context.replace(
+                settings=settings.replace(study_name=None),
+                db=handle,
+                store=handle is not None,
+                worker=worker,
             )
+            tuned, configs = _tune_members(members, args, kwargs, device, members_run, skipped)
             finalists_start = time.perf_counter()
             with task_worker(group.spec, task, args, settings, worker) as measurer:
                 on = bound.on(measurer.device)
@@ -104,7 +100,7 @@ def tune_group(
             result.db_url = handle.url
             registry.entry_stored()
     finally:
-        if handle is not None and handle is not db:
+        if handle is not None and handle is not context.db:
             handle.close()
     result.wall_s = time.perf_counter() - start
     return result
@@ -115,32 +111,20 @@ def _tune_members(
     args: list[Any],
     kwargs: dict[str, Any],
     device: Any,
-    settings: TuneSettings,
-    handle: Any,
-    progress: Callable[[TrialRecord, int, int], None] | None,
-    worker: DeviceWorker | None,
+    context: TuneContext,
     skipped: dict[str, str],
 ) -> tuple[dict[str, TuneResult | None], dict[str, dict[str, Any]]]:
     """Each member's tune result (None for a plain member) and its pinned configuration
     ({"variant": NAME, **best}); a member whose tuning fails goes to `skipped`, with why."""
     tuned: dict[str, TuneResult | None] = {}
     configs: dict[str, dict[str, Any]] = {}
-    # each member's study is named for its own key: a job names the group's
-    member_settings = settings.replace(study_name=None)
     for member in members:
         if member.kernel is None:
             tuned[member.name], configs[member.name] = None, {PARAM: member.name}
             continue
         try:
-            task = task_of_call(member.kernel, args, kwargs, member_settings)
-            result = tune_kernel(
-                bind(task, device, member.kernel, args),
-                member_settings,
-                db=handle,
-                store=handle is not None,
-                progress=progress,
-                worker=worker,
-            )
+            task = task_of_call(member.kernel, args, kwargs, context.settings)
+            result = tune_kernel(bind(task, device, member.kernel, args), context)
         except AutotuneError as e:
             skipped[member.name] = f"tuning failed: {e}"
             continue

@@ -31,27 +31,20 @@ from autotune.search.loop import LISTED_UP_TO, programs_note, run_search
 from autotune.search.studies import SharedStudy, delete_study, study_name_of
 from autotune.signature import TuningKey
 from autotune.trial import Config, Evaluation, StoredEntry, TrialRecord, config_id
+from autotune.tuning.context import TuneContext
 from autotune.tuning.result import TuneResult
-from autotune.tuning.settings import TuneSettings
 from autotune.tuning.storing import decide_and_store, open_db
 from autotune.tuning.task import BoundTask
 from autotune.tuning.warmstart import warm_starts
-from autotune.tuning.worker import DeviceWorker, Worker, task_workers
+from autotune.tuning.worker import Worker, task_workers
 
 log = logging.getLogger(__name__)
 
 
-def tune_kernel(
-    bound: BoundTask,
-    settings: TuneSettings,
-    *,
-    db: Any = None,
-    store: bool = True,
-    progress: Callable[[TrialRecord, int, int], None] | None = None,
-    worker: DeviceWorker | None = None,
-) -> TuneResult:
-    """Tune `bound`'s kernel with `settings` (its budget, strategy and seed included) on random
-    inputs of its arguments; the rest as in autotune.tuning.tune.tune."""
+def tune_kernel(bound: BoundTask, context: TuneContext) -> TuneResult:
+    """Tune `bound`'s kernel with the context's settings (its budget, strategy and seed
+    included) on random inputs of its arguments; the rest as in autotune.tuning.tune.tune."""
+    settings, worker = context.settings, context.worker
     start = time.perf_counter()
     args = random_inputs(bound.args, 0 if settings.seed is None else settings.seed)
     restarts_before = worker.restarts if worker is not None else 0
@@ -63,9 +56,10 @@ def tune_kernel(
         _studies_written(settings.storage),
     ):
         start_s = time.perf_counter() - worker_start if isolated else 0.0
-        # the device its workers measure on (a job bound the task to it already)
+        # bound to the device its workers measure on: again only where that is another one
+        # (a caller whose own process keeps to another platform than its workers)
         on = bound.on(measurers[0].device)
-        result = _tune(on, measurers, args, settings, db, store, progress)
+        result = _tune(on, measurers, args, context)
     result.worker_start_s = start_s
     result.restarts = sum(m.restarts for m in measurers) - restarts_before
     result.wall_s = time.perf_counter() - start
@@ -94,15 +88,10 @@ def _studies_written(storage: str | None) -> Any:
 
 
 def _tune(
-    bound: BoundTask,
-    workers: Sequence[Worker],
-    args: list[Any],
-    settings: TuneSettings,
-    db: Any,
-    store: bool,
-    progress: Callable[[TrialRecord, int, int], None] | None,
+    bound: BoundTask, workers: Sequence[Worker], args: list[Any], context: TuneContext
 ) -> TuneResult:
     spec, sig, key, space = bound.spec, bound.signature, bound.key, bound.space
+    settings, db, progress = context.settings, context.db, context.progress
     worker = workers[0]  # the one that re-measures the finalists, side by side
     kwargs = bound.task.static_dict
     n_trials, storage = settings.n_trials, settings.storage
@@ -114,7 +103,7 @@ def _tune(
     for w in workers:
         w.set_oracle(oracle.output)
     run_id = uuid.uuid4().hex
-    handle = open_db(db) if store else None
+    handle = open_db(db) if context.store else None
 
     warm = warm_starts(handle or db, key, sig, space) if settings.warm_start else []
     study = (settings.study_name or study_name_of(key)) if storage else None

@@ -315,8 +315,10 @@ class BoundTask:
         return self.kernel.spec
 
     def on(self, device: DeviceInfo) -> BoundTask:
-        """This task bound to `device` (itself where it is bound there already: a job binds
-        to the device its workers measure on)."""
+        """This task bound to `device`: itself where it is bound there already, as a job and
+        `tune` bind each task once, to the device its workers measure on; else bound anew
+        there, its kernel and arguments kept (a caller whose process keeps to another
+        platform than its workers)."""
         if device == self.device:
             return self
         return bind(self.task, device, self.kernel, self.args)

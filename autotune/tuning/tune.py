@@ -1,7 +1,8 @@
-"""Tuning, the public entry: `tune` (a call) and `tune_task` (a Task, as every job runs one).
+"""Tuning, the public entry: `tune` (a call) and `tune_task` (a bound task, as every job runs one).
 
 Both come to `tune_task`, which alone chooses between a kernel (autotune.tuning.kernel) and a variant
-group (autotune.tuning.group, which tunes each member through the tuner), both below it.
+group (autotune.tuning.group, which tunes each member through the tuner), both below it, and
+hands either the task as bound and one TuneContext (autotune.tuning.context).
 """
 
 from __future__ import annotations
@@ -14,11 +15,12 @@ from autotune.errors import SignatureError
 from autotune.runtime.variants import VariantGroup
 from autotune.signature import is_array
 from autotune.trial import TrialRecord
+from autotune.tuning.context import TuneContext
 from autotune.tuning.group import tune_group
 from autotune.tuning.kernel import tune_kernel
 from autotune.tuning.result import TuneResult
 from autotune.tuning.settings import TuneSettings
-from autotune.tuning.task import BoundTask, Task, bind, kernel_of, task_of_call
+from autotune.tuning.task import BoundTask, bind, kernel_of, task_of_call
 from autotune.tuning.worker import DeviceWorker
 
 
@@ -55,25 +57,17 @@ def tune(
         )
     kernel = kernel_of(fn)
     task = task_of_call(fn, args, kwargs, settings)
+    # a call is tuned where it is made: bound to this process's device, as its workers' is
     bound = bind(task, current_device(), kernel, args)
-    return tune_task(bound, settings, db=db, store=store, progress=progress, worker=worker)
+    return tune_task(bound, TuneContext(settings, db, store, progress, worker))
 
 
-def tune_task(
-    task: Task | BoundTask,
-    settings: TuneSettings | None = None,
-    *,
-    db: Any = None,
-    store: bool = True,
-    progress: Callable[[TrialRecord, int, int], None] | None = None,
-    worker: DeviceWorker | None = None,
-) -> TuneResult:
-    """Tune a Task (autotune.tuning.task: from the command line, a job file, a recorded miss or a
-    program's call; or one bound to its device already, as a job binds it) on random inputs
-    of its shapes and dtypes, with `settings` and the task's own budget, strategy and seed;
-    the rest as in `tune`. It is measured on the device its worker owns."""
-    bound = task if isinstance(task, BoundTask) else bind(task, current_device())
-    settings = bound.task.settings(settings or TuneSettings())
+def tune_task(bound: BoundTask, context: TuneContext) -> TuneResult:
+    """Tune a task bound to the device its workers measure on (autotune.tuning.task: from the
+    command line, a job file, a recorded miss, a program's call or `tune`) on random inputs of
+    its shapes and dtypes, with the context's settings and the task's own budget, strategy and
+    seed."""
+    context = context.replace(settings=bound.task.settings(context.settings))
     if isinstance(bound.kernel, VariantGroup):
-        return tune_group(bound, settings, db=db, store=store, progress=progress, worker=worker)
-    return tune_kernel(bound, settings, db=db, store=store, progress=progress, worker=worker)
+        return tune_group(bound, context)
+    return tune_kernel(bound, context)

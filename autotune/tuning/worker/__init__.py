@@ -16,19 +16,17 @@ current one is timed (autotune.measure.compile_pool). Which one measures a task 
 from __future__ import annotations
 
 import contextlib
-import functools
 from collections.abc import Collection, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, Protocol
 
 from autotune.device import DeviceInfo, warn_shared_cores
-from autotune.errors import SettingsError
 from autotune.measure.policies import DEFAULT_LIMITS, WorkerLimits
 from autotune.registry.spec import KernelSpec
 from autotune.trial import Config, TrialRecord
 from autotune.tuning.task import Task
 from autotune.tuning.worker.inprocess import InProcessWorker
-from autotune.tuning.worker.parent import DeviceWorker, local_device_count
+from autotune.tuning.worker.parent import DeviceWorker, device_count
 
 if TYPE_CHECKING:
     from autotune.tuning.settings import TuneSettings
@@ -81,28 +79,6 @@ def device_worker(
         settings.compile_workers,
         device_index,
     )
-
-
-def device_count(settings: TuneSettings) -> int:
-    """How many local devices measure a task at once (settings.devices), checked against the
-    devices a worker sees."""
-    if settings.devices == 1:
-        return 1
-    found = _local_devices(settings.worker_platforms, settings.limits.start_s)
-    if settings.devices == "all":
-        return found
-    if settings.devices > found:
-        raise SettingsError(
-            "devices",
-            f"asks for {settings.devices} devices and this host has {found} local "
-            f"{'device' if found == 1 else 'devices'}: give at most {found}, or all",
-        )
-    return settings.devices
-
-
-@functools.cache
-def _local_devices(platforms: str | None, start_s: float) -> int:
-    return local_device_count(platforms, start_s)  # a short-lived child: asked once
 
 
 @contextlib.contextmanager

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from autotune import backends
 from autotune.device import DeviceInfo, current_device
-from autotune.errors import KernelError
+from autotune.errors import KernelError, SettingsError
 from autotune.measure.compile_pool import AHEAD_PER_WORKER, default_compile_workers
 from autotune.measure.policies import DEFAULT_LIMITS, DEFAULT_POLICY, TimingPolicy, WorkerLimits
 from autotune.trial import Config, ConfigId, TrialRecord, config_id
@@ -388,24 +388,20 @@ _CHILD = (
     _SAFE_PATH
     + "import runpy; runpy.run_module('autotune.tuning.worker.child', run_name='__main__')"
 )
-_REPORT_DEVICE = _SAFE_PATH + (
-    "import dataclasses, json; from autotune.device import current_device; "
-    "print(json.dumps(dataclasses.asdict(current_device())))"
+_REPORT_DEVICES = _SAFE_PATH + (
+    "import dataclasses, json, jax; from autotune.device import current_device; "
+    "print(json.dumps([dataclasses.asdict(current_device()), jax.local_device_count()]))"
 )
-_REPORT_COUNT = _SAFE_PATH + "import jax; print(jax.local_device_count())"
 
 
-def worker_device(platforms: str | None, timeout_s: float) -> DeviceInfo:
-    """The device a worker started with `platforms` measures on, asked of a short-lived child:
-    what keys the tasks of a job whose own process keeps to another platform (the CLI keeps to
-    the CPU while its workers own the accelerator)."""
-    fields = json.loads(_ask_child(_REPORT_DEVICE, platforms, timeout_s))
-    return DeviceInfo(**{**fields, "packages": tuple(map(tuple, fields["packages"]))})
-
-
-def local_device_count(platforms: str | None, timeout_s: float) -> int:
-    """How many local devices a worker started with `platforms` sees (`--devices all`)."""
-    return int(_ask_child(_REPORT_COUNT, platforms, timeout_s))
+@functools.cache
+def worker_devices(platforms: str | None, timeout_s: float) -> tuple[DeviceInfo, int]:
+    """The device a worker started with `platforms` measures on, and how many local devices it
+    sees, asked once of a short-lived child: what keys the tasks of a run whose own process
+    keeps to another platform (the CLI keeps to the CPU while its workers own the
+    accelerator), and how many devices `--devices all` means there."""
+    fields, count = json.loads(_ask_child(_REPORT_DEVICES, platforms, timeout_s))
+    return DeviceInfo(**{**fields, "packages": tuple(map(tuple, fields["packages"]))}), count
 
 
 def _ask_child(code: str, platforms: str | None, timeout_s: float) -> str:
@@ -432,7 +428,36 @@ def tuning_device(settings: TuneSettings) -> DeviceInfo:
     """The device that tasks run with `settings` are measured on, which keys them: a device
     worker's where the workers keep to other platforms than this process (the CLI keeps itself
     to the CPU while they own the accelerator), else this process's."""
-    isolated = settings.isolate or settings.devices != 1
-    if isolated and settings.worker_platforms is not None:
-        return worker_device(settings.worker_platforms, settings.limits.start_s)
+    if _apart(settings):
+        return worker_devices(settings.worker_platforms, settings.limits.start_s)[0]
     return current_device()
+
+
+def device_count(settings: TuneSettings) -> int:
+    """How many local devices measure a task at once (settings.devices), checked against the
+    devices a worker sees: counted in this process where the workers keep to its platforms,
+    else reported with their device (one child asked once for both: this process never looks
+    at the accelerator its workers own)."""
+    if settings.devices == 1:
+        return 1
+    if _apart(settings):
+        found = worker_devices(settings.worker_platforms, settings.limits.start_s)[1]
+    else:
+        import jax
+
+        found = jax.local_device_count()
+    if settings.devices == "all":
+        return found
+    if settings.devices > found:
+        raise SettingsError(
+            "devices",
+            f"asks for {settings.devices} devices and this host has {found} local "
+            f"{'device' if found == 1 else 'devices'}: give at most {found}, or all",
+        )
+    return settings.devices
+
+
+def _apart(settings: TuneSettings) -> bool:
+    """Whether the workers keep to other platforms than this process."""
+    isolated = settings.isolate or settings.devices != 1
+    return isolated and settings.worker_platforms is not None
