@@ -147,3 +147,70 @@ def test_a_worker_killed_between_trials_is_replaced_and_the_candidate_measured()
         record = worker.measure({"block_rows": 16})
         # the candidate was never sent to the dead worker: it is not to blame
         assert record.status == "ok" and worker.restarts == 1
+
+
+# A kernel whose configuration block_rows=16 aborts its worker after leaving a marker file; the
+# next worker to start takes the marker and kills itself (SIGKILL) while it starts, as the OOM
+# killer or an operator would: that restart dies, and the one after it takes the run on.
+DIES_RESTARTING = """
+import os, signal
+from toy_kernels import _scale_call, rows_divide, scale_reference
+from autotune import autotuned
+
+MARKER = os.environ["TOY_RESTART_MARKER"]
+try:
+    os.unlink(MARKER)
+except FileNotFoundError:
+    pass
+else:
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+@autotuned(
+    name="restart_scale",
+    space={"block_rows": [8, 16, 32]},
+    constraints=[rows_divide],
+    reference=scale_reference,
+)
+def restart_scale(x, *, block_rows=8, interpret=False):
+    if block_rows == 16:
+        open(MARKER, "w").close()
+        os.abort()
+    return _scale_call(x, block_rows, interpret)
+"""
+
+
+@pytest.mark.parametrize("devices", [1, 4])
+def test_a_worker_killed_while_it_restarts_is_started_again_and_the_run_stores_its_entry(
+    devices, tmp_path, monkeypatch, db_url
+):
+    from conftest import FORCED_DEVICES
+
+    from autotune.tuning import worker as worker_module
+
+    (tmp_path / "dies_restarting.py").write_text(DIES_RESTARTING)
+    monkeypatch.syspath_prepend(str(tmp_path))  # the workers import it too (child_env)
+    marker = tmp_path / "marker"
+    monkeypatch.setenv("TOY_RESTART_MARKER", str(marker))
+    if devices > 1:  # the workers see four host devices; this process keeps its one
+        monkeypatch.setenv("XLA_FLAGS", FORCED_DEVICES)
+        worker_module._local_devices.cache_clear()
+    result = autotune.tune(
+        "dies_restarting:restart_scale",
+        [make_input(rows=32)],
+        n_trials=3,
+        db=db_url,
+        strategy="grid",
+        policy=FAST,
+        isolate=True,
+        limits=LIMITS,
+        devices=devices,
+        finalists=0,
+    )
+    worker_module._local_devices.cache_clear()
+    statuses = {t.config["block_rows"]: t.status for t in result.trials}
+    assert statuses == {8: "ok", 16: "crashed", 32: "ok"}
+    assert not marker.exists()  # a worker took it: it died while it started
+    assert result.restarts == 2  # the one that died starting, and the one after it
+    (entry,) = TuningDB(db_url).query(kernel="restart_scale")
+    assert entry.config in ({"block_rows": 8}, {"block_rows": 32})
