@@ -8,6 +8,7 @@ import logging
 import os
 import re
 import shutil
+import stat
 import subprocess
 import sys
 from collections import Counter
@@ -258,6 +259,7 @@ def test_a_corrupt_studies_file_is_set_aside_with_a_warning(tmp_path, caplog):
     (aside,) = tmp_path.glob("t-studies.db.corrupt-*")
     assert aside.read_bytes() == garbage  # kept for inspection
     assert any("set aside" in r.getMessage() for r in caplog.records)
+    assert stat.S_IMODE(studies.stat().st_mode) == 0o600  # the new one as private as the first
 
 
 def test_a_resumed_cli_run_says_so_before_its_trials_and_optuna_stays_quiet(

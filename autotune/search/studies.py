@@ -332,6 +332,7 @@ def _set_aside_if_corrupt(file: Path) -> None:
     for suffix in ("", "-wal", "-shm"):
         with contextlib.suppress(FileNotFoundError):
             os.replace(f"{file}{suffix}", f"{aside}{suffix}")
+    create_private_file(file)  # the fresh one as private as the one set aside
     log.warning(
         "studies file %s cannot be read (%s): set aside as %s; tuning starts afresh",
         file,
