@@ -212,6 +212,10 @@ BAD_INPUT = {
         ["tune", "matmul", "--shape", "1048576x1048576,1048576x1048576"],
         "GiB, more than this machine can hold",
     ),
+    "a dimension of 401 digits": (
+        ["tune", "matmul", "--shape", f"1{'0' * 400}x64,64x64"],
+        "bytes, more than this machine can hold",
+    ),
     "float64 without x64": (
         ["tune", "matmul", "--shape", "64x64,64x64", "--dtype", "float64"],
         "JAX_ENABLE_X64=1",

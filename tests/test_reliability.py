@@ -423,4 +423,4 @@ def test_check_reads_a_postgres_database(pg_url, capsys):
         conn.exec_driver_sql("UPDATE autotune_results SET config = '[16]'")
     engine.dispose()
     rc, out = db_check(pg_url, capsys)
-    assert rc == 1 and "config is a JSON list, not an object" in out, out
+    assert rc == 1 and "config [16] is not an object of parameters" in out, out

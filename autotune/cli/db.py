@@ -19,7 +19,7 @@ from autotune.backends.platforms import PLATFORMS
 from autotune.cli.common import DB_HELP, Parser, add_import_argument, import_user_modules
 from autotune.cli.output import FORMATS, render
 from autotune.db import TuningDB
-from autotune.db.export import PREFER, validate_export
+from autotune.db.export import PREFER
 from autotune.db.schema import KEY_COLUMNS
 from autotune.errors import AutotuneError
 from autotune.sql import check_url, normalize_url
@@ -49,6 +49,7 @@ def check_arguments(args: argparse.Namespace) -> None:
     unknown dtype filter, an id no database can hold, an import file that is not an export
     (read here: `args.doc`), a URL whose kind or driver is unknown, a database to merge that
     does not exist (read here: `args.doc`)."""
+    from autotune.db.check import validate_import
     from autotune.signature import parse_dtype
 
     if getattr(args, "dtype", None) is not None:
@@ -62,7 +63,7 @@ def check_arguments(args: argparse.Namespace) -> None:
     if getattr(args, "file", None) is not None:
         args.doc = _read_export(args.file)
         try:
-            validate_export(args.doc)
+            validate_import(args.doc)
         except AutotuneError as e:
             raise AutotuneError(f"{args.file}: {e}; nothing was imported") from None
     for what in ("db", "url"):
@@ -78,7 +79,7 @@ def _read_export(file: str) -> Any:
         return json.loads(Path(file).read_text())
     except OSError as e:
         raise AutotuneError(f"cannot read {file}: {e.strerror or e}") from None
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+    except (UnicodeDecodeError, ValueError) as e:  # ValueError: JSON's, or a number too long
         raise AutotuneError(f"{file} is not JSON ({e}): give a file from `db export`") from None
     except RecursionError:  # json recurses into nested arrays and objects
         raise AutotuneError(f"{file} is nested too deeply: give a file from `db export`") from None
