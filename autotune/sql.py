@@ -53,10 +53,22 @@ def sqlite_url(path: Path) -> str:
 
 
 def check_url(url: str, what: str = "--db") -> None:
-    """Refuse a database URL whose kind is unknown or whose driver is not installed, without
-    connecting or creating anything."""
+    """Refuse a database URL whose kind is unknown or whose driver is not installed, or a
+    SQLite file that is a folder or in a folder that does not exist, without connecting or
+    creating anything."""
     if not str(url).strip():
         raise DatabaseError(f"{what} is empty: give a file path or a database URL")
+    file = sqlite_file(normalize_url(url))
+    if file is not None and file.is_dir():
+        raise DatabaseError(
+            f"{what} {url} is a folder: give a file in it (e.g. {file / 'tuning.db'}) or a "
+            "database URL"
+        )
+    if file is not None and not file.parent.is_dir():
+        raise DatabaseError(
+            f"{what} {url}: its folder {file.parent} does not exist: create it, or give "
+            "another path"
+        )
     try:
         create_engine(normalize_url(url)).dispose()  # loads the driver; connects to nothing
     except ImportError as e:

@@ -224,6 +224,18 @@ def test_check_flags_an_import_path_for_a_kernel_and_an_infinite_time(filled, ca
     assert out.count("time_s inf is not a positive number") == 2, out
 
 
+def test_a_report_of_a_kernel_with_no_entries_is_refused_as_its_export_is(filled, tmp_path, capsys):
+    out = tmp_path / "report"
+    rc, _, err = cli(capsys, "report", "--kernel", "nosuch", "--out", str(out), "--db", filled)
+    assert rc == 2 and err == (
+        "autotune: error: no entries match --kernel nosuch: no report written (see "
+        "`autotune db list`)\n"
+    )
+    assert not out.exists()
+    rc, _, err = cli(capsys, "db", "export", "--kernel", "nosuch", "--db", filled)
+    assert rc == 2 and "no entries match --kernel nosuch" in err
+
+
 def test_merge_from_another_database_with_filters(filled, tmp_path, capsys):
     target = str(tmp_path / "t.db")
     rc, out, _ = cli(capsys, "db", "merge", filled, "--db", target, "--dtype", "bf16")

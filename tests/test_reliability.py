@@ -117,6 +117,14 @@ def truncated(path):
     return "malformed", "malformed"
 
 
+def undecodable_text(path):
+    store(path, make_input(rows=64))
+    data = bytearray(Path(path).read_bytes())
+    data[data.find(b"schema_info") + 2] = 0xFF  # a table's name, no longer UTF-8
+    Path(path).write_bytes(data)
+    return f"cannot open tuning database sqlite:///{path}: 'utf-8' codec", "cannot read"
+
+
 def newer_schema(path):
     store(path, make_input(rows=64))
     tamper(path, "UPDATE schema_info SET version = 99")
@@ -145,6 +153,7 @@ CASES = {
     "random bytes": random_bytes,
     "truncated": truncated,
     "newer schema": newer_schema,
+    "undecodable text": undecodable_text,
     "unknown parameter": _tampered_config('{"block_rows":16,"bogus":1}'),
     "value outside the space": _tampered_config('{"block_rows":17}'),
     "wrong type": _tampered_config('{"block_rows":"16"}'),

@@ -209,6 +209,11 @@ def cmd_query(args: argparse.Namespace, db: TuningDB) -> int:
     if args.db_command == "misses":
         rows = db.misses(**_filter_values(args), signature=args.signature)
         if args.delete:
+            given = _given({**_filter_values(args), "signature": args.signature})
+            if given and not rows:  # a misspelt filter: "deleted 0" would pass for done
+                raise AutotuneError(
+                    f"no misses match {given}: nothing deleted (see `autotune db misses`)"
+                )
             print(f"deleted {db.delete_misses(r['id'] for r in rows)} miss(es)")
             return 0
     else:
@@ -285,10 +290,15 @@ def cmd_show(args: argparse.Namespace, db: TuningDB) -> int:
     return 0
 
 
+def _given(filters: dict[str, Any]) -> str:
+    """The filters given, as the flags that gave them ("" where none was)."""
+    return ", ".join(f"--{k.replace('_', '-')} {v}" for k, v in filters.items() if v)
+
+
 def cmd_export(args: argparse.Namespace, db: TuningDB) -> int:
     filters = _filter_values(args)
     doc = db.export(**filters)
-    given = ", ".join(f"--{k.replace('_', '-')} {v}" for k, v in filters.items() if v)
+    given = _given(filters)
     if given and not doc["entries"]:  # a misspelt filter: an empty file would pass for an export
         raise AutotuneError(f"no entries match {given}: nothing exported (see `autotune db list`)")
     text = json.dumps(doc, indent=2, sort_keys=True, default=str)

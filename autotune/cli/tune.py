@@ -181,6 +181,11 @@ def cmd_tune(args: argparse.Namespace) -> int:
     # every check comes before the database is opened or a worker started: nothing is written
     if args.watch and not args.pending:
         raise UsageError("--watch watches for misses: give it with --pending")
+    if args.only_kernel is not None and not args.pending:
+        raise UsageError(
+            "--kernel picks the kernel of --pending's misses: give it with --pending (one "
+            "task names its kernel first: autotune tune KERNEL --shape ...)"
+        )
     if not args.poll > 0:
         raise UsageError(f"--poll must be a positive number of seconds, got {args.poll}")
     settings = checked(

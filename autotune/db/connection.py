@@ -94,7 +94,8 @@ class Connection:
         except BaseException as e:
             if hasattr(self, "engine"):
                 self.engine.dispose()
-            if isinstance(e, (SQLAlchemyError, sqlite3.Error, OSError, ImportError)):
+            # ValueError: text SQLite holds that is not UTF-8 (a garbled file)
+            if isinstance(e, (SQLAlchemyError, sqlite3.Error, OSError, ImportError, ValueError)):
                 raise DatabaseError(f"cannot open tuning database {self.url}: {_reason(e)}") from e
             raise
 
