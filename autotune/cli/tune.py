@@ -159,8 +159,8 @@ def add_job_arguments(t: argparse.ArgumentParser) -> None:
     g.add_argument("--force", action="store_true", help="re-tune tasks already tuned")
     g.add_argument(
         "--storage",
-        help="Optuna RDB storage URL for the studies (shared by workers; resumable). Default "
-        "with --job/--pending: a SQLite file beside a SQLite tuning database",
+        help="Optuna RDB storage URL for the studies (shared by workers; resumable). Default: "
+        "a SQLite file beside a SQLite tuning database, or a PostgreSQL tuning database itself",
     )
     add_import_argument(g)
 
@@ -241,8 +241,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
         settings.seed,
     )
     check_task(one, args.shape)
-    # without --storage, a study beside a SQLite database: a rerun after a crash resumes it,
-    # and a finished run deletes it, so the next run tunes afresh
+    # without --storage, a study beside a SQLite database (in a PostgreSQL one): a rerun after
+    # a crash resumes it, and a finished run deletes it, so the next run tunes afresh
     storage = args.storage or studies.default_storage(args.db)
 
     def show(p: Any, outcome: Any) -> None:

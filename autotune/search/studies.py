@@ -366,7 +366,8 @@ def _one_at_a_time(file: Path | None) -> Iterator[None]:
     file (a lock file beside it, `.lock`). Each of Optuna's calls is a transaction of its own:
     unlocked, a worker finding a study unused could delete it between another's creating it
     and reading it back, or opening it and joining it. A server's studies (PostgreSQL) are
-    deleted only when a job is forced to tune afresh."""
+    deleted by the last worker of a single `autotune tune` (unless in use), and when a job is
+    forced to tune afresh."""
     if file is None or not file.parent.is_dir():
         yield
         return
@@ -410,10 +411,16 @@ def optuna_url(url: str) -> str:
     return url
 
 
-def default_storage(db_url: str) -> str | None:
-    """The study storage beside a SQLite tuning database (tuning.db -> tuning-studies.db)."""
-    file = sqlite_file(normalize_url(db_url))
-    return sqlite_url(file.with_name(file.stem + "-studies.db")) if file else None
+def default_storage(db_url: str | None) -> str | None:
+    """Where a task's study lives unless a storage is given: beside a SQLite tuning database
+    (tuning.db -> tuning-studies.db), or in a server's tuning database itself (Optuna's tables
+    beside ours, which are all prefixed `autotune_`), so that concurrent runs of one key share
+    its budget there too; None for a database in memory."""
+    url = normalize_url(db_url)
+    file = sqlite_file(url)
+    if file is not None:
+        return sqlite_url(file.with_name(file.stem + "-studies.db"))
+    return None if url.startswith("sqlite") else url
 
 
 def delete_study(storage: str, name: str, unless_in_use: bool = False) -> None:
