@@ -146,6 +146,16 @@ class SharedStudy:
             for params in released:
                 self.study.enqueue_trial(params)
 
+    def add_run(self, run_id: str) -> None:
+        """Say that run `run_id` stores its trials for this study (see `runs`): before it
+        stores any, so that a run killed between storing a trial and telling the study of it
+        leaves a trial that the next run finds (autotune.tuning.kernel), never measures again."""
+        self.study.set_user_attr(f"run {run_id}", True)
+
+    def runs(self) -> set[str]:
+        """The runs that stored trials for this study (add_run), this one's included."""
+        return {name.removeprefix("run ") for name in self.study.user_attrs if name[:4] == "run "}
+
     def leave(self) -> None:
         with contextlib.suppress(KeyError):  # a study deleted already has no one in it
             self.study.set_user_attr(f"worker {self.worker}", False)
