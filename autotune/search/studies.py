@@ -30,6 +30,7 @@ from optuna.trial import TrialState
 from autotune.errors import DatabaseError, SpaceError
 from autotune.signature import TuningKey
 from autotune.sql import (
+    GuardedConnection,
     close_interrupted_cursors,
     create_private_file,
     normalize_url,
@@ -55,7 +56,9 @@ warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed to b
 # trial, measure it twice, and the second `tell` fails. Every transaction of a SQLite studies
 # file begins IMMEDIATE instead (the driver's own BEGIN is turned off), holding the write lock
 # from the read on: claims are serialised, and concurrent workers wait on the busy timeout.
-_SQLITE_ENGINE = {"connect_args": {"isolation_level": None, "timeout": 30.0}}
+_SQLITE_ENGINE = {
+    "connect_args": {"isolation_level": None, "timeout": 30.0, "factory": GuardedConnection}
+}
 
 
 def _begin_immediate(conn: Any) -> None:
