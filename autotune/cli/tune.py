@@ -241,8 +241,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
         settings.seed,
     )
     check_task(one, args.shape)
-    # without --storage, a study beside a SQLite database (in a PostgreSQL one): a rerun after
-    # a crash resumes it, and a finished run deletes it, so the next run tunes afresh
+    # without --storage, a study beside a SQLite database: a rerun after a crash resumes it,
+    # and a finished run deletes it, so the next run tunes afresh
     storage = args.storage or studies.default_storage(args.db)
 
     def show(p: Any, outcome: Any) -> None:
