@@ -193,12 +193,16 @@ class DeviceWorker:
         the worker did not survive (the caller keeps the first measurements)."""
         n = len(configs)
         limit = n * (self.limits.compile_s + self.limits.run_s)
+        sent = False
         try:
-            self._ensure_started()
+            fresh = self._ensure_started()
             self._send(Kind.INTERLEAVED, [dict(c) for c in configs], rounds, reps)
+            sent = True
             kind, value = self._recv(time.monotonic() + limit, "re-measurement")
             return value if kind is Kind.SAMPLES else None
         except _Died:
+            if not sent and not fresh:  # it died since the last trial: this never reached it
+                return self.interleaved(configs, rounds, reps)  # in a fresh worker
             return None
 
     def close(self) -> None:
