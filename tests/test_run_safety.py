@@ -157,6 +157,7 @@ def test_concurrent_tunes_on_one_sqlite_file_never_crash_nor_exceed_the_budget(
             }
 
 
+@pytest.mark.slow
 def test_kills_right_after_trial_lines_never_measure_past_the_budget_nor_twice(
     tmp_path, subprocess_env
 ):
