@@ -5,10 +5,14 @@ server's time limits."""
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import math
 import os
 import sqlite3
+import threading
 import time
+import urllib.parse
+import weakref
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -59,10 +63,22 @@ def sqlite_url(path: Path) -> str:
 
 
 def check_url(url: str, what: str = "--db") -> None:
-    """Refuse a database URL whose kind is unknown or whose driver is not installed, without
-    connecting or creating anything."""
+    """Refuse a database URL whose kind is unknown or whose driver is not installed, or a
+    SQLite file that is a folder or in a folder that does not exist, without connecting or
+    creating anything."""
     if not str(url).strip():
         raise DatabaseError(f"{what} is empty: give a file path or a database URL")
+    file = sqlite_file(normalize_url(url))
+    if file is not None and file.is_dir():
+        raise DatabaseError(
+            f"{what} {url} is a folder: give a file in it (e.g. {file / 'tuning.db'}) or a "
+            "database URL"
+        )
+    if file is not None and not file.parent.is_dir():
+        raise DatabaseError(
+            f"{what} {url}: its folder {file.parent} does not exist: create it, or give "
+            "another path"
+        )
     try:
         create_engine(normalize_url(url)).dispose()  # loads the driver; connects to nothing
     except ImportError as e:
@@ -102,15 +118,171 @@ def sqlite_reader(file: Path, busy_timeout_s: float = DEFAULT_BUSY_TIMEOUT_S) ->
     uri = f"{file.absolute().as_uri()}?{mode}"  # as_uri escapes what a URI would misread
 
     def connect() -> sqlite3.Connection:
-        return sqlite3.connect(uri, uri=True, timeout=busy_timeout_s, check_same_thread=False)
+        return sqlite3.connect(
+            uri,
+            uri=True,
+            timeout=busy_timeout_s,
+            check_same_thread=False,
+            factory=GuardedConnection,
+        )
 
     return create_engine(sqlite_url(file), creator=connect)
 
 
 def writable(file: Path) -> bool:
-    """Whether SQLite can write `file`: the file itself (if it exists) and, for the -wal and
-    -shm files beside it, its folder."""
-    return os.access(file.parent, os.W_OK) and (not file.exists() or os.access(file, os.W_OK))
+    """Whether SQLite can write `file`: the file itself (if it exists), its -shm file (if it
+    exists: SQLite maps it writable only where it can be written) and, for the -wal and -shm
+    files beside it, its folder."""
+    shm = file.with_name(file.name + "-shm")
+    return (
+        os.access(file.parent, os.W_OK)
+        and (not file.exists() or os.access(file, os.W_OK))
+        and (not shm.exists() or os.access(shm, os.W_OK))
+    )
+
+
+class GuardedConnection(sqlite3.Connection):
+    """A SQLite connection that never writes through a -shm file that can no longer be written
+    (every SQLite connection of this package is one: `sqlite3.connect(..., factory=...)`).
+
+    SQLite keeps a WAL database's index in the -shm file beside it, mapped into memory, and
+    writes it through that mapping, reads included (they mark what they read), and closing the
+    last connection checkpoints through it. Once the file can no longer be written (its file
+    system turned read-only, or it was made immutable), such a write is a SIGBUS, which kills
+    the process: model code would die of its database. So where this process mapped the file
+    writable, each statement, commit and rollback first checks that it still can be written;
+    where it cannot, the connection refuses (an OperationalError, which callers say in one
+    line), and it and the other connections to the file are never closed: they are kept, unused,
+    until the process ends. A process that opens the database once the file cannot be written
+    maps it read-only (SQLite's own fallback: `writable` then serves the database read-only) and
+    reads it as usual.
+    """
+
+    def __init__(self, database: Any, *args: Any, **kwargs: Any) -> None:
+        super().__init__(database, *args, **kwargs)
+        self._kept = False
+        self._shm = _shared_memory(str(database), bool(kwargs.get("uri")))
+        if self._shm is not None:
+            self._shm.opened(self)
+
+    def _refuse_if_lost(self) -> None:
+        if self._left_alone():
+            raise sqlite3.OperationalError(
+                f"its -shm file {self._shm.path} can no longer be written (a read-only file "
+                "system?): this process leaves the database alone"
+            )
+
+    def cursor(self, *args: Any, **kwargs: Any) -> sqlite3.Cursor:
+        self._refuse_if_lost()
+        return super().cursor(*args, **kwargs)
+
+    def execute(self, *args: Any, **kwargs: Any) -> sqlite3.Cursor:
+        self._refuse_if_lost()
+        return super().execute(*args, **kwargs)
+
+    def executemany(self, *args: Any, **kwargs: Any) -> sqlite3.Cursor:
+        self._refuse_if_lost()
+        return super().executemany(*args, **kwargs)
+
+    def executescript(self, *args: Any, **kwargs: Any) -> sqlite3.Cursor:
+        self._refuse_if_lost()
+        return super().executescript(*args, **kwargs)
+
+    def commit(self) -> None:
+        self._refuse_if_lost()
+        super().commit()
+
+    def rollback(self) -> None:
+        if not self._left_alone():
+            super().rollback()
+
+    def close(self) -> None:
+        if not self._left_alone():
+            super().close()
+            if self._shm is not None:
+                self._shm.closed(self)
+
+    def __del__(self) -> None:
+        # closed as it is collected (at the latest as the interpreter ends): kept instead
+        with contextlib.suppress(Exception):
+            self._left_alone()
+
+    def _left_alone(self) -> bool:
+        """Whether this connection is kept, never to be used or closed (see the class)."""
+        if self._kept or (self._shm is not None and self._shm.lost()):
+            self._shm.keep_all()
+            return True
+        return False
+
+
+class _SharedMemory:
+    """What this process knows of one database's -shm file: whether its connections mapped it
+    writable (SQLite maps it so where it can be written when the first of them reads), and
+    which of them are open."""
+
+    # held by the class, not the module: the interpreter's clean-up clears module globals
+    # before it frees the connections that still ask these
+    _access = staticmethod(os.access)
+    _W_OK = os.W_OK
+    _exists = staticmethod(os.path.exists)
+    _incref = ctypes.pythonapi.Py_IncRef
+    _incref.argtypes = [ctypes.py_object]
+    _incref.restype = None
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.mapped_writable = False
+        self.connections: weakref.WeakSet[GuardedConnection] = weakref.WeakSet()
+        self.lock = threading.Lock()  # the searches of several devices open connections too
+
+    def opened(self, conn: GuardedConnection) -> None:
+        with self.lock:
+            if not self.connections:  # none holds the mapping: the next one maps it afresh
+                self.mapped_writable = _can_write(self.path)
+            self.connections.add(conn)
+
+    def closed(self, conn: GuardedConnection) -> None:
+        with self.lock:
+            self.connections.discard(conn)
+
+    def lost(self) -> bool:
+        """Whether the file this process mapped writable can no longer be written (one
+        access(2) call in the common case)."""
+        writable = self._access(self.path, self._W_OK)
+        return self.mapped_writable and not writable and self._exists(self.path)
+
+    def keep_all(self) -> None:
+        """Keep every open connection to the file, never to be closed: an extra reference,
+        never dropped, keeps each from being freed (which closes it)."""
+        with self.lock:
+            kept = list(self.connections)
+        for conn in kept:
+            if not conn._kept:
+                conn._kept = True
+                self._incref(conn)
+
+
+def _shared_memory(database: str, uri: bool) -> _SharedMemory | None:
+    """The -shm file of a connection's database (None: in memory, or opened immutable, which
+    maps none)."""
+    if uri:
+        parsed = urllib.parse.urlparse(database)
+        if "immutable=1" in parsed.query:
+            return None
+        database = urllib.parse.unquote(parsed.path)
+    if database in ("", ":memory:"):
+        return None
+    path = os.path.abspath(database) + "-shm"
+    return _SHM_FILES.setdefault(path, _SharedMemory(path))
+
+
+def _can_write(shm: str) -> bool:
+    if os.path.exists(shm):
+        return os.access(shm, os.W_OK)
+    return os.access(os.path.dirname(shm), os.W_OK)  # SQLite creates it, writable
+
+
+_SHM_FILES: dict[str, _SharedMemory] = {}
 
 
 def create_private_file(file: Path) -> None:

@@ -183,6 +183,8 @@ def test_a_signal_inside_a_callback_still_ends_the_run(tmp_path, where, sig, cod
     # the listing may be printed before the signal is raised again: the exit code says it ended
     assert proc.returncode == code, proc.stderr
     assert "Exception ignored" not in proc.stderr
+    said = {"SIGTERM": "autotune: terminated", "SIGINT": "autotune: interrupted"}[sig]
+    assert proc.stderr.splitlines() == [said]  # one line, the same kind for either signal
 
 
 def test_a_full_disk_under_the_studies_file_is_one_line(tmp_path, subprocess_env):

@@ -212,6 +212,22 @@ BAD_INPUT = {
         ["tune", "matmul", "--shape", "1048576x1048576,1048576x1048576"],
         "GiB, more than this machine can hold",
     ),
+    "a dimension of 401 digits": (
+        ["tune", "matmul", "--shape", f"1{'0' * 400}x64,64x64"],
+        "bytes, more than this machine can hold",
+    ),
+    "--kernel without --pending": (
+        ["tune", "matmul", "--shape", "64x64,64x64", "--kernel", "softmax"],
+        "--kernel picks the kernel of --pending's misses: give it with --pending",
+    ),
+    "studies storage a folder": (
+        ["tune", "matmul", "--shape", "64x64,64x64", "--storage", "a_dir"],
+        "--storage a_dir is a folder: give a file in it",
+    ),
+    "studies storage in no folder": (
+        ["tune", "matmul", "--shape", "64x64,64x64", "--storage", "nowhere/s.db"],
+        "--storage nowhere/s.db: its folder",
+    ),
     "float64 without x64": (
         ["tune", "matmul", "--shape", "64x64,64x64", "--dtype", "float64"],
         "JAX_ENABLE_X64=1",
@@ -251,6 +267,7 @@ def test_bad_input_is_one_line_with_exit_2_and_writes_nothing(case, tmp_path, mo
     (tmp_path / "junk.bin").write_bytes(JUNK)
     (tmp_path / "other.json").write_text('{"entries": []}')
     (tmp_path / "a_file").write_text("")
+    (tmp_path / "a_dir").mkdir()
     (tmp_path / "job.toml").write_text(VALID_JOB)
     (tmp_path / "typo.toml").write_text(VALID_JOB + VALID_JOB.replace("vector_add", "matmull"))
     (tmp_path / "defaults.toml").write_text("[defaults]\nbogus = 1\n" + VALID_JOB)

@@ -64,6 +64,12 @@ def test_misses_are_deleted_by_kernel_and_signature(tmp_path, capsys):
     args = ["db", "misses", "--db", str(path), "--kernel", "scale"]
     assert main([*args, "--signature", "f32[32,128]", "--delete"]) == 0
     assert "deleted 1 miss(es)" in capsys.readouterr().out
+    assert main([*args, "--signature", "garbage", "--delete"]) == 2  # as export's filters
+    out, err = capsys.readouterr()
+    assert out == "" and err == (
+        "autotune: error: no misses match --kernel scale, --signature garbage: nothing deleted "
+        "(see `autotune db misses`)\n"
+    )
     with TuningDB(path) as db:
         assert [m["signature"] for m in db.misses()] == ["f32[64,128]"]
 

@@ -2,6 +2,8 @@
 
 import dataclasses
 import json
+import math
+import sqlite3
 
 import pytest
 from toy_kernels import scale
@@ -64,23 +66,23 @@ def test_export_then_import_round_trips_and_conflicts_keep_the_faster(filled, tm
 
     other = str(tmp_path / "other.db")
     with TuningDB(other) as db:
-        put(db, key(), 24, 0.5e-3)  # faster than the file's entry for the same key
+        put(db, key(), 8, 0.5e-3)  # faster than the file's entry for the same key
         put(db, key("bf16[64,128]"), 8, 9e-3)  # slower
     rc, out, _ = cli(capsys, "db", "import", str(out_file), "--db", other)
     assert rc == 0 and out.strip() == "0 added, 1 replaced, 1 kept"
     with TuningDB(other) as db:
         got = {e.key.signature: e.config["block_rows"] for e in db.query()}
-    assert got == {"f32[64,128]": 24, "bf16[64,128]": 32}
+    assert got == {"f32[64,128]": 8, "bf16[64,128]": 32}
 
     newest = str(tmp_path / "newest.db")
     with TuningDB(newest) as db:
-        put(db, key(), 12, 7e-3)  # slower, but tuned after everything above
+        put(db, key(), 32, 7e-3)  # slower, but tuned after everything above
     rc, out, _ = cli(capsys, "db", "merge", newest, "--db", other)
     assert out.strip() == "0 added, 0 replaced, 1 kept"
     rc, out, _ = cli(capsys, "db", "merge", newest, "--db", other, "--prefer", "newer")
     assert out.strip() == "0 added, 1 replaced, 0 kept"
     with TuningDB(other) as db:
-        assert {e.key.signature: e.config["block_rows"] for e in db.query()}["f32[64,128]"] == 12
+        assert {e.key.signature: e.config["block_rows"] for e in db.query()}["f32[64,128]"] == 32
 
 
 def test_a_bulk_import_merges_across_batches_and_repeated_keys(filled, tmp_path, monkeypatch):
@@ -93,9 +95,9 @@ def test_a_bulk_import_merges_across_batches_and_repeated_keys(filled, tmp_path,
     doc["entries"] = [
         dict(base, config={"block_rows": 8}, time_s=0.5e-3),  # faster than the stored 1e-3
         dict(base, signature="bf16[64,128]", config={"block_rows": 8}, time_s=9e-3),  # slower
-        dict(base, signature="f32[8,128]", config={"block_rows": 8}, time_s=4e-3),
-        dict(base, signature="f32[8,128]", config={"block_rows": 16}, time_s=3e-3),  # again
-        dict(base, signature="f32[8,128]", config={"block_rows": 32}, time_s=5e-3),  # slower
+        dict(base, signature="f32[96,128]", config={"block_rows": 8}, time_s=4e-3),
+        dict(base, signature="f32[96,128]", config={"block_rows": 16}, time_s=3e-3),  # again
+        dict(base, signature="f32[96,128]", config={"block_rows": 32}, time_s=5e-3),  # slower
         dict(base, signature="f32[16,128]", config={"block_rows": 16}, time_s=1e-3),
         dict(base, signature="f32[32,128]", config={"block_rows": 32}, time_s=1e-3),
     ]
@@ -109,7 +111,7 @@ def test_a_bulk_import_merges_across_batches_and_repeated_keys(filled, tmp_path,
     assert got == {
         "f32[64,128]": 8,
         "bf16[64,128]": 32,
-        "f32[8,128]": 16,
+        "f32[96,128]": 16,
         "f32[16,128]": 16,
         "f32[32,128]": 32,
     }
@@ -120,7 +122,10 @@ def test_a_bulk_import_merges_across_batches_and_repeated_keys(filled, tmp_path,
     [
         ("[1, 2]", "not a pallas-autotune export"),
         ("{nope", "is not JSON"),
-        ('{"format": "pallas-autotune-export", "entries": [{"kernel": "x"}]}', "entry 1"),
+        (
+            '{"format": "pallas-autotune-export", "schema": 3, "entries": [{"kernel": "x"}]}',
+            "entry 1",
+        ),
     ],
 )
 def test_a_bad_import_file_changes_nothing(filled, tmp_path, capsys, text, message):
@@ -139,7 +144,7 @@ def test_an_import_with_one_bad_entry_imports_none(filled, tmp_path, capsys):
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps(doc))
     rc, _, err = cli(capsys, "db", "import", str(bad), "--db", target)
-    assert rc == 2 and "entry 2: time_s must be positive" in err
+    assert rc == 2 and "entry 2 (scale bf16[64,128]): time_s -1.0 is not a positive number" in err
     assert TuningDB(target).query() == []
 
 
@@ -161,6 +166,74 @@ def test_an_import_fills_the_provenance_an_entry_leaves_out(filled, tmp_path, ca
     assert (entry.run_id, entry.strategy, entry.timer) == ("", "", "wall")
     assert (entry.jax_version, entry.jaxlib_version) == ("", "")
     assert entry.tuned_at is not None  # the import's date
+
+
+# What an import refuses, each the way `db check` would find it afterwards (or worse, what it
+# used to take silently): (the document's change, the words of the one line naming it)
+BAD_DOCUMENTS = {
+    "schema 99": ({"schema": 99}, 'the export has 99 as its "schema" version'),
+    "schema three": ({"schema": "three"}, "the export has 'three' as its \"schema\" version"),
+    "no schema": ({"schema": None}, 'the export has no "schema" version'),
+    "NaN config": ({"config": {"block_rows": math.nan}}, "config block_rows=nan is not a value"),
+    "unknown parameter": (
+        {"config": {"block_rows": 8, "bogus": 1}},
+        "config not served: unknown parameter(s) 'bogus'",
+    ),
+    "5 MB config": ({"config": {"block_rows": 8, "x": "a" * 5_000_000}}, "config x='aaaa"),
+    "static not JSON": ({"static": "{not json"}, "unreadable key: static arguments '{not json'"),
+    "empty version": ({"kernel_version": ""}, "kernel_version '' is not a non-empty string"),
+    "infinite time": ({"time_s": math.inf}, "time_s inf is not a positive number"),
+    "infinite speedup": ({"speedup": math.inf}, "speedup inf is not a positive number"),
+    "negative trials": ({"n_trials": -5}, "n_trials -5 is not a whole number from 0 to"),
+    "1e30 trials": ({"n_trials": 10**30}, "n_trials 1000000000000000000000000000000 is not"),
+    "2^31 trials": ({"n_trials": 2**31}, "n_trials 2147483648 is not a whole number"),
+    "a date yesterday": ({"tuned_at": "yesterday"}, "tuned_at 'yesterday' is not a date"),
+    "an import path": ({"kernel": "os:system"}, "kernel 'os:system' is an import path"),
+}
+
+
+@pytest.mark.parametrize("case", BAD_DOCUMENTS)
+def test_an_import_refuses_what_check_would_flag_in_one_line_naming_entry_and_field(
+    filled, tmp_path, capsys, case
+):
+    change, words = BAD_DOCUMENTS[case]
+    doc = TuningDB(filled).export(platform="cpu")
+    for name, value in change.items():
+        if name == "schema":
+            doc.pop("schema") if value is None else doc.update(schema=value)
+        else:
+            doc["entries"][0][name] = value
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(doc))
+    target = tmp_path / "t.db"
+    rc, out, err = cli(capsys, "db", "import", str(bad), "--db", str(target))
+    assert rc == 2 and out == "" and len(err.splitlines()) == 1, err
+    assert words in err and err.rstrip().endswith("nothing was imported"), err
+    if name != "schema":
+        assert "export entry 1 (" in err  # the entry, by number, kernel and signature
+    assert not target.exists()  # refused before a database is opened
+
+
+def test_check_flags_an_import_path_for_a_kernel_and_an_infinite_time(filled, capsys):
+    with sqlite3.connect(filled) as conn:
+        conn.execute("UPDATE autotune_results SET kernel = 'os:system' WHERE platform = 'cpu'")
+        conn.execute("UPDATE autotune_results SET time_s = 9e999 WHERE platform = 'tpu'")
+    conn.close()
+    rc, out, _ = cli(capsys, "db", "check", "--db", filled)
+    assert rc == 1 and "kernel 'os:system' is an import path" in out, out
+    assert out.count("time_s inf is not a positive number") == 2, out
+
+
+def test_a_report_of_a_kernel_with_no_entries_is_refused_as_its_export_is(filled, tmp_path, capsys):
+    out = tmp_path / "report"
+    rc, _, err = cli(capsys, "report", "--kernel", "nosuch", "--out", str(out), "--db", filled)
+    assert rc == 2 and err == (
+        "autotune: error: no entries match --kernel nosuch: no report written (see "
+        "`autotune db list`)\n"
+    )
+    assert not out.exists()
+    rc, _, err = cli(capsys, "db", "export", "--kernel", "nosuch", "--db", filled)
+    assert rc == 2 and "no entries match --kernel nosuch" in err
 
 
 def test_merge_from_another_database_with_filters(filled, tmp_path, capsys):

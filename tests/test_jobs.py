@@ -274,11 +274,11 @@ def test_interrupt_mid_task_then_rerun_resumes_without_remeasuring(
     (entry,) = TuningDB(db_url).query()
     trials = [t for t in TuningDB(db_url).trials() if t.status != "duplicate"]
     resumed = [t for t in trials if t.run_id != trials[0].run_id]
-    assert len(resumed) == 6 - len(done_before)  # only what the study had left of its budget
+    # only what the study had left of its budget; a trial stored and printed before the kill
+    # but not yet told to the study is told now, not measured again
+    assert len(resumed) <= 6 - len(done_before)
     configs = {json.dumps(t.config, sort_keys=True) for t in trials}
-    # 6 measurements, plus at most the one in flight at the kill: stored in the tuning database
-    # but not yet told to the study, it is measured again or stays an extra row
-    assert entry.n_trials == 6 and len(configs) >= 6 and len(trials) <= 7
+    assert entry.n_trials == 6 and len(configs) == len(trials) == 6
     study = optuna.load_study(study_name=summary.study_name, storage=storage)
     finished = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
     assert {json.dumps(t.params, sort_keys=True) for t in finished} >= done_before

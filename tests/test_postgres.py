@@ -1,5 +1,10 @@
 """The tuning database on the real PostgreSQL server."""
 
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
 import pytest
 from toy_kernels import make_input, scale
 
@@ -18,3 +23,36 @@ def test_tune_and_lookup_through_postgres(pg_url):
         assert len(db.trials(kernel="scale")) == 2
     autotune.configure(db=pg_url)
     assert scale.explain(x)["source"] == "db"
+
+
+@pytest.mark.slow
+def test_concurrent_tunes_of_one_key_share_its_budget_in_the_postgres_database(
+    pg_url, tmp_path, subprocess_env
+):
+    # 8 `autotune tune` processes of one key, no --storage: the study lives in the tuning
+    # database, so the 8 measure the budget of 8 between them (each alone measured 8: 64)
+    gather = tmp_path / "gather"
+    gather.mkdir()
+    env = {**subprocess_env, "TOY_GATHER_DIR": str(gather), "TOY_GATHER_N": "8"}
+    argv = ["tune", "toy_kernels:gathered_scale", "--shape", "96x128", "--trials", "8"]
+    argv += ["--no-isolate", "--finalists", "0", "--db", pg_url]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "autotune.cli", *argv],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=Path(__file__).parent,
+        )
+        for _ in range(8)
+    ]
+    for proc in procs:
+        _, err = proc.communicate(timeout=600)
+        assert proc.returncode == 0, err[-2000:]
+    with TuningDB(pg_url) as db:
+        trials = db.trials(kernel="gathered_scale")
+        (entry,) = db.query(kernel="gathered_scale")
+    measured = Counter(t.config["block_rows"] for t in trials if t.status != "duplicate")
+    assert sum(measured.values()) <= 8 and max(measured.values()) == 1, measured
+    assert entry.config in [t.config for t in trials]

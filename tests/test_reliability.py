@@ -117,6 +117,14 @@ def truncated(path):
     return "malformed", "malformed"
 
 
+def undecodable_text(path):
+    store(path, make_input(rows=64))
+    data = bytearray(Path(path).read_bytes())
+    data[data.find(b"schema_info") + 2] = 0xFF  # a table's name, no longer UTF-8
+    Path(path).write_bytes(data)
+    return f"cannot open tuning database sqlite:///{path}: 'utf-8' codec", "cannot read"
+
+
 def newer_schema(path):
     store(path, make_input(rows=64))
     tamper(path, "UPDATE schema_info SET version = 99")
@@ -145,6 +153,7 @@ CASES = {
     "random bytes": random_bytes,
     "truncated": truncated,
     "newer schema": newer_schema,
+    "undecodable text": undecodable_text,
     "unknown parameter": _tampered_config('{"block_rows":16,"bogus":1}'),
     "value outside the space": _tampered_config('{"block_rows":17}'),
     "wrong type": _tampered_config('{"block_rows":"16"}'),
@@ -423,4 +432,56 @@ def test_check_reads_a_postgres_database(pg_url, capsys):
         conn.exec_driver_sql("UPDATE autotune_results SET config = '[16]'")
     engine.dispose()
     rc, out = db_check(pg_url, capsys)
-    assert rc == 1 and "config is a JSON list, not an object" in out, out
+    assert rc == 1 and "config [16] is not an object of parameters" in out, out
+
+
+# Model code, then `autotune tune`, in one process whose database's -shm file can no longer be
+# written once it was mapped (a file system turning read-only, made so with the immutable
+# flag): SQLite writes that file through its memory map, and a write there was a SIGBUS
+SHM_LOST = """
+import subprocess, sys
+import autotune
+from autotune.cli import main
+from toy_kernels import make_input, scale
+db = sys.argv[1]
+autotune.configure(db=db)
+scale(make_input(rows=64))  # the database opened, its -shm file mapped writable
+subprocess.run(["chattr", "+i", db + "-shm"], check=True)
+for rows in (8, 16, 24, 32):
+    scale(make_input(rows=rows))  # lookups, and misses to record
+print("calls done", flush=True)
+argv = ["tune", "toy_kernels:scale", "--shape", "48x128", "--trials", "2", "--no-isolate"]
+sys.exit(main([*argv, "--db", db]))
+"""
+
+
+def test_a_shm_file_that_can_no_longer_be_written_is_one_warning_and_one_line(
+    tmp_path, subprocess_env
+):
+    probe = tmp_path / "probe"
+    probe.touch()
+    if subprocess.run(["chattr", "+i", str(probe)], capture_output=True).returncode:
+        pytest.skip("the immutable flag (chattr +i) needs root and a file system that has it")
+    subprocess.run(["chattr", "-i", str(probe)], check=True)
+    path = tmp_path / "tuning.db"
+    store(path, make_input(rows=64))
+    shm = Path(f"{path}-shm")
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-c", SHM_LOST, str(path)],
+            env=subprocess_env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        assert proc.returncode == 2, proc.stderr[-3000:]  # the command's own code: no SIGBUS
+        assert proc.stdout.startswith("calls done")
+        warning, error = proc.stderr.splitlines()
+        assert warning.startswith("pallas-autotune: lookup failed") and "-shm" in warning
+        assert error.startswith("autotune: error: cannot open tuning database") and "-shm" in error
+        # a process that opens it now maps it read-only: the database is served as it is
+        with TuningDB(path) as db:
+            assert db.read_only and len(db.query()) == 1
+    finally:
+        if shm.exists():
+            subprocess.run(["chattr", "-i", str(shm)], check=True)

@@ -8,9 +8,12 @@ import logging
 import os
 import re
 import shutil
+import signal
+import stat
 import subprocess
 import sys
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -154,6 +157,46 @@ def test_concurrent_tunes_on_one_sqlite_file_never_crash_nor_exceed_the_budget(
             }
 
 
+@pytest.mark.slow
+def test_kills_right_after_trial_lines_never_measure_past_the_budget_nor_twice(
+    tmp_path, subprocess_env
+):
+    # 10 kills (kill -9), each the moment a trial line is read: the trial is stored and printed,
+    # and its study may not have heard of it yet. Two keys, each killed 5 times then run to the
+    # end, side by side on one database.
+    db = tmp_path / "t.db"
+    env = {**subprocess_env, "PYTHONUNBUFFERED": "1"}
+
+    def killed_then_finished(rows):
+        cmd = tune_command(db, rows, "--trials", "8")
+        cmd[cmd.index("toy_kernels:scale")] = "toy_kernels:gathered_scale"
+        kills = 0
+        while kills < 5:
+            proc = start(cmd, env)
+            line = next((ln for ln in proc.stdout if ln.startswith("trial")), None)
+            if line is None:  # the budget was spent before this run's first trial: it finished
+                break
+            proc.kill()
+            kills += proc.wait() == -signal.SIGKILL
+            proc.stdout.close()
+            proc.stderr.close()
+        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=TESTS)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        return kills, int(re.search(r"trials (\d+)", proc.stdout)[1])
+
+    with ThreadPoolExecutor(2) as pool:
+        outcomes = dict(zip((96, 192), pool.map(killed_then_finished, (96, 192))))
+    assert sum(kills for kills, _ in outcomes.values()) == 10
+    with TuningDB(db) as handle:
+        for rows, (_, summary) in outcomes.items():
+            trials = handle.trials(signature=f"f32[{rows},128]")
+            measured = Counter(t.config["block_rows"] for t in trials if t.status != "duplicate")
+            assert sum(measured.values()) == summary == 8, (rows, measured)
+            assert max(measured.values()) == 1, (rows, measured)  # none measured twice
+            (entry,) = handle.query(signature=f"f32[{rows},128]")
+            assert entry.n_trials == 8
+
+
 def test_a_study_deleted_between_opening_and_joining_it_is_joined_afresh(tmp_path):
     storage = f"sqlite:///{tmp_path}/studies.db"
     worker = studies.SharedStudy(storage, "k", None)  # opened, not yet joined ...
@@ -258,6 +301,7 @@ def test_a_corrupt_studies_file_is_set_aside_with_a_warning(tmp_path, caplog):
     (aside,) = tmp_path.glob("t-studies.db.corrupt-*")
     assert aside.read_bytes() == garbage  # kept for inspection
     assert any("set aside" in r.getMessage() for r in caplog.records)
+    assert stat.S_IMODE(studies.stat().st_mode) == 0o600  # the new one as private as the first
 
 
 def test_a_resumed_cli_run_says_so_before_its_trials_and_optuna_stays_quiet(

@@ -238,7 +238,30 @@ def test_a_lookup_reads_only_its_device_kinds_entries_and_checks_only_its_kernel
     assert (got["source"], got["config"]) == ("shipped", {"block_rows": 16})
     assert caplog.records == []
     rc, out, _ = cli(capsys, "db", "check", "--import", "mylib.toy_shipped")
-    assert rc == 1 and "time_s must be positive" in out  # the tools read the table whole
+    assert rc == 1 and "time_s -1.0 is not a positive number" in out  # the tools read it whole
+
+
+def test_a_table_entry_naming_no_kernel_and_a_stale_overlay_entry_each_warn_once(
+    library, tmp_path, caplog
+):
+    table = Path(library.spec.tuned) / "cpu.json"
+    doc = json.loads(table.read_text())
+    (mine,) = doc["entries"]
+    table.write_text(json.dumps({**doc, "entries": [{**mine, "kernel": 5}, mine]}))
+    stale = tmp_path / "stale.json"  # tuned for another version of the kernel
+    old = {**mine, "kernel_version": "0" * 12, "config": {"block_rows": 24}}
+    stale.write_text(json.dumps({**doc, "entries": [old]}))
+    with caplog.at_level(logging.WARNING, logger="autotune.runtime.state"):
+        for _ in range(2):
+            got = library.explain(X)
+            with autotune.overlay(stale):
+                overlaid = library.explain(X)
+    assert (got["source"], got["config"]) == ("shipped", {"block_rows": 16})
+    assert (overlaid["source"], overlaid["config"]) == ("shipped", {"block_rows": 16})
+    warnings = [r.getMessage() for r in caplog.records]
+    assert len(warnings) == 2, warnings
+    assert f"{table}: entry 1 names no kernel (kernel 5): never served" in warnings[0]
+    assert f"overlay {stale} has shipped_scale f32[48,128] only for kernel version" in warnings[1]
 
 
 def test_a_variant_groups_shipped_choice_is_served_and_resolved_beside_its_module(

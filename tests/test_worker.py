@@ -5,6 +5,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 from toy_kernels import make_input, scale
@@ -147,3 +148,90 @@ def test_a_worker_killed_between_trials_is_replaced_and_the_candidate_measured()
         record = worker.measure({"block_rows": 16})
         # the candidate was never sent to the dead worker: it is not to blame
         assert record.status == "ok" and worker.restarts == 1
+
+
+# A worker that finds the marker file as it starts (it imports this module at set-up) takes it
+# and kills itself (SIGKILL), as the OOM killer or an operator would kill it then.
+DIES_STARTING = """
+import os, signal
+from toy_kernels import _scale_call, rows_divide, scale_reference
+from autotune import autotuned
+
+try:
+    os.unlink(os.environ["TOY_RESTART_MARKER"])
+except FileNotFoundError:
+    pass
+else:
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+@autotuned(
+    name="restart_scale",
+    space={"block_rows": [8, 16, 32]},
+    constraints=[rows_divide],
+    reference=scale_reference,
+)
+def restart_scale(x, *, block_rows=8, interpret=False):
+    return _scale_call(x, block_rows, interpret)
+"""
+
+
+def _worker_child(pin):
+    """The pid of this process's device worker child pinned to `pin` (None: not pinned)."""
+    for proc in Path("/proc").iterdir():
+        try:
+            argv = (proc / "cmdline").read_bytes().decode().split("\0")[:-1]
+            ppid = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        mine = ppid == os.getpid() and "worker.child" in " ".join(argv)
+        if mine and argv[3:] == ([] if pin is None else [str(pin)]):
+            return int(proc.name)
+    raise AssertionError(f"no worker child pinned to {pin}")
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+@pytest.mark.parametrize("devices", [1, 4])
+def test_a_worker_killed_while_it_restarts_is_started_again_and_the_run_stores_its_entry(
+    devices, tmp_path, monkeypatch, db_url
+):
+    from conftest import FORCED_DEVICES
+
+    from autotune.tuning import worker as worker_module
+
+    (tmp_path / "dies_starting.py").write_text(DIES_STARTING)
+    monkeypatch.syspath_prepend(str(tmp_path))  # the workers import it too (child_env)
+    marker = tmp_path / "marker"
+    monkeypatch.setenv("TOY_RESTART_MARKER", str(marker))
+    if devices > 1:  # the workers see four host devices; this process keeps its one
+        monkeypatch.setenv("XLA_FLAGS", FORCED_DEVICES)
+        worker_module._local_devices.cache_clear()
+
+    def kill_the_first_worker(record, i, n):
+        # after the first trial: the first device's worker killed between trials, and its
+        # replacement killed as it starts (the finalists, measured there, need one)
+        if i == 1:
+            marker.touch()
+            os.kill(_worker_child(None if devices == 1 else 0), signal.SIGKILL)
+
+    try:
+        result = autotune.tune(
+            "dies_starting:restart_scale",
+            [make_input(rows=32)],
+            n_trials=3,
+            db=db_url,
+            strategy="grid",
+            policy=FAST,
+            isolate=True,
+            limits=LIMITS,
+            devices=devices,
+            finalists=2,
+            progress=kill_the_first_worker,
+        )
+    finally:
+        worker_module._local_devices.cache_clear()
+    assert not marker.exists()  # a replacement took it: it died while it started
+    assert result.restarts >= 2  # the one that died starting, and the one after it
+    assert {t.config["block_rows"] for t in result.trials} == {8, 16, 32}
+    (entry,) = TuningDB(db_url).query(kernel="restart_scale")
+    assert entry.config == result.best_config

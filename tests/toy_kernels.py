@@ -149,6 +149,31 @@ def interrupt_scale(x, *, block_rows=8, interpret=False):
     return _scale_call(x, block_rows, interpret)
 
 
+def _gathered_reference(x):
+    """scale's reference, reached once every one of $TOY_GATHER_N processes has reached it (a
+    file each in $TOY_GATHER_DIR), where set: concurrent runs of one key then search together,
+    none done before the last has joined its study."""
+    folder = os.environ.get("TOY_GATHER_DIR")
+    if folder is None:
+        return x * 2.0
+    open(os.path.join(folder, str(os.getpid())), "w").close()
+    deadline = time.monotonic() + 300
+    while len(os.listdir(folder)) < int(os.environ["TOY_GATHER_N"]) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return x * 2.0
+
+
+@autotuned(
+    name="gathered_scale",
+    space={"block_rows": [4, 8, 12, 16, 24, 32, 48, 96]},
+    constraints=[rows_divide],
+    reference=_gathered_reference,
+)
+def gathered_scale(x, *, block_rows=8, interpret=False):
+    """96 or 192 rows give 8 valid configurations, 8 distinct programs."""
+    return _scale_call(x, block_rows, interpret)
+
+
 @autotuned(name="asserting_scale", space={"block_rows": [8, 16]}, constraints=[rows_divide])
 def asserting_scale(x, *, block_rows=8, interpret=False):
     """Fails a bare assert, as a Triton kernel called without interpret=True on a CPU does."""

@@ -150,6 +150,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("autotune: interrupted", file=sys.stderr)
         return 130
+    except _Terminated as e:  # the same line as Ctrl-C's: the run did not end by itself
+        print("autotune: terminated", file=sys.stderr)
+        return e.code
     except BrokenPipeError:  # `autotune calls ... | head`: the reader has all it wanted
         return _reader_gone()
     finally:

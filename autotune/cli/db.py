@@ -19,7 +19,7 @@ from autotune.backends.platforms import PLATFORMS
 from autotune.cli.common import DB_HELP, Parser, add_import_argument, import_user_modules
 from autotune.cli.output import FORMATS, render
 from autotune.db import TuningDB
-from autotune.db.export import PREFER, validate_export
+from autotune.db.export import PREFER
 from autotune.db.schema import KEY_COLUMNS
 from autotune.errors import AutotuneError
 from autotune.sql import check_url, default_db_path, normalize_url, not_tuned_yet, sqlite_file
@@ -49,6 +49,7 @@ def check_arguments(args: argparse.Namespace) -> None:
     unknown dtype filter, an id no database can hold, an import file that is not an export
     (read here: `args.doc`), a URL whose kind or driver is unknown, a database to merge that
     does not exist (read here: `args.doc`)."""
+    from autotune.db.check import validate_import
     from autotune.signature import parse_dtype
 
     if getattr(args, "dtype", None) is not None:
@@ -62,7 +63,7 @@ def check_arguments(args: argparse.Namespace) -> None:
     if getattr(args, "file", None) is not None:
         args.doc = _read_export(args.file)
         try:
-            validate_export(args.doc)
+            validate_import(args.doc)
         except AutotuneError as e:
             raise AutotuneError(f"{args.file}: {e}; nothing was imported") from None
     for what in ("db", "url"):
@@ -78,7 +79,7 @@ def _read_export(file: str) -> Any:
         return json.loads(Path(file).read_text())
     except OSError as e:
         raise AutotuneError(f"cannot read {file}: {e.strerror or e}") from None
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+    except (UnicodeDecodeError, ValueError) as e:  # ValueError: JSON's, or a number too long
         raise AutotuneError(f"{file} is not JSON ({e}): give a file from `db export`") from None
     except RecursionError:  # json recurses into nested arrays and objects
         raise AutotuneError(f"{file} is nested too deeply: give a file from `db export`") from None
@@ -219,6 +220,11 @@ def cmd_query(args: argparse.Namespace, db: TuningDB) -> int:
     if args.db_command == "misses":
         rows = db.misses(**_filter_values(args), signature=args.signature)
         if args.delete:
+            given = _given({**_filter_values(args), "signature": args.signature})
+            if given and not rows:  # a misspelt filter: "deleted 0" would pass for done
+                raise AutotuneError(
+                    f"no misses match {given}: nothing deleted (see `autotune db misses`)"
+                )
             print(f"deleted {db.delete_misses(r['id'] for r in rows)} miss(es)")
             return 0
     else:
@@ -295,10 +301,15 @@ def cmd_show(args: argparse.Namespace, db: TuningDB) -> int:
     return 0
 
 
+def _given(filters: dict[str, Any]) -> str:
+    """The filters given, as the flags that gave them ("" where none was)."""
+    return ", ".join(f"--{k.replace('_', '-')} {v}" for k, v in filters.items() if v)
+
+
 def cmd_export(args: argparse.Namespace, db: TuningDB) -> int:
     filters = _filter_values(args)
     doc = db.export(**filters)
-    given = ", ".join(f"--{k.replace('_', '-')} {v}" for k, v in filters.items() if v)
+    given = _given(filters)
     if given and not doc["entries"]:  # a misspelt filter: an empty file would pass for an export
         raise AutotuneError(f"no entries match {given}: nothing exported (see `autotune db list`)")
     text = json.dumps(doc, indent=2, sort_keys=True, default=str)

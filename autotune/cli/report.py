@@ -35,6 +35,12 @@ def cmd_report(args: argparse.Namespace) -> int:
     check_arguments(args)
     import_user_modules(args)
     with TuningDB(args.db, create=False, skip_tampered=True) as db:
+        if args.kernel is not None and not db.query(kernel=args.kernel):
+            # as `db export` refuses the same filter: an empty report would pass for one
+            raise AutotuneError(
+                f"no entries match --kernel {args.kernel}: no report written (see "
+                "`autotune db list`)"
+            )
         if args.program is not None and args.db is not None:
             import autotune
 

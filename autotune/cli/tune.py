@@ -153,8 +153,8 @@ def add_job_arguments(t: argparse.ArgumentParser) -> None:
     g.add_argument("--force", action="store_true", help="re-tune tasks already tuned")
     g.add_argument(
         "--storage",
-        help="Optuna RDB storage URL for the studies (shared by workers; resumable). Default "
-        "with --job/--pending: a SQLite file beside a SQLite tuning database",
+        help="Optuna RDB storage URL for the studies (shared by workers; resumable). Default: "
+        "a SQLite file beside a SQLite tuning database, or a PostgreSQL tuning database itself",
     )
     add_import_argument(g)
 
@@ -182,6 +182,11 @@ def _request(args: argparse.Namespace) -> RunRequest:
     """The run the command line asks for, its arguments parsed and checked."""
     if args.watch and not args.pending:
         raise UsageError("--watch watches for misses: give it with --pending")
+    if args.only_kernel is not None and not args.pending:
+        raise UsageError(
+            "--kernel picks the kernel of --pending's misses: give it with --pending (one "
+            "task names its kernel first: autotune tune KERNEL --shape ...)"
+        )
     if not args.poll > 0:
         raise UsageError(f"--poll must be a positive number of seconds, got {args.poll}")
     settings = checked(

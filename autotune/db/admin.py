@@ -11,8 +11,9 @@ from typing import Any
 from sqlalchemy import delete
 from sqlalchemy.orm import Session
 
+from autotune.db.check import validate_import
 from autotune.db.connection import Connection
-from autotune.db.export import EXPORT_FORMAT, PREFER, validate_export
+from autotune.db.export import EXPORT_FORMAT, PREFER
 from autotune.db.read import Reads
 from autotune.db.schema import (
     KEY_COLUMNS,
@@ -46,10 +47,10 @@ class Admin:
     def import_entries(self, doc: Any, prefer: str = "faster") -> dict[str, int]:
         """Add the entries of an exported document; on a key conflict keep the faster entry
         (prefer="faster") or the more recently tuned one (prefer="newer"). Everything is
-        validated first: a bad document changes nothing."""
+        validated first (autotune.db.check.validate_import): a bad document changes nothing."""
         if prefer not in PREFER:
             raise DatabaseError(f"unknown preference {prefer!r}: use one of {', '.join(PREFER)}")
-        entries = validate_export(doc)
+        entries = validate_import(doc)
         with self.connection.session(write=True) as s:
             return merge_entries(s, entries, prefer)
 
@@ -77,10 +78,10 @@ class Admin:
 
 
 def _parse_time(text: Any) -> datetime:
-    try:
-        t = datetime.fromisoformat(str(text))
-    except ValueError:
+    """An entry's tuned_at (checked a date, where given); now where it leaves it out."""
+    if text is None:
         return utcnow()
+    t = text if isinstance(text, datetime) else datetime.fromisoformat(str(text))
     return t if t.tzinfo else t.replace(tzinfo=timezone.utc)
 
 

@@ -3,12 +3,16 @@ the runtime would refuse or warn about."""
 
 from __future__ import annotations
 
-import datetime
 from typing import Any
 
-from autotune import backends
-from autotune.backends import PLATFORM_BACKENDS
-from autotune.backends.platforms import PLATFORMS
+from autotune.db.export import (
+    TIMES,
+    config_problem,
+    field_problems,
+    is_time,
+    positive,
+    validate_export,
+)
 from autotune.db.schema import (
     KEY_COLUMNS,
     SCHEMA_VERSION,
@@ -16,11 +20,10 @@ from autotune.db.schema import (
     encode_config,
     table_names,
 )
-from autotune.errors import AutotuneError
+from autotune.errors import AutotuneError, DatabaseError
 from autotune.sql import normalize_url, sqlite_file, sqlite_reader
 from autotune.trial import StoredEntry
 
-TIMES = ("time_s", "default_time_s", "speedup")  # positive numbers; only time_s is required
 # the columns read, by name: what the first released schema (v1) already had
 RESULT_COLUMNS = ("id", *KEY_COLUMNS, "config", "trial_id", *TIMES, "tuned_at")
 TRIAL_COLUMNS = ("id", *KEY_COLUMNS, "config", "status", "time_s", "created_at")
@@ -117,9 +120,9 @@ def _trial_problems(t: dict[str, Any]) -> list[str]:
     from autotune import registry
 
     problems = []
-    if not (t["time_s"] is None or _positive(t["time_s"])):
+    if not (t["time_s"] is None or positive(t["time_s"])):
         problems.append(f"time_s {_text(t['time_s'])!r} is not a positive number")
-    if not _is_time(t["created_at"]):
+    if not is_time(t["created_at"]):
         problems.append(f"created_at {_text(t['created_at'])!r} is not a date")
     config = decode_config(t["config"])
     kernel = registry.registered().get(t["kernel"])
@@ -159,21 +162,6 @@ def tampered(r: dict[str, Any], trial: bool) -> str | None:
     return None
 
 
-def _is_time(value: Any) -> bool:
-    """Whether SQLAlchemy reads `value` as a timestamp (text in SQLite, a datetime elsewhere)."""
-    if isinstance(value, datetime.datetime):
-        return True
-    try:
-        datetime.datetime.fromisoformat(str(value))
-    except ValueError:
-        return False
-    return True
-
-
-def _positive(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
-
-
 def _rows(conn: Any, table: str, columns: tuple[str, ...]) -> list[dict[str, Any]]:
     from sqlalchemy import column, select
     from sqlalchemy import table as table_
@@ -199,28 +187,12 @@ def served_problems(r: dict[str, Any], unknown_kernel: bool = True) -> list[str]
     times, its key, its kernel's version, its config in the kernel's space and constraints;
     a kernel not registered here is a problem unless not `unknown_kernel`."""
     from autotune import registry
-    from autotune.signature import Signature, parse_args, parse_static
 
-    problems = []
-    if r.get("tuned_at") is not None and not _is_time(r["tuned_at"]):  # a table may omit it
-        problems.append(f"tuned_at {_text(r['tuned_at'])!r} is not a date")
-    for name in TIMES:
-        value = r[name]
-        if not (_positive(value) or (value is None and name != "time_s")):
-            problems.append(f"{name} {_text(value)!r} is not a positive number")
-    platform, backend, kind = r["platform"], r["backend"], r["device_kind"]
-    if platform not in PLATFORMS:
-        problems.append(f"unknown platform {_text(platform)!r}")
-    elif backend not in PLATFORM_BACKENDS[platform]:
-        problems.append(f"backend {_text(backend)!r} does not belong to platform {platform}")
-    elif not str(kind).startswith(backends.of_platform(platform).kind_prefix):
-        problems.append(f"device kind {_text(kind)!r} is not a {platform} device")
-    config = decode_config(r["config"])
-    try:
-        args, static = parse_args(r["signature"]), parse_static(r["static"])
-    except AutotuneError as e:
-        problems.append(f"unreadable key: {e}")
-        args = None
+    entry = {**r, "config": decode_config(r["config"])}
+    # what an import refuses (autotune.db.export), the config said as the runtime says it
+    problems = field_problems({k: v for k, v in entry.items() if k != "config"})
+    config = entry["config"]
+    problem = "config is not valid JSON" if config is None else config_problem(config)
     kernel = registry.registered().get(r["kernel"])
     if kernel is None:
         if unknown_kernel:
@@ -230,15 +202,48 @@ def served_problems(r: dict[str, Any], unknown_kernel: bool = True) -> list[str]
             f"stale: tuned for kernel version {_text(r['kernel_version'])}, the kernel is now "
             f"{kernel.spec.version}; not served: re-tune it"
         )
-    elif platform in kernel.spec.spaces:
-        space = kernel.spec.space(platform)
-        problem = space.check_stored(config)
-        if problem is None and args is not None:
-            broken = space.violations(config, Signature(args, static, platform, str(kind)))
-            problem = f"breaks {', '.join(broken)} for its own shape" if broken else None
-        if problem:
-            problems.append(f"config not served: {problem}")
+    elif not problems and problem is None:
+        problem = space_problem(kernel, entry)
+    if problem:
+        problems.append(f"config not served: {problem}")
     return problems
+
+
+def space_problem(kernel: Any, e: dict[str, Any]) -> str | None:
+    """Why entry `e` (its fields sound: field_problems) holds no config of `kernel`'s space on
+    its platform that its own shape admits; None where it does, or where the kernel has no
+    space there."""
+    from autotune.signature import Signature, parse_args, parse_static
+
+    if e["platform"] not in kernel.spec.spaces:
+        return None
+    space = kernel.spec.space(e["platform"])
+    problem = space.check_stored(e["config"])
+    if problem is None:
+        args, static = parse_args(e["signature"]), parse_static(e["static"])
+        sig = Signature(args, static, e["platform"], str(e["device_kind"]))
+        broken = space.violations(e["config"], sig)
+        problem = f"breaks {', '.join(broken)} for its own shape" if broken else None
+    return problem
+
+
+def validate_import(doc: Any) -> list[dict[str, Any]]:
+    """The entries of an export document an import takes, or a DatabaseError naming the entry
+    and its field: what an export's own checks refuse (validate_export), and a config that its
+    kernel, registered here at the entry's version, would not serve. Entries of kernels not
+    registered here, or of other versions, are taken as they are (`db check` says them apart)."""
+    from autotune import registry
+
+    entries = validate_export(doc)
+    known = registry.registered()
+    for n, e in enumerate(entries, 1):
+        kernel = known.get(e["kernel"])
+        if kernel is not None and e["kernel_version"] == kernel.spec.version:
+            problem = space_problem(kernel, e)
+            if problem:
+                where = f"export entry {n} ({_text(e['kernel'])} {_text(e['signature'])})"
+                raise DatabaseError(f"{where}: config not served: {problem}")
+    return entries
 
 
 def _entry_trial_problems(r: dict[str, Any], trials: dict[int, dict[str, Any]]) -> list[str]:

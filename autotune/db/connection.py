@@ -27,6 +27,7 @@ from autotune.db.schema import SCHEMA_VERSION, Base, SchemaInfo
 from autotune.errors import DatabaseError
 from autotune.sql import (
     DEFAULT_BUSY_TIMEOUT_S,
+    GuardedConnection,
     close_interrupted_cursors,
     create_private_file,
     default_db_path,
@@ -84,7 +85,10 @@ class Connection:
                     self.engine = sqlite_reader(file, busy_timeout_s)
                 else:
                     create_private_file(file)
-                    self.engine = create_engine(self.url, connect_args={"timeout": busy_timeout_s})
+                    self.engine = create_engine(
+                        self.url,
+                        connect_args={"timeout": busy_timeout_s, "factory": GuardedConnection},
+                    )
                 event.listen(self.engine, "connect", sqlite_pragmas(busy_timeout_s, self.read_only))
                 event.listen(self.engine, "begin", sqlite_begin)
                 close_interrupted_cursors(self.engine)
@@ -102,7 +106,8 @@ class Connection:
         except BaseException as e:
             if hasattr(self, "engine"):
                 self.engine.dispose()
-            if isinstance(e, (SQLAlchemyError, sqlite3.Error, OSError, ImportError)):
+            # ValueError: text SQLite holds that is not UTF-8 (a garbled file)
+            if isinstance(e, (SQLAlchemyError, sqlite3.Error, OSError, ImportError, ValueError)):
                 raise DatabaseError(f"cannot open tuning database {self.url}: {_reason(e)}") from e
             raise
 
@@ -172,8 +177,9 @@ class Connection:
     def session(self, write: bool = False) -> _GuardedSession:
         if write and self.read_only:
             raise DatabaseError(
-                f"tuning database {self.url} is read-only here (its file or folder cannot be "
-                "written): write to a copy, or pick another database (--db, PALLAS_AUTOTUNE_DB)"
+                f"tuning database {self.url} is read-only here (its file, its folder or its "
+                "-shm file cannot be written): write to a copy, or pick another database (--db, "
+                "PALLAS_AUTOTUNE_DB)"
             )
         return _GuardedSession(self, self._writer if write else self.engine, write)
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import logging
 import reprlib
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -20,8 +19,6 @@ from typing import Any
 from autotune.errors import AutotuneError
 from autotune.signature import TuningKey
 from autotune.trial import StoredEntry
-
-log = logging.getLogger(__name__)
 
 # the key's fields, which a mapping of an entry must have (KEY_COLUMNS, without SQLAlchemy)
 KEY_FIELDS = tuple(TuningKey.__dataclass_fields__)
@@ -150,6 +147,19 @@ class ShippedTable:
         """The entries of `kernel` on `device_kind`; raises the AutotuneError of a file that
         cannot be read or an entry of theirs that is malformed, every time it is asked for."""
         return self._table(kernel, device_kind)
+
+    def nameless(self, device_kind: str) -> str | None:
+        """What is wrong with the entries of `device_kind` that name no kernel (a kernel that is
+        not a string): no lookup ever asks for them, so they are said apart; None if none."""
+        rows = self._read(device_kind).get(None, ())
+        if not rows:
+            return None
+        file, n, e = rows[0]
+        more = f" (and {len(rows) - 1} more)" if len(rows) > 1 else ""
+        return (
+            f"tuned table {file}: entry {n}{more} names no kernel (kernel "
+            f"{reprlib.repr(e.get('kernel'))}): never served; export it again"
+        )
 
     @property
     def entries(self) -> list[StoredEntry]:

@@ -135,9 +135,18 @@ def _entries(
     """The tuned entries of `key`, in the lookup order, each with its source: the innermost
     active overlay that has one, the database, the shipped table; each source is read only if
     the ones before it were not served."""
-    entry = next(filter(None, (table.best(key) for table in active_overlays())), None)
+    overlays = active_overlays()
+    entry = next(filter(None, (table.best(key) for table in overlays)), None)
     if entry is not None:
         yield "overlay", entry
+    for table in overlays if entry is None else ():
+        if (stale := table.stale(key)) is not None:
+            runtime_state.warn_once(
+                f"stale-overlay:{table.where}:{key}",
+                f"pallas-autotune: the overlay {table.where} has {key.kernel} {key.signature} "
+                f"only for kernel version {stale.key.kernel_version}, not "
+                f"{key.kernel_version}; not served: overlay an entry tuned for this version",
+            )
     entry = runtime_state.db_call("lookup", lambda: db.best(key)) if db else None
     if entry is not None:
         yield "db", entry
@@ -152,12 +161,17 @@ def _shipped_table(spec: KernelSpec, key: TuningKey) -> EntryTable | None:
     if spec.tuned is None:
         return None
     try:
-        return shipped_table(spec.tuned).for_device(key.kernel, key.device_kind)
+        table = shipped_table(spec.tuned)
+        entries = table.for_device(key.kernel, key.device_kind)
     except AutotuneError as e:
         if runtime_state.current().settings.strict:
             raise
         runtime_state.warn_once(f"shipped:{spec.tuned}", f"pallas-autotune: {spec.name}: {e}")
         return None
+    nameless = table.nameless(key.device_kind)
+    if nameless is not None:  # another kernel's, perhaps: said once, this kernel's served
+        runtime_state.warn_once(f"nameless:{nameless}", f"pallas-autotune: {nameless}")
+    return entries
 
 
 def _shipped_entry(spec: KernelSpec, key: TuningKey) -> StoredEntry | None:

@@ -30,6 +30,7 @@ from optuna.trial import TrialState
 from autotune.errors import DatabaseError, SpaceError
 from autotune.signature import TuningKey
 from autotune.sql import (
+    GuardedConnection,
     close_interrupted_cursors,
     create_private_file,
     normalize_url,
@@ -55,7 +56,9 @@ warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed to b
 # trial, measure it twice, and the second `tell` fails. Every transaction of a SQLite studies
 # file begins IMMEDIATE instead (the driver's own BEGIN is turned off), holding the write lock
 # from the read on: claims are serialised, and concurrent workers wait on the busy timeout.
-_SQLITE_ENGINE = {"connect_args": {"isolation_level": None, "timeout": 30.0}}
+_SQLITE_ENGINE = {
+    "connect_args": {"isolation_level": None, "timeout": 30.0, "factory": GuardedConnection}
+}
 
 
 def _begin_immediate(conn: Any) -> None:
@@ -145,6 +148,16 @@ class SharedStudy:
                 released += [_params(t) for t in waiting if self._fail(t)]
             for params in released:
                 self.study.enqueue_trial(params)
+
+    def add_run(self, run_id: str) -> None:
+        """Say that run `run_id` stores its trials for this study (see `runs`): before it
+        stores any, so that a run killed between storing a trial and telling the study of it
+        leaves a trial that the next run finds (autotune.tuning.kernel), never measures again."""
+        self.study.set_user_attr(f"run {run_id}", True)
+
+    def runs(self) -> set[str]:
+        """The runs that stored trials for this study (add_run), this one's included."""
+        return {name.removeprefix("run ") for name in self.study.user_attrs if name[:4] == "run "}
 
     def leave(self) -> None:
         with contextlib.suppress(KeyError):  # a study deleted already has no one in it
@@ -332,6 +345,7 @@ def _set_aside_if_corrupt(file: Path) -> None:
     for suffix in ("", "-wal", "-shm"):
         with contextlib.suppress(FileNotFoundError):
             os.replace(f"{file}{suffix}", f"{aside}{suffix}")
+    create_private_file(file)  # the fresh one as private as the one set aside
     log.warning(
         "studies file %s cannot be read (%s): set aside as %s; tuning starts afresh",
         file,
@@ -365,7 +379,8 @@ def _one_at_a_time(file: Path | None) -> Iterator[None]:
     file (a lock file beside it, `.lock`). Each of Optuna's calls is a transaction of its own:
     unlocked, a worker finding a study unused could delete it between another's creating it
     and reading it back, or opening it and joining it. A server's studies (PostgreSQL) are
-    deleted only when a job is forced to tune afresh."""
+    deleted by the last worker of a single `autotune tune` (unless in use), and when a job is
+    forced to tune afresh."""
     if file is None or not file.parent.is_dir():
         yield
         return
@@ -409,10 +424,16 @@ def optuna_url(url: str) -> str:
     return url
 
 
-def default_storage(db_url: str) -> str | None:
-    """The study storage beside a SQLite tuning database (tuning.db -> tuning-studies.db)."""
-    file = sqlite_file(normalize_url(db_url))
-    return sqlite_url(file.with_name(file.stem + "-studies.db")) if file else None
+def default_storage(db_url: str | None) -> str | None:
+    """Where a task's study lives unless a storage is given: beside a SQLite tuning database
+    (tuning.db -> tuning-studies.db), or in a server's tuning database itself (Optuna's tables
+    beside ours, which are all prefixed `autotune_`), so that concurrent runs of one key share
+    its budget there too; None for a database in memory."""
+    url = normalize_url(db_url)
+    file = sqlite_file(url)
+    if file is not None:
+        return sqlite_url(file.with_name(file.stem + "-studies.db"))
+    return None if url.startswith("sqlite") else url
 
 
 def delete_study(storage: str, name: str, unless_in_use: bool = False) -> None:

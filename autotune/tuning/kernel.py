@@ -10,6 +10,7 @@ the winner stored (autotune.tuning.storing).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import tempfile
 import threading
@@ -21,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from autotune import registry
+from autotune.db.schema import encode_config
 from autotune.errors import DatabaseError, KernelError, SpaceError
 from autotune.measure.compiling import MEMORY_FIELDS
 from autotune.measure.finalists import Finalist, remeasure
@@ -118,6 +120,8 @@ def _tune(
     # every worker's)
     programs: dict[str, TrialRecord] = {}
     view = joined or (SharedStudy(storage, study, None) if storage else None)
+    if view is not None and handle is not None:
+        view.add_run(run_id)  # before its first trial is stored: see _stored_untold
 
     def measure(config: Config, is_default: bool = False, on: Worker = worker) -> TrialRecord:
         with counting:
@@ -125,17 +129,23 @@ def _tune(
                 for fp, first in view.programs().items():
                     programs.setdefault(fp, first)
             known = dict(programs)
-        record = on.measure(config, known.keys(), settings.max_memory)
-        record.device = on.device_id
-        record.is_default = is_default or config == default
-        if record.status == "duplicate":  # the program's trial, and its memory figures
-            of = known[record.fingerprint]
-            record.duplicate_of = of.db_id
-            for column in MEMORY_FIELDS:
-                setattr(record, column, getattr(of, column))
+        stored = None
+        if view is not None and handle is not None:
+            stored = _stored_untold(handle, key, view, config)
+        if stored is not None:  # measured and stored already: the study hears of it now
+            record = stored
         else:
-            record.oracle = oracle.name
-        if handle is not None:  # stored at once: an interrupted run loses no measurement
+            record = on.measure(config, known.keys(), settings.max_memory)
+            record.device = on.device_id
+            record.is_default = is_default or config == default
+            if record.status == "duplicate":  # the program's trial, and its memory figures
+                of = known[record.fingerprint]
+                record.duplicate_of = of.db_id
+                for column in MEMORY_FIELDS:
+                    setattr(record, column, getattr(of, column))
+            else:
+                record.oracle = oracle.name
+        if handle is not None and stored is None:  # at once: an interrupted run loses none
             try:
                 (record.db_id,) = handle.add_trials(key, run_id, [record])
             except DatabaseError as e:
@@ -160,7 +170,8 @@ def _tune(
             with counting:
                 if record.status == "duplicate":  # not measured: its program's figure
                     started -= 1
-                    evaluation = Evaluation(record, _value(programs[record.fingerprint]))
+                    of = programs.get(record.fingerprint)  # None: an untold one's, lost
+                    evaluation = Evaluation(record, _value(of) if of else None)
                 else:
                     measured += 1
                     evaluation = Evaluation(record, _value(record))
@@ -284,6 +295,26 @@ def _resumed(
     log.warning("%s (replaced since they were stored): tuning afresh", lacking)
     delete_study(storage, study, unless_in_use=True)
     return 0, None
+
+
+def _stored_untold(
+    handle: Any, key: TuningKey, study: SharedStudy, config: Config
+) -> TrialRecord | None:
+    """The trial of `config` that a run of `study` stored in the tuning database and never
+    told the study of (it was killed between the two, or its telling failed), or None. The
+    study released that run's claim on it, and its search hands it out again: it is measured
+    already, and is not to be measured, nor stored, twice."""
+    stored = handle.trials(**key.as_dict(), config=encode_config(config))
+    if not stored:  # the common case: one query, nothing more
+        return None
+    told = {r.db_id for r in study.records() if r is not None}
+    runs = study.runs()
+    for t in stored:
+        if t.run_id in runs and t.db_id not in told:
+            return TrialRecord(
+                **{f.name: getattr(t, f.name) for f in dataclasses.fields(TrialRecord)}
+            )
+    return None
 
 
 def _value(record: TrialRecord) -> float | None:

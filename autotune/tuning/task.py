@@ -93,8 +93,12 @@ def check_inputs_fit(shapes: Sequence[tuple[int, ...]], dtypes: Sequence[str]) -
     except (ValueError, OSError, AttributeError):  # not a POSIX host: no check
         return
     if size > INPUT_MEMORY_SHARE * memory:
+        # a size of hundreds of digits is past a float's range: said by its magnitude
+        taken = (
+            f"{size / 2**30:.1f} GiB" if size < 2**100 else f"about 10^{len(str(size)) - 1} bytes"
+        )
         raise SignatureError(
-            f"the inputs take {size / 2**30:.1f} GiB, more than this machine can hold beside "
+            f"the inputs take {taken}, more than this machine can hold beside "
             f"the oracle ({memory / 2**30:.1f} GiB of memory): give smaller shapes"
         )
 

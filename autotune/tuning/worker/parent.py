@@ -4,7 +4,8 @@ The child imports the kernel by name, receives the inputs and the oracle once, t
 one candidate per request (see protocol.py). This process enforces a compile and a run time
 limit per candidate; a child that dies (abort, segfault, out of memory) or overruns a limit is
 killed, the candidate is recorded as `crashed` or `timeout`, and a fresh child takes the next
-one.
+one. A child killed while it starts (for memory, by an operator) is started again, a few times
+in a row at most (START_TRIES): the run goes on.
 """
 
 from __future__ import annotations
@@ -38,6 +39,12 @@ from autotune.tuning.worker.protocol import Kind, Setup, pack, unpack
 
 if TYPE_CHECKING:
     from autotune.tuning.settings import TuneSettings
+
+
+# A child that dies while it starts is started again, this many times in a row at most: a kill
+# from outside (for memory, by an operator) is no reason to end the run, while a child that
+# can never start (it crashes importing the kernel) ends it after a few tries, not a loop.
+START_TRIES = 3
 
 
 class _Died(Exception):
@@ -103,7 +110,15 @@ class DeviceWorker:
         if self._proc is None:
             self.restarts += 1
             return self._start()
-        return self._set_up("set-up")
+        try:
+            return self._set_up("set-up")
+        except _Died as d:
+            if d.status != "crashed":
+                raise KernelError(
+                    f"the device worker for {self._setup.task.kernel!r} {d}"
+                ) from None
+            self.restarts += 1  # it died while it took the new task: a fresh one takes it
+            return self._start()
 
     def set_oracle(self, oracle: Any) -> None:
         """The output every candidate must match (the kernel's default in interpret mode)."""
@@ -178,12 +193,16 @@ class DeviceWorker:
         the worker did not survive (the caller keeps the first measurements)."""
         n = len(configs)
         limit = n * (self.limits.compile_s + self.limits.run_s)
+        sent = False
         try:
-            self._ensure_started()
+            fresh = self._ensure_started()
             self._send(Kind.INTERLEAVED, [dict(c) for c in configs], rounds, reps)
+            sent = True
             kind, value = self._recv(time.monotonic() + limit, "re-measurement")
             return value if kind is Kind.SAMPLES else None
         except _Died:
+            if not sent and not fresh:  # it died since the last trial: this never reached it
+                return self.interleaved(configs, rounds, reps)  # in a fresh worker
             return None
 
     def close(self) -> None:
@@ -215,6 +234,23 @@ class DeviceWorker:
         return True
 
     def _start(self) -> Any:
+        """Start a worker and set it up; one that dies while it starts is started again, up to
+        START_TRIES in a row (each counted in `restarts` after the first). A worker that
+        refuses the set-up, or overruns the start-up limit, is not tried again: a KernelError."""
+        tries = 1
+        while True:
+            try:
+                return self._start_once()
+            except _Died as d:
+                if d.status != "crashed" or tries == START_TRIES:
+                    times = f" ({tries} times in a row)" if tries > 1 else ""
+                    raise KernelError(
+                        f"the device worker for {self._setup.task.kernel!r} {d}{times}"
+                    ) from None
+            tries += 1
+            self.restarts += 1
+
+    def _start_once(self) -> Any:
         env = child_env(self.platforms, self.device_index)
         pin = [] if self.device_index is None else [str(self.device_index)]
         if self._stderr is not None:
@@ -234,14 +270,12 @@ class DeviceWorker:
         return self._set_up("start-up")
 
     def _set_up(self, stage: str) -> Any:
-        """Send the task's set-up and wait for the worker's DeviceInfo. A worker that refuses
-        it is killed: the next request starts a fresh one with this set-up, never measures the
-        task before under this one's name."""
-        try:
-            self._send(Kind.SETUP, self._setup)
-            kind, value = self._recv(time.monotonic() + self.limits.start_s, stage)
-        except _Died as d:
-            raise KernelError(f"the device worker for {self._setup.task.kernel!r} {d}") from None
+        """Send the task's set-up and wait for the worker's DeviceInfo (_Died if it dies or
+        overruns the start-up limit meanwhile). A worker that refuses it is killed: the next
+        request starts a fresh one with this set-up, never measures the task before under this
+        one's name."""
+        self._send(Kind.SETUP, self._setup)
+        kind, value = self._recv(time.monotonic() + self.limits.start_s, stage)
         if kind is not Kind.READY:
             self._kill()
             raise KernelError(
@@ -267,7 +301,7 @@ class DeviceWorker:
             self._proc.stdin.write(pack(kind, *fields))
             self._proc.stdin.flush()
         except (BrokenPipeError, OSError):
-            self._died("crashed", "while receiving a request")
+            self._died("crashed", "died while receiving a request")
 
     def _recv(self, deadline: float, stage: str) -> tuple:
         """The child's next reply, read without blocking past `deadline`."""
