@@ -197,15 +197,19 @@ def test_a_worker_killed_while_it_restarts_is_started_again_and_the_run_stores_i
 ):
     from conftest import FORCED_DEVICES
 
-    from autotune.tuning import worker as worker_module
+    from autotune.tuning.worker.parent import worker_devices
 
     (tmp_path / "dies_starting.py").write_text(DIES_STARTING)
     monkeypatch.syspath_prepend(str(tmp_path))  # the workers import it too (child_env)
     marker = tmp_path / "marker"
     monkeypatch.setenv("TOY_RESTART_MARKER", str(marker))
-    if devices > 1:  # the workers see four host devices; this process keeps its one
+    # the workers see four host devices, this process keeps its one: the count is the workers'
+    # (worker_platforms set: a child reports it)
+    platforms = None
+    if devices > 1:
         monkeypatch.setenv("XLA_FLAGS", FORCED_DEVICES)
-        worker_module._local_devices.cache_clear()
+        platforms = "cpu"
+        worker_devices.cache_clear()
 
     def kill_the_first_worker(record, i, n):
         # after the first trial: the first device's worker killed between trials, and its
@@ -225,11 +229,12 @@ def test_a_worker_killed_while_it_restarts_is_started_again_and_the_run_stores_i
             isolate=True,
             limits=LIMITS,
             devices=devices,
+            worker_platforms=platforms,
             finalists=2,
             progress=kill_the_first_worker,
         )
     finally:
-        worker_module._local_devices.cache_clear()
+        worker_devices.cache_clear()
     assert not marker.exists()  # a replacement took it: it died while it started
     assert result.restarts >= 2  # the one that died starting, and the one after it
     assert {t.config["block_rows"] for t in result.trials} == {8, 16, 32}
