@@ -113,7 +113,9 @@ def calls_in(
     arrays or jax.ShapeDtypeStructs (nothing runs). On a mesh the calls are each device's, at
     its local shape, from the arguments' shardings (give a ShapeDtypeStruct its `sharding=`): a
     call's `mesh_axes` says the mesh it runs on each device of, `gathered` what it gathers
-    first."""
+    first. A call's configuration is the one a trace made now runs: the program is traced
+    apart from its real calls' traces (no miss hidden from them), so a function jitted
+    earlier, inside an overlay that has ended, still runs what its own trace chose then."""
     import jax
 
     from autotune.runtime.partitioned import (
@@ -272,18 +274,12 @@ def _launches_kernel(eqn: Any, inner: list[Any], memo: dict[int, bool]) -> bool:
 
 
 def _program_call(traced: Any, detail: str = "") -> ProgramCall:
-    """A traced call as listed: the configuration its trace runs, and where a call traced now
-    would run another (the trace is older: an overlay ended, an entry was stored), says so.
-    With a `detail`, a call whose configuration no trace chose yet: as a lookup now gives it."""
+    """A traced call as listed, with the configuration a lookup gives it now (calls_in traces
+    apart from real calls' traces, so the two agree); `detail` says why a call is listed as
+    it is where that needs saying."""
     kernel = traced.kernel
     explained = kernel.explain(*traced.args, **dict(traced.kwargs))
     source, config = explained["source"], explained["config"]
-    if not detail and config != traced.config:
-        detail = (
-            f"an older trace: a call traced now would run {config} ({source}); jit this "
-            "function again to run that"
-        )
-        source, config = traced.source, traced.config
     tunables = kernel.spec.tunables | {"interpret"}
     return ProgramCall(
         kernel=kernel.spec.name,
