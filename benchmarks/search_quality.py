@@ -10,6 +10,13 @@ without replacement, computed from the order statistics (no sampling noise).
 
     python benchmarks/search_quality.py [--seeds 8] [--first-seed 0] [--strategies gp,tpe,random]
         [--jobs 2]
+
+With --transfer it measures what other devices' results add (autotune.search.transfer): each
+landscape of a family (the same kernel and space, recorded on TRANSFER_MIN_DEVICES devices or
+more, per index.json) is searched with the `gp` strategy cold and with the family's other
+landscapes given as `others` (leave one device out), at TRANSFER_BUDGETS trials.
+
+    python benchmarks/search_quality.py --transfer [--seeds 16] [--first-seed 0] [--jobs 2]
 """
 
 from __future__ import annotations
@@ -37,6 +44,10 @@ from autotune.search.landscapes import load_landscape, replay  # noqa: E402
 
 BUDGETS = (25, 50, 100, 200)
 TARGETS = {25: 0.93, 50: 0.97, 100: 0.99, 200: 0.995}  # the goal set for the default strategy
+TRANSFER_BUDGETS = (10, 25, 50, 100)
+# the goal set for transfer: at 100 trials, not below cold (checked per run, not a constant)
+TRANSFER_TARGETS = {10: 0.97, 25: 0.985, 50: 0.99}
+TRANSFER_MIN_DEVICES = 3
 
 
 def fractions(times: list[float | None], best: float, budgets: tuple[int, ...]) -> list[float]:
@@ -77,6 +88,79 @@ def one_run(job: tuple[str, str, int, int]) -> tuple[str, str, int, list[float],
     return Path(path).name, strategy, seed, fr, elapsed
 
 
+def transfer_run(job: tuple[str, tuple[str, ...], int]) -> tuple[str, bool, int, list[float]]:
+    """One leave-one-device-out replay: `path` searched with `others` (cold where empty)."""
+    path, others, seed = job
+    land = load_landscape(path)
+    found = replay(land, max(TRANSFER_BUDGETS), seed, "gp", others=[Path(o) for o in others])
+    fr = fractions([f["time_ms"] for f in found], land.best_ms, TRANSFER_BUDGETS)
+    return Path(path).name, bool(others), seed, fr
+
+
+def families(folder: Path, min_devices: int) -> list[list[Path]]:
+    """The landscapes of `folder` grouped by kernel and space (index.json's kernel, parameter
+    and configuration counts), groups of at least `min_devices` only."""
+    index = json.loads((folder / "index.json").read_text())
+    groups: dict[tuple, list[Path]] = {}
+    for e in index:
+        if (folder / e["file"]).exists():
+            groups.setdefault((e["kernel"], e["params"], e["configs"]), []).append(
+                folder / e["file"]
+            )
+    return [sorted(g) for g in groups.values() if len(g) >= min_devices]
+
+
+def transfer_main(args: argparse.Namespace) -> int:
+    if not (args.landscapes / "index.json").exists():
+        print(f"no index.json in {args.landscapes}: pass --landscapes DIR", file=sys.stderr)
+        return 2
+    groups = families(args.landscapes, TRANSFER_MIN_DEVICES)
+    if args.only:
+        groups = [[f for f in g if any(s in f.name for s in args.only.split(","))] for g in groups]
+    seeds = range(args.first_seed, args.first_seed + args.seeds)
+    jobs = []
+    for g in groups:
+        for f in g:
+            others = tuple(str(o) for o in g if o != f)
+            for seed in seeds:
+                jobs += [(str(f), (), seed), (str(f), others, seed)]
+    if not jobs:
+        print(
+            f"no family of {TRANSFER_MIN_DEVICES} or more devices in {args.landscapes}",
+            file=sys.stderr,
+        )
+        return 2
+    start = time.perf_counter()
+    with ProcessPoolExecutor(args.jobs) as pool:
+        runs = list(pool.map(transfer_run, jobs, chunksize=1))
+    wall = time.perf_counter() - start
+    per: dict[str, dict[str, list[list[float]]]] = {"cold": {}, "transfer": {}}
+    for name, with_others, _seed, fr in runs:
+        per["transfer" if with_others else "cold"].setdefault(name, []).append(fr)
+    names = list(per["cold"])
+    means = {k: np.mean([np.mean(per[k][n], axis=0) for n in names], axis=0) for k in per}
+    print(
+        f"{len(names)} landscapes (leave one device out), gp, {args.seeds} seeds from "
+        f"{args.first_seed}, {args.jobs} processes, {wall:.0f} s wall\n"
+    )
+    print("| search | " + " | ".join(f"{b} trials" for b in TRANSFER_BUDGETS) + " |")
+    print("|" + "---|" * (len(TRANSFER_BUDGETS) + 1))
+    for k in per:
+        print(f"| {k} | " + " | ".join(f"{x:.3f}" for x in means[k]) + " |")
+    goal = [
+        f"{TRANSFER_TARGETS[b]:g}" if b in TRANSFER_TARGETS else "cold" for b in TRANSFER_BUDGETS
+    ]
+    print("| goal (transfer) | " + " | ".join(goal) + " |")
+    print(f"\nper landscape (cold -> transfer at {' / '.join(map(str, TRANSFER_BUDGETS))} trials):")
+    for n in names:
+        cold, tr = np.mean(per["cold"][n], axis=0), np.mean(per["transfer"][n], axis=0)
+        cells = "   ".join(f"{c:.3f} -> {t:.3f}" for c, t in zip(cold, tr))
+        print(f"  {n:34s} {cells}")
+    if args.json:
+        args.json.write_text(json.dumps(per, indent=1))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--landscapes", type=Path, default=ROOT.parent / "shared" / "landscapes")
@@ -86,7 +170,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--only", default="", help="comma-separated substrings of file names")
     ap.add_argument("--json", type=Path, help="also write per-landscape results here")
+    ap.add_argument(
+        "--transfer",
+        action="store_true",
+        help="cold against transfer from the other devices of each family (leave one out)",
+    )
     args = ap.parse_args(argv)
+    if args.transfer:
+        return transfer_main(args)
     files = sorted(args.landscapes.glob("*.csv.gz"))
     if args.only:
         files = [f for f in files if any(s in f.name for s in args.only.split(","))]

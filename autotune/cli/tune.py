@@ -67,6 +67,13 @@ def add_parser(sub: Any) -> None:
         help="stop each search after N trials without improvement",
     )
     t.add_argument("--db", default=None, help=DB_HELP)
+    t.add_argument(
+        "--no-transfer",
+        dest="transfer",
+        action="store_false",
+        help="search without what other device kinds measured of the kernel (by default their "
+        "best configurations are measured first and guide the model)",
+    )
     add_job_arguments(t)
 
     t.add_argument(
@@ -202,6 +209,7 @@ def _request(args: argparse.Namespace) -> RunRequest:
         compile_workers=args.compile_workers,
         max_memory=args.max_memory,
         devices=args.devices,
+        transfer=args.transfer,
     )
     for flag, url in (("--db", args.db), ("--storage", args.storage)):
         if url is not None:
@@ -282,6 +290,8 @@ def _tune_one(request: RunRequest) -> int:
     )
     if result.programs_note:
         print(f"  programs: {result.programs_note}")
+    if result.transfer_note:
+        print(f"  transfer: {result.transfer_note}")
     if result.first_pass:
         print("  figures: first pass only (the finalists' side-by-side re-measurement failed)")
     if result.why_default_kept:
@@ -316,9 +326,10 @@ class _TrialLines(RunListener):
         else:
             time = f"{trial.time_s * 1e3:9.4f} ms" if trial.time_s is not None else " " * 12
         device = f"  {trial.device}" if self.devices else ""  # which worker measured it
+        origin = f"  (from {trial.transferred_from})" if trial.transferred_from else ""
         print(
             f"trial {p.trial:3d}/{p.n_trials}  {trial.status:13s} {time}{device}  "
-            f"{config_text(trial.config)}",
+            f"{config_text(trial.config)}{origin}",
             flush=True,
         )
 

@@ -27,8 +27,10 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 # schema (tests/fixtures/v1.db); v2: the tables are prefixed (`autotune_trials`, ...), and each
 # trial records the oracle that judged it (`oracle`); v3: each trial records the device that
 # measured it (`device`), the compiled program's fingerprint and the trial it duplicates
-# (`fingerprint`, `duplicate_of`), and the compiler's memory figures (`memory_*_bytes`).
-SCHEMA_VERSION = 3
+# (`fingerprint`, `duplicate_of`), and the compiler's memory figures (`memory_*_bytes`); v4: a
+# trial measured first because other device kinds' results ranked it best names those device
+# kinds (`transferred_from`).
+SCHEMA_VERSION = 4
 
 KEY_COLUMNS = (
     "kernel",
@@ -137,6 +139,9 @@ class Trial(_KeyColumns, Base):
     memory_output_bytes: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     memory_temp_bytes: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     memory_peak_bytes: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    # v4: the device kinds whose results made it one of the first measured (transfer), comma-
+    # separated; None for a trial the search chose from this device's own
+    transferred_from: Mapped[str | None] = mapped_column(Text, nullable=True)
     created_at: Mapped[datetime] = mapped_column(ReadableDateTime, default=utcnow)
 
 

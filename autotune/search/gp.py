@@ -147,7 +147,13 @@ def log_expected_improvement(f: Fit, xs: np.ndarray, margin: float = 0.0) -> np.
     because once the best is found EI underflows to 0 almost everywhere, and the ranking must
     survive that."""
     mu, sd = posterior(f, xs)
-    gap = (f.y_mean + f.y_std * f.z.min() - margin - mu) / sd
+    return log_ei(mu, sd, f.y_mean + f.y_std * f.z.min() - margin)
+
+
+def log_ei(mu: np.ndarray, sd: np.ndarray, below: float) -> np.ndarray:
+    """log expected improvement below `below` of normal predictions (means `mu`, deviations
+    `sd`)."""
+    gap = (below - mu) / sd
     # EI = sd * phi(gap) * (1 + gap * Phi(gap) / phi(gap)) for gap < 0, with erfcx for the
     # exact Phi/phi where both underflow; beyond -1e4 the bracket is 1/gap^2 to 1e-8
     log_phi = -0.5 * gap * gap - 0.5 * log(2 * pi)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import csv
 import gzip
 import io
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,7 @@ from typing import Any
 from autotune.errors import SpaceError
 from autotune.search.loop import run_search
 from autotune.search.strategies import DEFAULT_STRATEGY
+from autotune.search.transfer import OtherDevice, leads
 from autotune.space import Param, Space
 from autotune.trial import Evaluation, config_id
 
@@ -27,6 +29,7 @@ class Landscape:
     configs: list[dict[str, Any]]
     times: list[float | None]
     statuses: list[str]
+    name: str = ""  # the file's, less its suffixes
 
     @property
     def best_ms(self) -> float | None:
@@ -69,7 +72,7 @@ def load_landscape(path: str | Path) -> Landscape:
         configs.append(config)
         times.append(t)
         statuses.append(status)
-    return Landscape(Space(params), configs, times, statuses)
+    return Landscape(Space(params), configs, times, statuses, path.name.split(".")[0])
 
 
 def _parse_column(path: Path, name: str, cells: list[str]) -> list[Any]:
@@ -94,14 +97,27 @@ def replay(
     budget: int,
     seed: int | None,
     strategy: str | None = None,
+    others: Sequence[str | Path | Landscape] = (),
     **budgets: Any,
 ) -> list[dict[str, Any]]:
     """Search a recorded landscape with run_search, looking a time up only when the search
     evaluates that configuration; returns the distinct configurations evaluated, in order,
     as {"config": ..., "time_ms": float | None}. `budgets`: time_limit_s, patience, noise,
-    initial (as for run_search)."""
+    initial (as for run_search).
+
+    `others`: landscapes of the same kernel on other devices, given to the search as the
+    tuner gives other device kinds' stored trials (autotune.search.transfer): their best
+    configurations measured first (after any `initial`), their times the model's prior."""
     land = path if isinstance(path, Landscape) else load_landscape(path)
     index = {config_id(c): i for i, c in enumerate(land.configs)}
+    devices = [
+        OtherDevice(o.name or f"other {i}", tuple(zip(o.configs, o.times)))
+        for i, o in enumerate(map(_loaded, others))
+    ]
+    if devices:
+        ids = set(index)
+        leading = [c for c, _ in leads(devices, lambda c: config_id(c) in ids)]
+        budgets["initial"] = [*budgets.get("initial", ()), *leading]
 
     def evaluate(config: dict[str, Any]) -> Evaluation:
         i = index[config_id(config)]
@@ -116,6 +132,11 @@ def replay(
         strategy=strategy or DEFAULT_STRATEGY,
         seed=seed,
         valid=land.configs,
+        others=devices,
         **budgets,
     )
     return [{"config": ev.config, "time_ms": ev.value} for ev in found]
+
+
+def _loaded(land: str | Path | Landscape) -> Landscape:
+    return land if isinstance(land, Landscape) else load_landscape(land)

@@ -29,6 +29,7 @@ from optuna.trial import TrialState
 from autotune.errors import SpaceError
 from autotune.search.strategies import DEFAULT_STRATEGY, SAMPLERS, STRATEGIES
 from autotune.search.studies import SharedStudy
+from autotune.search.transfer import OtherDevice, Prior
 from autotune.search.valid_set import DRAWS_PER_WANTED, DrawnSet, ListedSet, Position, ValidSet
 from autotune.signature import Signature
 from autotune.space import Space
@@ -82,12 +83,18 @@ class _Encoding:
 
 
 def make_sampler(
-    strategy: str, seed: int | None, enc: _Encoding, valid: ValidSet
+    strategy: str,
+    seed: int | None,
+    enc: _Encoding,
+    valid: ValidSet,
+    others: Sequence[OtherDevice] = (),
 ) -> optuna.samplers.BaseSampler:
-    """The sampler of `strategy` (autotune.search.strategies.SAMPLERS) over the encoded space."""
+    """The sampler of `strategy` (autotune.search.strategies.SAMPLERS) over the encoded space,
+    told `others`' results where it models them."""
     if strategy not in SAMPLERS:
         raise SpaceError(f"unknown strategy {strategy!r}: use one of {', '.join(STRATEGIES)}")
-    return SAMPLERS[strategy](enc.distributions, valid, seed)
+    prior = Prior(others, valid) if others and strategy == "gp" else None
+    return SAMPLERS[strategy](enc.distributions, valid, seed, prior)
 
 
 def run_search(
@@ -106,6 +113,7 @@ def run_search(
     storage: str | None = None,
     study_name: str | None = None,
     upcoming: Callable[[list[dict[str, Any]]], None] | None = None,
+    others: Sequence[OtherDevice] = (),
 ) -> list[Evaluation]:
     """Measure distinct valid configurations until a budget runs out; returns them in order.
 
@@ -131,8 +139,13 @@ def run_search(
     be measured after it, in order (see `_queued`), so that a measurer can compile them
     meanwhile. A model-based sampler's proposals are not known before they are asked for, so
     they are never among them; nor does the call change what is measured, or in what order.
+
+    `others`: what other device kinds measured of this kernel (autotune.search.transfer); the
+    `gp` model takes their relative times as its prior mean, trusted as far as they agree with
+    what this search measures. Their best configurations (transfer.leads) are the caller's to
+    put in `initial`. Without them the search is the cold one.
     """
-    search = _Search(space, sig, n_trials, strategy, seed, valid, storage, study_name)
+    search = _Search(space, sig, n_trials, strategy, seed, valid, storage, study_name, others)
     search.queue_first(initial)
     stopping = _Stopping(n_trials, time_limit_s, patience, noise, search.started)
     try:
@@ -159,13 +172,14 @@ class _Search:
         valid: list[dict[str, Any]] | None,
         storage: str | None,
         study_name: str | None,
+        others: Sequence[OtherDevice] = (),
     ) -> None:
         self.vset = _valid_set(space, sig, valid, strategy, seed)
         self.n_trials, self.strategy, self.seed = n_trials, strategy, seed
         self.budget = n_trials if self.vset.count is None else min(n_trials, self.vset.count)
         self.started = time.monotonic()
         self.enc = _Encoding(space)
-        sampler = make_sampler(strategy, seed, self.enc, self.vset)
+        sampler = make_sampler(strategy, seed, self.enc, self.vset, others)
         self.seen: set[Position] = set()  # valid configurations measured or being measured
 
         optuna.logging.set_verbosity(optuna.logging.WARNING)

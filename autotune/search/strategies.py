@@ -14,19 +14,21 @@ from typing import Any
 STARTUP_TRIALS = 4
 
 
-def _tpe(distributions: Mapping[str, Any], valid: Any, seed: int | None) -> Any:
+def _tpe(distributions: Mapping[str, Any], valid: Any, seed: int | None, prior: Any = None) -> Any:
     from autotune.search.samplers.tpe import TpeSampler
 
     return TpeSampler(distributions, valid, seed=seed, n_startup=STARTUP_TRIALS)
 
 
-def _gp(distributions: Mapping[str, Any], valid: Any, seed: int | None) -> Any:
+def _gp(distributions: Mapping[str, Any], valid: Any, seed: int | None, prior: Any = None) -> Any:
     from autotune.search.samplers.gp import GpSampler
 
-    return GpSampler(distributions, valid, seed=seed, n_startup=STARTUP_TRIALS)
+    return GpSampler(distributions, valid, seed=seed, n_startup=STARTUP_TRIALS, prior=prior)
 
 
-def _cmaes(distributions: Mapping[str, Any], valid: Any, seed: int | None) -> Any:
+def _cmaes(
+    distributions: Mapping[str, Any], valid: Any, seed: int | None, prior: Any = None
+) -> Any:
     import optuna
 
     from autotune.errors import SpaceError
@@ -46,16 +48,19 @@ def _cmaes(distributions: Mapping[str, Any], valid: Any, seed: int | None) -> An
     )
 
 
-def _random(distributions: Mapping[str, Any], valid: Any, seed: int | None) -> Any:
+def _random(
+    distributions: Mapping[str, Any], valid: Any, seed: int | None, prior: Any = None
+) -> Any:
     import optuna
 
     return optuna.samplers.RandomSampler(seed=seed)
 
 
 # name -> the constructor of its Optuna sampler, from the encoded parameters' distributions,
-# the valid configurations (autotune.search.valid_set) and the seed. "grid" has every valid
+# the valid configurations (autotune.search.valid_set), the seed and other devices' results
+# (autotune.search.transfer.Prior, or None; only "gp" models them, the others ignore them). "grid" has every valid
 # configuration queued (autotune.search.run_search): its sampler is never asked.
-SAMPLERS: dict[str, Callable[[Mapping[str, Any], Any, int | None], Any]] = {
+SAMPLERS: dict[str, Callable[..., Any]] = {
     "tpe": _tpe,
     "gp": _gp,
     "cmaes": _cmaes,

@@ -2,7 +2,8 @@
 
 A job file is TOML; each `[[task]]` names a kernel and one or more shapes and dtypes (every
 combination is one task), with an optional trial budget, strategy, seed, memory bound
-(`max_memory`, bytes) and static arguments;
+(`max_memory`, bytes), whether other device kinds' results guide the search (`transfer`, true by
+default) and static arguments;
 `[defaults]` fills in what a task leaves out:
 
     import = ["mypkg.kernels"]      # modules that register the user's own kernels
@@ -22,6 +23,7 @@ task's search is an Optuna study in a storage, so running an interrupted job aga
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +48,7 @@ _TASK_FIELDS = {
     "strategy",
     "seed",
     "max_memory",
+    "transfer",
     "program",
 }
 
@@ -107,6 +110,7 @@ def load_job(path: str | Path) -> list[Task]:
                         spec.get("strategy", DEFAULTS.strategy),
                         spec.get("seed", DEFAULTS.seed),
                         spec.get("max_memory"),
+                        spec.get("transfer"),
                     )
                     check_task(task, shape)  # every task up front, not when its turn comes
                 except AutotuneError as e:
@@ -121,7 +125,7 @@ def _program_tasks(entry: dict[str, Any], spec: dict[str, Any], where: str) -> l
     from autotune.service.program import program_tasks_of
     from autotune.tuning.settings import checked
 
-    own = {"program", "trials", "strategy", "seed", "max_memory"}
+    own = {"program", "trials", "strategy", "seed", "max_memory", "transfer"}
     clash = sorted(set(entry) & (_TASK_FIELDS - own))
     if clash or not isinstance(entry["program"], str):
         raise JobError(
@@ -135,8 +139,10 @@ def _program_tasks(entry: dict[str, Any], spec: dict[str, Any], where: str) -> l
             strategy=spec.get("strategy", DEFAULTS.strategy),
             seed=spec.get("seed", DEFAULTS.seed),
             max_memory=spec.get("max_memory"),
+            transfer=spec.get("transfer", DEFAULTS.transfer),
         )
-        return program_tasks_of(entry["program"], settings)
+        transfer = spec.get("transfer")  # None: the run's
+        return [replace(t, transfer=transfer) for t in program_tasks_of(entry["program"], settings)]
     except AutotuneError as e:
         raise JobError(f"{where}: {e}") from None
 

@@ -37,6 +37,7 @@ from autotune.tuning.context import TuneContext
 from autotune.tuning.result import TuneResult
 from autotune.tuning.storing import decide_and_store, open_db
 from autotune.tuning.task import BoundTask
+from autotune.tuning.transfer import other_devices, transferred_leads
 from autotune.tuning.warmstart import warm_starts
 from autotune.tuning.worker import Worker, task_workers
 
@@ -108,6 +109,10 @@ def _tune(
     handle = open_db(db) if context.store else None
 
     warm = warm_starts(handle or db, key, sig, space) if settings.warm_start else []
+    # what other device kinds measured of this kernel: their best configurations measured
+    # after the default and the warm starts, their times the search's prior
+    others = other_devices(handle or db, key, sig, space, spec.tuned) if settings.transfer else []
+    leads = transferred_leads(others, space, sig, [default, *warm])
     study = (settings.study_name or study_name_of(key)) if storage else None
     # trials an interrupted run (or another worker) measured: they count against the budget
     resumed, joined = _resumed(storage, study, handle, key) if storage else (0, None)
@@ -138,6 +143,9 @@ def _tune(
             record = on.measure(config, known.keys(), settings.max_memory)
             record.device = on.device_id
             record.is_default = is_default or config == default
+            lead = leads.get(config_id(config))
+            if lead is not None:
+                record.transferred_from = ", ".join(lead[1])
             if record.status == "duplicate":  # the program's trial, and its memory figures
                 of = known[record.fingerprint]
                 record.duplicate_of = of.db_id
@@ -193,13 +201,14 @@ def _tune(
             n_trials=n_trials,
             strategy=settings.strategy,
             seed=settings.seed,
-            initial=[default, *warm],
+            initial=[default, *warm, *(c for c, _ in leads.values())],
             valid=valid,
             time_limit_s=settings.time_limit_s,
             patience=settings.patience,
             storage=storage,
             study_name=study or study_name_of(key),
             upcoming=on.prefetch,
+            others=others,
         )
 
     try:

@@ -76,6 +76,23 @@ class TuneResult:
         return len(self.finalists) > 1 and all(f.timing is None for f in self.finalists)
 
     @property
+    def transfer_note(self) -> str:
+        """Which trials other device kinds' results had measured first, from which device
+        kinds, and how the fastest of them fared ("" where none was)."""
+        led = [t for t in self.trials if t.transferred_from]
+        if not led:
+            return ""
+        devices = list(dict.fromkeys(d for t in led for d in t.transferred_from.split(", ")))
+        ran = [t for t in led if t.status == "ok" and t.time_s is not None]
+        n = f"{len(led)} trial{'s' if len(led) > 1 else ''}"
+        text = f"{n} measured first from the results of {', '.join(devices)}"
+        if not ran:
+            return f"{text}; none ran"
+        fastest = min(ran, key=lambda t: t.time_s)
+        won = " (the winner)" if fastest.config == self.best_config else ""
+        return f"{text}; the fastest of them {fastest.time_s * 1e3:.4f} ms{won}"
+
+    @property
     def n_rejected(self) -> int:
         return sum(t.status == "rejected" for t in self.trials)
 

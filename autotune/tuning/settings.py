@@ -54,6 +54,12 @@ class TuneSettings:
     """Measure the default and the best configurations stored for this kernel and device at the
     nearest shapes before sampling."""
 
+    transfer: bool = True
+    """Give the search what other device kinds measured of this kernel (same version and
+    platform; the database's trials, the shipped table's entries): their best configurations
+    measured first, their times the model's prior, trusted as far as they agree with this
+    device's (autotune.search.transfer). False: the search knows only this device's."""
+
     finalists: int = 3
     """The fastest candidates re-measured interleaved with the default before the winner is
     chosen (0 or more; 0: the fastest first measurement wins)."""
@@ -114,6 +120,8 @@ class TuneSettings:
             raise SettingsError(
                 "seed", f"must be a whole number from 0 to {MAX_SEED}, got {self.seed!r}"
             )
+        if not isinstance(self.transfer, bool):
+            raise SettingsError("transfer", f"must be true or false, got {self.transfer!r}")
         _at_least(self.finalists, "finalists", 0, "0 or more")
         if self.compile_workers is not None:
             _at_least(self.compile_workers, "compile_workers", 0, "0 or more")

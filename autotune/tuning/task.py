@@ -189,6 +189,7 @@ class Task:
     strategy: str = DEFAULTS.strategy
     seed: int | None = DEFAULTS.seed
     max_memory: int | None = None  # the bound on a candidate's peak memory; None: the run's
+    transfer: bool | None = None  # use other device kinds' results; None: as the run says
 
     @property
     def static_dict(self) -> dict[str, Any]:
@@ -207,10 +208,16 @@ class Task:
         return [jax.ShapeDtypeStruct(s, d) for s, d in zip(self.shapes, self.dtypes)]
 
     def settings(self, run: TuneSettings) -> TuneSettings:
-        """The run's settings with this task's budget, strategy, seed and memory bound."""
+        """The run's settings with this task's budget, strategy, seed, memory bound and
+        transfer."""
         bound = run.max_memory if self.max_memory is None else self.max_memory
+        transfer = run.transfer if self.transfer is None else self.transfer
         return run.replace(
-            n_trials=self.trials, strategy=self.strategy, seed=self.seed, max_memory=bound
+            n_trials=self.trials,
+            strategy=self.strategy,
+            seed=self.seed,
+            max_memory=bound,
+            transfer=transfer,
         )
 
 
@@ -223,11 +230,19 @@ def make_task(
     strategy: str = DEFAULTS.strategy,
     seed: int | None = DEFAULTS.seed,
     max_memory: int | None = None,
+    transfer: bool | None = None,
 ) -> Task:
     """The task of a command line's or a job file's text: `--shape 256x256,256x128`,
-    `--dtype bfloat16`; budget, strategy, seed and memory bound checked as a job file names
-    them."""
-    checked(_KEYS, n_trials=trials, strategy=strategy, seed=seed, max_memory=max_memory)
+    `--dtype bfloat16`; budget, strategy, seed, memory bound and transfer (None: the run's)
+    checked as a job file names them."""
+    checked(
+        _KEYS,
+        n_trials=trials,
+        strategy=strategy,
+        seed=seed,
+        max_memory=max_memory,
+        transfer=True if transfer is None else transfer,
+    )
     shapes = parse_shapes(shape)
     return Task(
         kernel=kernel,
@@ -238,6 +253,7 @@ def make_task(
         strategy=strategy,
         seed=seed,
         max_memory=max_memory,
+        transfer=transfer,
     )
 
 

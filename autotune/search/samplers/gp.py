@@ -16,8 +16,9 @@ from math import log
 import numpy as np
 from optuna.distributions import BaseDistribution
 
-from autotune.search import gp
+from autotune.search import gp, transfer
 from autotune.search.samplers.base import SCORED, CandidateSampler
+from autotune.search.transfer import Prior
 from autotune.search.valid_set import ListedSet, Position, ValidSet
 
 # Unmeasured candidates scored per proposal: when more than SCORED are left, a seeded random
@@ -51,6 +52,10 @@ GP_LATE_FROM = 20
 # or every second proposal, was worse at 50 or 100 (benchmarks/README.md).
 GP_EXPLOIT_FROM = 15
 GP_EXPLOIT_EVERY = 3
+# With other devices' results (autotune.search.transfer), the unmeasured configurations their
+# prior mean ranks fastest are scored too, this many: a random sample of a large space holds
+# few of them.
+GP_PRIOR_BEST = 200
 
 
 class GpSampler(CandidateSampler):
@@ -64,8 +69,10 @@ class GpSampler(CandidateSampler):
         *,
         seed: int | None = None,
         n_startup: int,
+        prior: Prior | None = None,
     ) -> None:
         super().__init__(distributions, valid, seed=seed, n_startup=n_startup)
+        self.prior = prior  # other devices' results (autotune.search.transfer), or None
         self._gp: gp.Fit | None = None  # the last fits, of times and of failures: the next
         self._runs: gp.Fit | None = None  # ones start from them
 
@@ -80,7 +87,16 @@ class GpSampler(CandidateSampler):
         x_ok = self._inputs(np.array(ok), late)
         start = _theta(self._gp, x_ok)
         refit = start is None or len(ok) < GP_REFIT_FROM or len(ok) % GP_REFIT_EVERY == 0
-        self._gp = gp.fit(x_ok, compress_slow(np.log(times)), start, refit)
+        y = compress_slow(np.log(times))
+        mean = self._prior_mean(np.array(ok), y)
+        self._gp = gp.fit(x_ok, y - mean(np.array(ok)), start, refit)
+        # the fastest log time, as the fit holds it where no prior mean is subtracted (the
+        # cold search, to the last bit)
+        best = (
+            float(y.min())
+            if self._mean_weights is not None
+            else self._gp.y_mean + self._gp.y_std * float(self._gp.z.min())
+        )
         if failed:
             x_all = np.vstack([x_ok, self._inputs(np.array(failed), late)])
             labels = np.r_[np.ones(len(ok)), np.zeros(len(failed))]
@@ -91,7 +107,7 @@ class GpSampler(CandidateSampler):
         runs = self._runs if failed else None
 
         def score(pos: np.ndarray) -> np.ndarray:
-            return _gp_score(self._gp, runs, self._inputs(pos, late), exploit)
+            return _gp_score(self._gp, runs, self._inputs(pos, late), exploit, mean(pos), best)
 
         listed = isinstance(self.valid, ListedSet)
         if listed and len(self.valid.unseen_rows(seen)) <= SCORED:
@@ -101,10 +117,40 @@ class GpSampler(CandidateSampler):
         taken = seen | set(map(tuple, sample.tolist()))
         fastest = [ok[i] for i in np.argsort(times, kind="stable")[:GP_NEAR_BEST]]
         near = self.valid.admit(np.vstack([self.valid.neighbours(p) for p in fastest]), taken)
-        pool = np.vstack([sample, near])
+        pool = np.vstack([sample, near, self._prior_best(taken)])
         if not len(pool):
             return None
         return self._climb(pool, score(pool), score, taken | set(map(tuple, near.tolist())))
+
+    def _prior_mean(self, ok: np.ndarray, y: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
+        """The GP's prior mean at positions: 0 without other devices' results, else their
+        agreement-weighted relative log times times a slope fitted to `y` (see transfer)."""
+        self._mean_weights, self._slope = None, 0.0
+        if self.prior is None:
+            return lambda pos: np.zeros(len(pos))
+        w = self.prior.weights(ok, y)
+        if w.sum() <= 0:  # no device agrees with this one: the cold model
+            return lambda pos: np.zeros(len(pos))
+        w = w / w.sum()
+        slope = transfer.slope(self.prior.matrix(ok) @ w, y)
+        self._mean_weights, self._slope = w, slope
+        return lambda pos: slope * (self.prior.matrix(pos) @ w)
+
+    def _prior_best(self, taken: set[Position]) -> np.ndarray:
+        """The unmeasured positions the prior mean ranks fastest, GP_PRIOR_BEST of them, to be
+        scored beside the random sample (none without a prior, or once it has no weight)."""
+        empty = np.zeros((0, len(self.valid.sizes)), dtype=np.int64)
+        if self.prior is None or self._mean_weights is None or not self._slope:
+            return empty
+        order = np.argsort(self.prior.known_values @ self._mean_weights, kind="stable")
+        out = []
+        for i in order:
+            pos = tuple(self.prior.known[i].tolist())
+            if pos not in taken:
+                out.append(self.prior.known[i])
+                if len(out) == GP_PRIOR_BEST:
+                    break
+        return np.array(out, dtype=np.int64).reshape(len(out), len(self.valid.sizes))
 
     def _climb(
         self,
@@ -173,15 +219,22 @@ def compress_slow(y: np.ndarray) -> np.ndarray:
     return np.where(y > m, m + np.log1p(np.maximum(y - m, 0.0)), y)
 
 
-def _gp_score(timing: gp.Fit, runs: gp.Fit | None, xs: np.ndarray, exploit: bool) -> np.ndarray:
-    """log expected improvement on log time, plus the log chance of not failing; or, to
-    `exploit`, minus the predicted log time. `runs` is a fit to 1 (ran) / 0 (failed) labels:
-    regression on labels, a cheap stand-in for a GP classifier, whose length scales learn where
-    failures start."""
-    if exploit:
-        score = -gp.posterior(timing, xs)[0]
-    else:
-        score = gp.log_expected_improvement(timing, xs, GP_MIN_GAIN)
+def _gp_score(
+    timing: gp.Fit,
+    runs: gp.Fit | None,
+    xs: np.ndarray,
+    exploit: bool,
+    mean: np.ndarray,
+    best: float,
+) -> np.ndarray:
+    """log expected improvement on log time below `best`, plus the log chance of not failing;
+    or, to `exploit`, minus the predicted log time. `timing` is fitted to the log times less a
+    prior `mean` (0 without other devices' results), added back here. `runs` is a fit to 1
+    (ran) / 0 (failed) labels: regression on labels, a cheap stand-in for a GP classifier,
+    whose length scales learn where failures start."""
+    mu, sd = gp.posterior(timing, xs)
+    mu = mu + mean
+    score = -mu if exploit else gp.log_ei(mu, sd, best - GP_MIN_GAIN)
     if runs is not None:
         p_runs = np.clip(gp.posterior(runs, xs)[0], 1e-3, 1.0)
         if not exploit:
