@@ -40,7 +40,7 @@ import numpy as np  # noqa: E402
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from autotune.search.landscapes import load_landscape, replay  # noqa: E402
+from autotune.search.landscapes import Landscape, load_landscape, replay  # noqa: E402
 
 BUDGETS = (25, 50, 100, 200)
 TARGETS = {25: 0.93, 50: 0.97, 100: 0.99, 200: 0.995}  # the goal set for the default strategy
@@ -88,11 +88,20 @@ def one_run(job: tuple[str, str, int, int]) -> tuple[str, str, int, list[float],
     return Path(path).name, strategy, seed, fr, elapsed
 
 
+_LOADED: dict[str, Landscape] = {}  # a process's landscapes, each read once
+
+
+def _landscape(path: str) -> Landscape:
+    if path not in _LOADED:
+        _LOADED[path] = load_landscape(path)
+    return _LOADED[path]
+
+
 def transfer_run(job: tuple[str, tuple[str, ...], int]) -> tuple[str, bool, int, list[float]]:
     """One leave-one-device-out replay: `path` searched with `others` (cold where empty)."""
     path, others, seed = job
-    land = load_landscape(path)
-    found = replay(land, max(TRANSFER_BUDGETS), seed, "gp", others=[Path(o) for o in others])
+    land = _landscape(path)
+    found = replay(land, max(TRANSFER_BUDGETS), seed, "gp", others=[_landscape(o) for o in others])
     fr = fractions([f["time_ms"] for f in found], land.best_ms, TRANSFER_BUDGETS)
     return Path(path).name, bool(others), seed, fr
 

@@ -56,6 +56,17 @@ GP_EXPLOIT_EVERY = 3
 # prior mean ranks fastest are scored too, this many: a random sample of a large space holds
 # few of them.
 GP_PRIOR_BEST = 200
+# With other devices' results, every GP_COLD_EVERY-th proposal is the cold model's (fitted to
+# the same timings without the others' prior mean): insurance against a device whose optimum
+# lies where the others are slow. Without it convolution_milo_A100 (an isolated optimum the
+# others do not share; 0.908 at 100 trials cold) stayed at 0.679 of it on all of seeds 0-7;
+# turning the prior off after 8 trials without improvement kept it there too (the data by then
+# all lie where the others are fast), while a cold proposal every third measurement from the
+# start reached 0.880 (every second 0.780; 4 spread start-up points after the leads 0.731, with
+# every third cold 0.841). On the six convolution_milo landscapes, seeds 0-7, at 10 / 25 / 50 /
+# 100 trials: every third 0.910 / 0.926 / 0.938 / 0.980, never 0.910 / 0.921 / 0.936 / 0.945,
+# cold 0.713 / 0.866 / 0.935 / 0.976 (benchmarks/README.md).
+GP_COLD_EVERY = 3
 
 
 class GpSampler(CandidateSampler):
@@ -75,6 +86,7 @@ class GpSampler(CandidateSampler):
         self.prior = prior  # other devices' results (autotune.search.transfer), or None
         self._gp: gp.Fit | None = None  # the last fits, of times and of failures: the next
         self._runs: gp.Fit | None = None  # ones start from them
+        self._fits: dict[bool, gp.Fit] = {}  # the last fit with a prior mean, and without
 
     def _inputs(self, pos: np.ndarray, late: bool) -> np.ndarray:
         x = self.valid.features(pos)
@@ -85,11 +97,15 @@ class GpSampler(CandidateSampler):
     ) -> Position | None:
         late = len(ok) >= GP_LATE_FROM
         x_ok = self._inputs(np.array(ok), late)
-        start = _theta(self._gp, x_ok)
-        refit = start is None or len(ok) < GP_REFIT_FROM or len(ok) % GP_REFIT_EVERY == 0
         y = compress_slow(np.log(times))
-        mean = self._prior_mean(np.array(ok), y)
+        # with other devices' results, every GP_COLD_EVERY-th proposal is the cold model's
+        cold_turn = (len(ok) + len(failed)) % GP_COLD_EVERY == 0
+        mean = self._prior_mean(np.array(ok), y, cold_turn)
+        with_prior = self._mean_weights is not None
+        start = _theta(self._fits.get(with_prior), x_ok)
+        refit = start is None or len(ok) < GP_REFIT_FROM or len(ok) % GP_REFIT_EVERY == 0
         self._gp = gp.fit(x_ok, y - mean(np.array(ok)), start, refit)
+        self._fits[with_prior] = self._gp
         # the fastest log time, as the fit holds it where no prior mean is subtracted (the
         # cold search, to the last bit)
         best = (
@@ -122,11 +138,14 @@ class GpSampler(CandidateSampler):
             return None
         return self._climb(pool, score(pool), score, taken | set(map(tuple, near.tolist())))
 
-    def _prior_mean(self, ok: np.ndarray, y: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
-        """The GP's prior mean at positions: 0 without other devices' results, else their
-        agreement-weighted relative log times times a slope fitted to `y` (see transfer)."""
+    def _prior_mean(
+        self, ok: np.ndarray, y: np.ndarray, cold_turn: bool
+    ) -> Callable[[np.ndarray], np.ndarray]:
+        """The GP's prior mean at positions: 0 without other devices' results or on a
+        `cold_turn`, else their agreement-weighted relative log times times a slope fitted to
+        `y` (see autotune.search.transfer)."""
         self._mean_weights, self._slope = None, 0.0
-        if self.prior is None:
+        if self.prior is None or cold_turn:
             return lambda pos: np.zeros(len(pos))
         w = self.prior.weights(ok, y)
         if w.sum() <= 0:  # no device agrees with this one: the cold model
