@@ -301,3 +301,16 @@ def test_a_shipped_entry_without_tuned_at_is_listed_and_checked(library, capsys,
     TuningDB(db_url).close()
     rc, out, _ = cli(capsys, "db", "check", "--db", db_url, *imp)
     assert rc == 0 and "shipped tables: 1 entries: no problems found" in out
+
+
+def test_a_shipped_entry_of_another_device_kind_is_measured_first(library, db_url):
+    other = dataclasses.replace(_key(library), device_kind="cpu (another kind)")
+    tuned = Path(library.spec.tuned)
+    with TuningDB(tuned.parent / "other.db") as db:
+        put(db, other, 24, 1e-4)
+        (tuned / "other.json").write_text(json.dumps(db.export(), default=str))
+    result = autotune.tune(library, [X], n_trials=2, seed=0, finalists=0)
+    assert [t.config["block_rows"] for t in result.trials] == [8, 24]  # the default first
+    assert [t.transferred_from for t in result.trials] == [None, "cpu (another kind)"]
+    off = autotune.tune(library, [X], n_trials=2, seed=0, finalists=0, transfer=False)
+    assert not any(t.transferred_from for t in off.trials)

@@ -19,7 +19,7 @@ from autotune.search.transfer import LEADS, OtherDevice, agreement, leads, slope
 from autotune.service.jobfile import load_job
 from autotune.trial import TrialRecord
 
-OTHER = "Other GPU 9000"
+OTHER = "cpu (another kind)"
 
 
 def write(path: Path, time_of) -> Path:

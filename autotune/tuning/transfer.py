@@ -90,9 +90,12 @@ def _shipped(
     from autotune.db.tables import shipped_table
 
     try:
-        entries = shipped_table(shipped).query(
-            kernel=key.kernel, kernel_version=key.kernel_version, platform=key.platform
-        )
+        entries = [
+            e
+            for e in shipped_table(shipped).entries
+            if (e.key.kernel, e.key.kernel_version, e.key.platform)
+            == (key.kernel, key.kernel_version, key.platform)
+        ]
     except AutotuneError as e:
         log.warning("no transfer from the shipped table of %s: %s", key.kernel, e)
         return []
