@@ -64,7 +64,7 @@ GP_PRIOR_BEST = 200
 # all lie where the others are fast), while a cold proposal every third measurement from the
 # start reached 0.880 (every second 0.780; 4 spread start-up points after the leads 0.731, with
 # every third cold 0.841). On the six convolution_milo landscapes, seeds 0-7, at 10 / 25 / 50 /
-# 100 trials: every third 0.910 / 0.926 / 0.938 / 0.980, never 0.910 / 0.921 / 0.936 / 0.945,
+# 100 trials: every third 0.910 / 0.926 / 0.938 / 0.980, never 0.910 / 0.930 / 0.942 / 0.947,
 # cold 0.713 / 0.866 / 0.935 / 0.976 (benchmarks/README.md).
 GP_COLD_EVERY = 3
 
