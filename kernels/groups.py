@@ -3,8 +3,9 @@ fastest served (see autotune.runtime.variants).
 
 - `matmul_variants`: the Triton/TPU `matmul`, the Mosaic GPU `matmul_mgpu`, XLA's dot.
 - `attention_variants`: `flash_attention`, JAX's own Mosaic GPU attention (`attention_mgpu`,
-  the FA3-style kernel, its block sizes tuned: kernels/attention_mgpu/), cuDNN's fused
-  attention and XLA's own, both through `jax.nn.dot_product_attention`.
+  the FA3-style kernel, its block sizes tuned: kernels/attention_mgpu/), JAX's own Triton
+  attention on GPUs (`triton_attention`: kernels/gpu_attention/), cuDNN's fused attention and
+  XLA's own, both through `jax.nn.dot_product_attention`.
 
 The groups are named `*_variants` because the kernels `matmul` and `flash_attention` keep their
 own names (and their entries); a group's entry sits beside them under the group's name. Each
@@ -22,6 +23,7 @@ import jax
 
 from autotune.backends import mosaic_gpu
 from autotune.device import DeviceInfo
+from autotune.kernels import gpu_attention
 from autotune.kernels.attention_mgpu.attention_mgpu import attention_mgpu, heads_as_batch
 from autotune.kernels.flash_attention.forward import flash_attention
 from autotune.kernels.matmul.matmul import matmul, matmul_reference
@@ -50,6 +52,14 @@ def needs_nvidia_gpu(device: DeviceInfo) -> str | None:
     or a head_dim, JAX refuses when the call is traced: the group's own check)."""
     if device.platform != "gpu":
         return f"cuDNN runs on NVIDIA GPUs; this call runs on {device.platform}"
+    return None
+
+
+def needs_gpu(device: DeviceInfo) -> str | None:
+    """Why JAX's Triton attention is not a member here, or None on a GPU: on a CPU it could run
+    only in interpret mode, which flash_attention, a Triton kernel too, already stands for."""
+    if device.platform != "gpu":
+        return f"JAX's Triton attention is a member on GPUs; this call runs on {device.platform}"
     return None
 
 
@@ -96,6 +106,11 @@ attention_variants = variants(
     [
         flash_attention,
         Member(attention_mgpu, why_not=needs_hopper_and_absl),
+        *(
+            [Member(gpu_attention.triton_attention, name="triton", why_not=needs_gpu)]
+            if gpu_attention.JAX_HAS_THEM  # gone from JAX 0.12 (kernels/gpu_attention/)
+            else []
+        ),
         Member(cudnn_attention, name="cudnn", why_not=needs_nvidia_gpu),
         Member(xla_attention, name="xla"),
     ],

@@ -437,7 +437,8 @@ def test_an_unknown_option_is_named():
 
 def test_every_shipped_kernel_declares_its_block_sizes_an_example_and_its_backward():
     # what the suites that cover every kernel read (tests/kernel_checks.py): every kernel
-    # differentiates but the backward kernels, which its gradient calls
+    # differentiates but the backward kernels, which its gradient calls, and the decode kernels,
+    # inference only as JAX's own are
     from autotune import registry
     from autotune.registry.version import SHIPPED_KERNELS_PACKAGE
     from autotune.runtime.variants import VariantGroup
@@ -453,9 +454,10 @@ def test_every_shipped_kernel_declares_its_block_sizes_an_example_and_its_backwa
     assert all(s.example is not None for s in shipped.values())
     called = {b for s in shipped.values() for b in s.backward or ()}
     assert called <= set(shipped)
+    inference_only = {"decode_attention"} & set(shipped)  # JAX 0.12 has no Triton ops
     assert {n for n, s in shipped.items() if not s.differentiates} == called - {
         n for n, s in shipped.items() if s.differentiates
-    }
+    } | inference_only
     assert {"attention_mgpu", "flash_attention"} <= {
         n for n, s in shipped.items() if s.differentiates
     }

@@ -38,7 +38,12 @@ def _abstract_mesh(platform):
 
 
 # what each backend's kernel lowers to: the Pallas call is in the program, not replaced
-MARKERS = {"tpu": "tpu_custom_call", "gpu": "triton", "mosaic_gpu": "mosaic_gpu"}
+MARKERS = {
+    "tpu": "tpu_custom_call",
+    "gpu": "triton",
+    "triton": "triton",
+    "mosaic_gpu": "mosaic_gpu",
+}
 
 
 def _split_axis(split, axes: str, rank: int) -> int | None:
