@@ -27,7 +27,7 @@ from typing import Any
 from autotune import registry
 from autotune.errors import AutotuneError, KernelError
 from autotune.measure.finalists import remeasure
-from autotune.measure.inputs import random_inputs
+from autotune.measure.inputs import task_inputs
 from autotune.runtime.variants import PARAM, Member, VariantGroup
 from autotune.tuning.context import TuneContext
 from autotune.tuning.kernel import tune_kernel
@@ -69,7 +69,8 @@ def tune_group(bound: BoundTask, context: TuneContext) -> GroupTuneResult:
     settings, worker = context.settings, context.worker
     group: VariantGroup = bound.kernel
     task, kwargs = bound.task, bound.task.static_dict
-    args = random_inputs(bound.args, 0 if settings.seed is None else settings.seed)
+    seed = 0 if settings.seed is None else settings.seed
+    args = task_inputs(group.spec, bound.args, seed, settings.workload)
     handle = open_db(context.db) if context.store else None
     try:
         owned: Any = None
