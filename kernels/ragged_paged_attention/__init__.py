@@ -6,5 +6,9 @@ from autotune.kernels.ragged_paged_attention.ragged_paged_attention import (
     ragged_paged_attention,
     ragged_paged_attention_reference,
 )
+from autotune.kernels.ragged_paged_attention.tables import jax_table
+from autotune.registry import add_table_format
+
+add_table_format("ragged_paged_attention", jax_table)
 
 __all__ = ["ragged_paged_attention", "ragged_paged_attention_reference"]
