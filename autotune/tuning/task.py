@@ -399,5 +399,11 @@ def check_task(task: Task, shape: str) -> None:
     """Refuse a task that cannot run: an unknown kernel, inputs too large for this machine,
     shapes or static arguments the kernel does not take (`shape`: the text they came from)."""
     kernel = registry.resolve(task.kernel)
+    if task.workload is not None and task.workload not in kernel.spec.workloads:
+        known = ", ".join(kernel.spec.workloads) or "none: it takes no data arguments"
+        raise SignatureError(
+            f"--workload {task.workload!r} is not a workload of {kernel.spec.name} (its "
+            f"workloads: {known})"
+        )
     check_inputs_fit(task.shapes, task.dtypes)
     check_call(kernel, task.inputs(), task.static_dict, shape)
