@@ -4,12 +4,15 @@ fastest served (see autotune.runtime.variants).
 - `matmul_variants`: the Triton/TPU `matmul`, the Mosaic GPU `matmul_mgpu`, XLA's dot.
 - `attention_variants`: `flash_attention`, JAX's own Mosaic GPU attention (`attention_mgpu`,
   the FA3-style kernel, its block sizes tuned: kernels/attention_mgpu/), JAX's splash
-  attention on a TPU (kernels/splash_attention/), cuDNN's fused attention and XLA's own, both
-  through `jax.nn.dot_product_attention`.
+  attention on a TPU (kernels/splash_attention/), JAX's Triton attention on a GPU
+  (kernels/gpu_attention/), cuDNN's fused attention and XLA's own, both through
+  `jax.nn.dot_product_attention`.
 - `ragged_dot`: the grouped matmul of a mixture-of-experts layer (lhs [m, k], rhs [groups, k,
-  n], group sizes int32 [groups]): JAX's megablox `gmm` (TPU, and interpret mode) and XLA's
+  n], group sizes int32 [groups]): JAX's megablox `gmm` (TPU, and interpret mode), JAX's
+  Hopper `ragged_dot_mgpu`, our Triton `grouped_matmul` (other GPUs) and XLA's
   `jax.lax.ragged_dot`. Its gradient goes through the member chosen: megablox's is a gmm
-  (d lhs) and a tgmm (d rhs), each tuned; XLA's is XLA's.
+  (d lhs) and a tgmm (d rhs), each tuned; ragged_dot_mgpu's and grouped_matmul's d lhs is the
+  kernel itself (rhs transposed), their d rhs XLA's; XLA's is XLA's.
 
 The groups are named `*_variants` because the kernels `matmul` and `flash_attention` keep their
 own names (and their entries); a group's entry sits beside them under the group's name. Each
@@ -29,10 +32,13 @@ from autotune.backends import mosaic_gpu
 from autotune.device import DeviceInfo
 from autotune.kernels.attention_mgpu.attention_mgpu import attention_mgpu, heads_as_batch
 from autotune.kernels.flash_attention.forward import flash_attention
+from autotune.kernels.gpu_attention.triton_attention import triton_attention
 from autotune.kernels.matmul.matmul import matmul, matmul_reference
 from autotune.kernels.matmul_mgpu.matmul_mgpu import matmul_mgpu
 from autotune.kernels.megablox.megablox import gmm_reference, megablox_gmm
 from autotune.kernels.precision import dot_precision
+from autotune.kernels.ragged_dot.grouped_matmul import grouped_matmul
+from autotune.kernels.ragged_dot.ragged_dot_mgpu import ragged_dot_mgpu
 from autotune.kernels.splash_attention.splash_attention import splash_attention
 from autotune.runtime.variants import Member, variants
 
@@ -57,6 +63,14 @@ def needs_tpu(device: DeviceInfo) -> str | None:
     TPU interpret mode, which the group's other members beat at any size)."""
     if device.platform != "tpu":
         return f"a TPU kernel; this call runs on {device.platform}"
+    return None
+
+
+def needs_gpu(device: DeviceInfo) -> str | None:
+    """Why a GPU kernel of JAX's is not served on `device`, or None on a GPU (interpret mode
+    runs it elsewhere, slower than the group's other members)."""
+    if device.platform != "gpu":
+        return f"a GPU kernel; this call runs on {device.platform}"
     return None
 
 
@@ -120,6 +134,7 @@ attention_variants = variants(
         flash_attention,
         Member(attention_mgpu, why_not=needs_hopper_and_absl),
         Member(splash_attention, why_not=needs_tpu),
+        Member(triton_attention, why_not=needs_gpu),
         Member(cudnn_attention, name="cudnn", why_not=needs_nvidia_gpu),
         Member(xla_attention, name="xla"),
     ],
@@ -136,6 +151,11 @@ def xla_ragged_dot(
 
 ragged_dot = variants(
     "ragged_dot",
-    [Member(megablox_gmm, why_not=not_on_gpu), Member(xla_ragged_dot, name="xla")],
+    [
+        Member(megablox_gmm, why_not=not_on_gpu),
+        Member(ragged_dot_mgpu, why_not=needs_hopper),
+        Member(grouped_matmul, why_not=needs_gpu),
+        Member(xla_ragged_dot, name="xla"),
+    ],
     tuned="tuned",
 )

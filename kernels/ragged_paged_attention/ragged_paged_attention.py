@@ -173,19 +173,20 @@ def ragged_paged_attention(
 
 def _device_for(interpret: bool):
     """TPU interpret mode where asked; where a TPU lowering is traced on a host with none (a
-    check from a CPU), a TPU for JAX's kernel to ask its chip facts of (it reads them while
-    lowering: 'Unsupported TPU device kind: cpu' otherwise); else nothing."""
+    check from a CPU) outside any mesh, a one-device mesh of a TPU for JAX's kernel to ask its
+    chip facts of (it reads them while lowering: 'Unsupported TPU device kind: cpu' otherwise);
+    else nothing (a shard_map's mesh names its devices)."""
     from jax.experimental.pallas import tpu as pltpu
 
     if interpret:
         return pltpu.force_tpu_interpret_mode()
-    if backends.kernel_platform(False) != "tpu" or jax.devices()[0].platform == "tpu":
+    if (
+        backends.kernel_platform(False) != "tpu"
+        or jax.devices()[0].platform == "tpu"
+        or not jax.sharding.get_abstract_mesh().empty
+    ):
         return contextlib.nullcontext()
-    from jax._src import mesh as mesh_lib
-
-    device = mesh_lib.AbstractDevice(
-        device_kind=mosaic_tpu.DEFAULT_KIND, num_cores=1, platform="tpu"
-    )
+    device = jax.sharding.AbstractDevice(mosaic_tpu.DEFAULT_KIND, 1, "tpu")
     return jax.sharding.use_abstract_mesh(
-        mesh_lib.AbstractMesh((1,), ("_tpu",), abstract_device=device)
+        jax.sharding.AbstractMesh((1,), ("_tpu",), abstract_device=device)
     )
