@@ -182,13 +182,13 @@ def attention_bwd_reference(
     precision: str | None = None,
 ) -> tuple[jax.Array, jax.Array, jax.Array]:
     """What JAX's backward computes from these inputs, whatever they are (the oracle draws them
-    at random): p = exp(scale * q k^T - lse), lse as JAX keeps it (natural log), delta =
-    rowsum(dO * O), in float32."""
+    at random): p = 2^(scale * log2(e) * q k^T - lse), lse as JAX keeps it (base 2, of the
+    scaled scores), delta = rowsum(dO * O), in float32."""
     f32 = jnp.float32
     scale = softmax_scale(q.shape[-1], sm_scale)
     qf, kf, vf, of, dof = (a.astype(f32) for a in (q, k, v, out, do))
     s = jnp.einsum("bhqd,bhkd->bhqk", qf, kf, precision="highest") * scale
-    p = jnp.exp(s - lse[..., None])
+    p = jnp.exp2(s * jnp.log2(jnp.e) - lse[..., None])
     if causal:
         p = jnp.where(jnp.tril(jnp.ones(s.shape[-2:], bool)), p, 0.0)
     dp = jnp.einsum("bhqd,bhkd->bhqk", dof, vf, precision="highest")
