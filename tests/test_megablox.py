@@ -148,3 +148,12 @@ def test_ragged_dot_gradient_matches_plain_jax_through_every_member_here(workloa
         got = jax.grad(loss(member), (0, 1))(lhs, rhs)
         for g, e in zip(got, expected):
             assert float(np.abs(g - e).max() / np.abs(e).max()) <= 1e-5, name
+
+
+def test_the_ragged_dot_group_is_tuned_on_the_workload_and_its_trials_say_which(db_url):
+    args = [S((32, 16), "float32"), S((4, 16, 16), "float32"), S((4,), "int32")]
+    autotune.tune(ragged_dot, args, workload="skewed", n_trials=1, finalists=0)
+    with TuningDB(db_url) as db:
+        assert {e.key.kernel for e in db.query()} == {"ragged_dot", "megablox_gmm"}
+        for kernel in ("ragged_dot", "megablox_gmm"):
+            assert {t.workload for t in db.trials(kernel=kernel)} == {"skewed"}, kernel

@@ -27,7 +27,7 @@ from typing import Any
 from autotune import registry
 from autotune.errors import AutotuneError, KernelError
 from autotune.measure.finalists import remeasure
-from autotune.measure.inputs import task_inputs
+from autotune.measure.inputs import task_inputs, workload_name
 from autotune.runtime.variants import PARAM, Member, VariantGroup
 from autotune.tuning.context import TuneContext
 from autotune.tuning.kernel import tune_kernel
@@ -91,7 +91,8 @@ def tune_group(bound: BoundTask, context: TuneContext) -> GroupTuneResult:
             finalists_start = time.perf_counter()
             with task_worker(group.spec, task, args, settings, worker) as measurer:
                 on = bound.on(measurer.device)
-                result = _side_by_side(on, measurer, configs, args, skipped)
+                workload = workload_name(group.spec, settings.workload)
+                result = _side_by_side(on, measurer, configs, args, skipped, workload)
         result.members = tuned
         result.finalists_s = time.perf_counter() - finalists_start
         for name, reason in skipped.items():
@@ -140,9 +141,11 @@ def _side_by_side(
     configs: Mapping[str, dict[str, Any]],
     args: list[Any],
     skipped: dict[str, str],
+    workload: str | None = None,
 ) -> GroupTuneResult:
     """The members, each pinned to its configuration, measured on `worker` (set to the group's
-    task) as one kernel's candidates and re-measured side by side; KernelError if none ran."""
+    task) as one kernel's candidates and re-measured side by side; KernelError if none ran.
+    Each record names the `workload` that made the inputs."""
     group: VariantGroup = bound.kernel
     oracle, oracle_name = _oracle(group, configs, args, bound.task.static_dict)
     worker.set_oracle(oracle)
@@ -164,7 +167,11 @@ def _side_by_side(
     # stored under the group's key: the member's name is its config there
     records = [
         dataclasses.replace(
-            t, config={PARAM: t.config[PARAM]}, is_default=t.config == default, oracle=oracle_name
+            t,
+            config={PARAM: t.config[PARAM]},
+            is_default=t.config == default,
+            oracle=oracle_name,
+            workload=workload,
         )
         for t in trials
     ]
