@@ -168,10 +168,13 @@ def versions() -> dict[str, Any]:
 def inputs(kernel: str, shapes: Shapes, dtype: str, seed: int = 0) -> list[Any]:
     import jax
 
-    from autotune.measure.inputs import random_inputs
+    from autotune import registry
+    from autotune.measure.inputs import task_inputs
 
     dtypes = arg_dtypes(kernel, dtype, len(shapes))
-    return random_inputs([jax.ShapeDtypeStruct(tuple(s), d) for s, d in zip(shapes, dtypes)], seed)
+    args = [jax.ShapeDtypeStruct(tuple(s), d) for s, d in zip(shapes, dtypes)]
+    # integer data arguments (group sizes, page tables) made by the kernel's default workload
+    return task_inputs(registry.resolve(kernel).spec, args, seed)
 
 
 def correctness(

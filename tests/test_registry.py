@@ -437,8 +437,7 @@ def test_an_unknown_option_is_named():
 
 def test_every_shipped_kernel_declares_its_block_sizes_an_example_and_its_backward():
     # what the suites that cover every kernel read (tests/kernel_checks.py): every kernel
-    # differentiates but the backward kernels, which its gradient calls, and the decode kernels,
-    # inference only as JAX's own are
+    # differentiates but the backward kernels, which its gradient calls
     from autotune import registry
     from autotune.registry.version import SHIPPED_KERNELS_PACKAGE
     from autotune.runtime.variants import VariantGroup
@@ -454,10 +453,11 @@ def test_every_shipped_kernel_declares_its_block_sizes_an_example_and_its_backwa
     assert all(s.example is not None for s in shipped.values())
     called = {b for s in shipped.values() for b in s.backward or ()}
     assert called <= set(shipped)
-    inference_only = {"decode_attention"} & set(shipped)  # JAX 0.12 has no Triton ops
-    assert {n for n, s in shipped.items() if not s.differentiates} == called - {
+    # serving kernels JAX gives no gradient (ragged paged attention) stand apart
+    serving = {"ragged_paged_attention", "decode_attention", "paged_attention_gpu"}
+    assert {n for n, s in shipped.items() if not s.differentiates} - serving == called - {
         n for n, s in shipped.items() if s.differentiates
-    } | inference_only
+    }
     assert {"attention_mgpu", "flash_attention"} <= {
         n for n, s in shipped.items() if s.differentiates
     }

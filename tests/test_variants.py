@@ -133,8 +133,18 @@ def test_the_shipped_groups_skip_mosaic_gpu_and_cudnn_here_and_reconcile_layouts
     got = attention_variants.explain(q, k, v, causal=True)
     assert got["variant"] == "flash_attention" and "Hopper" in got["skipped"]["attention_mgpu"]
     # cuDNN's attention is a member of its own (jax.nn's implementation="cudnn"), XLA's another
-    assert list(attention_variants.members) == ["flash_attention", "attention_mgpu", "cudnn", "xla"]
+    assert list(attention_variants.members) == [
+        "flash_attention",
+        "attention_mgpu",
+        "splash_attention",
+        "triton_attention",
+        "cudnn",
+        "xla",
+    ]
     assert got["skipped"]["cudnn"] == "cuDNN runs on NVIDIA GPUs; this call runs on cpu"
+    # JAX's TPU and GPU attentions serve their own platforms (interpret mode is for checking)
+    assert got["skipped"]["splash_attention"] == "a TPU kernel; this call runs on cpu"
+    assert got["skipped"]["triton_attention"] == "a GPU kernel; this call runs on cpu"
     want = attention_reference(q, k, v, causal=True, sm_scale=0.3)
     out = attention_variants(q, k, v, causal=True, sm_scale=0.3, variant="xla")
     np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-5)

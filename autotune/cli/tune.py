@@ -33,6 +33,7 @@ FLAGS = {
     "compile_workers": "--compile-workers",
     "devices": "--devices",
     "max_memory": "--max-memory",
+    "workload": "--workload",
 }
 
 
@@ -88,6 +89,13 @@ def add_parser(sub: Any) -> None:
         default=DEFAULTS.limits.run_s,
         metavar="S",
         help="seconds one candidate may take to verify and time before it is a `timeout` trial",
+    )
+    t.add_argument(
+        "--workload",
+        default=DEFAULTS.workload,
+        metavar="NAME",
+        help="which of the kernel's workloads makes its integer data arguments (group sizes, "
+        "sequence lengths, page tables; `autotune kernels` lists them); default: its first",
     )
     t.add_argument(
         "--max-memory",
@@ -202,6 +210,7 @@ def _request(args: argparse.Namespace) -> RunRequest:
         compile_workers=args.compile_workers,
         max_memory=args.max_memory,
         devices=args.devices,
+        workload=args.workload,
     )
     for flag, url in (("--db", args.db), ("--storage", args.storage)):
         if url is not None:

@@ -68,6 +68,12 @@ class KernelSpec:
     # the kernels its custom VJP calls (() where it calls none); None: it does not differentiate
     backward: tuple[str, ...] | None = None
     block_sizes: type | None = None  # the frozen dataclass it takes its tunables in, if any
+    # named input makers for its integer arguments that are data (group sizes, lengths, page
+    # tables): name -> fn(args, rng) -> {argument index: array}; the first is the default
+    workloads: Mapping[str, Callable] = field(default_factory=dict)
+    # why Pallas interpret mode cannot run it here (None: it can): no interpret oracle judges
+    # it, so it is tuned only where its reference can, on its own platform
+    not_interpretable: str | None = None
     _recognised: dict[str, str | None] = field(default_factory=dict, repr=False)
 
     @functools.cached_property
@@ -256,7 +262,9 @@ class KernelOptions:
     kernel, relative to its module. `version`: instead of a hash of its code. `split`: its
     batch-like axes. `example`: a small call (`Example`), with which the suites that cover
     every kernel call it. `backward`: the kernels its custom VJP calls (() where none): it
-    differentiates.
+    differentiates. `workloads`: named makers of its integer arguments that are data
+    (autotune.measure.inputs.task_inputs), the first the default. `not_interpretable`: why
+    Pallas interpret mode cannot run it (the oracle is then its reference, on its platform).
     """
 
     name: str
@@ -271,6 +279,8 @@ class KernelOptions:
     split: Split | None = None
     example: Example | None = None
     backward: Sequence[str] | None = None
+    workloads: Mapping[str, Callable] | None = None
+    not_interpretable: str | None = None
 
     @classmethod
     def of(cls, options: Mapping[str, Any]) -> KernelOptions:
@@ -391,7 +401,20 @@ def make_spec(fn: Callable, options: KernelOptions) -> KernelSpec:
         example=example,
         backward=_checked_backward(name, options.backward),
         block_sizes=block_sizes,
+        workloads=_checked_workloads(name, options.workloads),
+        not_interpretable=options.not_interpretable,
     )
+
+
+def _checked_workloads(name: str, workloads: Mapping[str, Callable] | None) -> dict:
+    made = dict(workloads or {})
+    for label, maker in made.items():
+        if not (isinstance(label, str) and label and callable(maker)):
+            raise KernelError(
+                f"{name}: workloads={{{label!r}: {maker!r}}}: give names and functions "
+                "(args, rng) -> {argument index: array}"
+            )
+    return made
 
 
 def _fields(blocks: Any) -> dict[str, Any]:

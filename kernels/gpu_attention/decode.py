@@ -1,125 +1,216 @@
-"""JAX's own Triton decode attention (`jax.experimental.pallas.ops.gpu.decode_attention.gqa`),
-called unedited, with its block sizes, key splits, warps and stages tuned.
-
-One query token per sequence attends over its whole key/value cache, the cache split in
-`k_splits` parts that run in parallel and are combined at the end (flash-decoding), each query
-head group (`block_h` heads sharing a key/value head) one grid step. The layout is JAX's:
-q [batch, q_heads, head_dim], k and v [batch, seq, kv_heads, head_dim], q_heads a multiple of
-kv_heads (grouped-query attention; kv_heads == q_heads is plain multi-head attention).
-
-The cache is taken whole: JAX's `start_idx` and `kv_seq_len` (each sequence's filled part) are
-data a tuning run cannot draw at random, so this wrapper does not take them; a call with ragged
-lengths calls JAX's gqa itself with the block sizes this kernel's entries hold
-(`decode_attention.explain(q, k, v)["config"]`).
-"""
+"""JAX's GPU decode attention, called unedited, with its blocks, key splits and Triton knobs
+tuned: `decode_attention` (`ops/gpu/decode_attention.gqa`: one query token per sequence over a
+contiguous cache; multi-query attention is one kv head) and `paged_attention_gpu`
+(`ops/gpu/paged_attention`: over a paged cache). The lengths and page tables are data the tuner
+makes by a workload: every cache `full`, or `ragged` lengths (and pages drawn at random from
+the pool). Serving kernels: no gradient (JAX's have none). With `interpret=True` they run in
+Pallas interpret mode (how they are checked on a CPU host)."""
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
+from typing import Any
 
 import jax
 import jax.numpy as jnp
-from jax.experimental import pallas as pl
+import numpy as np
 
-from autotune import Example, Split, autotuned
-from autotune.backends.hardware import gpu_registers_ok, gpu_smem_bytes, is_pow2
-from autotune.registry.varying import unchecked
+from autotune import Example, autotuned
+from autotune.backends.hardware import gpu_smem_bytes, is_pow2, next_pow2
 
-MIN_BLOCK = 16  # tl.dot's smallest tile; JAX's kernel also needs each split's keys >= 16
-EXAMPLE = "f32[2,4,32],f32[2,64,2,32],f32[2,64,2,32]"
+MIN_TILE = 16  # tl.dot's smallest; JAX's split key length and block_h floor
+DECODE_EXAMPLE = "f32[2,4,32],f32[2,256,2,32],f32[2,256,2,32],s32[2]"
+PAGED_EXAMPLE = "f32[2,4,32],f32[2,16,16,32],f32[2,16,16,32],s32[2,8],s32[2]"
+
+
+def _full(args: Sequence[Any], rng: np.random.Generator, capacity: int) -> np.ndarray:
+    del rng
+    return np.full(args[0].shape[0], capacity, np.int32)
+
+
+def _ragged(args: Sequence[Any], rng: np.random.Generator, capacity: int) -> np.ndarray:
+    return rng.integers(1, capacity + 1, args[0].shape[0]).astype(np.int32)
+
+
+def _decode_workload(lengths):
+    def make(args: Sequence[Any], rng: np.random.Generator) -> dict[int, np.ndarray]:
+        return {3: lengths(args, rng, args[1].shape[1])}
+
+    return make
+
+
+def _paged_workload(lengths):
+    def make(args: Sequence[Any], rng: np.random.Generator) -> dict[int, np.ndarray]:
+        total_pages, page_size = args[1].shape[1:3]
+        batch, pages_per_seq = args[3].shape
+        pool = rng.permutation(max(total_pages, batch * pages_per_seq)) % total_pages
+        tables = pool[: batch * pages_per_seq].reshape(batch, pages_per_seq).astype(np.int32)
+        return {3: tables, 4: lengths(args, rng, pages_per_seq * page_size)}
+
+    return make
+
+
+DECODE_WORKLOADS = {"full": _decode_workload(_full), "ragged": _decode_workload(_ragged)}
+PAGED_WORKLOADS = {"full": _paged_workload(_full), "ragged": _paged_workload(_ragged)}
 
 
 @dataclasses.dataclass(frozen=True)
-class BlockSizes:
-    """JAX's gqa's tunables: query heads per grid step (block_h, padded to 16 inside), keys per
-    step (block_k), the parts the cache is split into (k_splits), Triton's warps and stages."""
+class DecodeBlockSizes:
+    """JAX's tunables: query heads per block, keys per step, key splits (each a program
+    reduced at the end), the Triton knobs."""
 
     block_h: int = 16
     block_k: int = 32
-    k_splits: int = 2
+    k_splits: int = 4
     num_warps: int = 4
     num_stages: int = 2
 
 
-def decode_attention_reference(
-    q: jax.Array, k: jax.Array, v: jax.Array, *, sm_scale: float | None = None
-) -> jax.Array:
-    """Plain JAX in float32: softmax(q k^T * scale) v per query head, over its key/value head."""
-    b, hq, d = q.shape
-    hkv = k.shape[2]
-    scale = d**-0.5 if sm_scale is None else sm_scale
-    qf = q.astype(jnp.float32).reshape(b, hkv, hq // hkv, d)
-    kf, vf = k.astype(jnp.float32), v.astype(jnp.float32)
-    s = jnp.einsum("bkgd,bskd->bkgs", qf, kf, precision="highest") * scale
-    p = jax.nn.softmax(s, axis=-1)
-    out = jnp.einsum("bkgs,bskd->bkgd", p, vf, precision="highest")
-    return out.reshape(b, hq, d).astype(q.dtype)
+@dataclasses.dataclass(frozen=True)
+class PagedBlockSizes:
+    """JAX's tunables: query heads per block, pages per compute step, page splits, the Triton
+    knobs."""
+
+    block_h: int = 16
+    pages_per_compute_block: int = 2
+    k_splits: int = 4
+    num_warps: int = 4
+    num_stages: int = 2
 
 
-def fits_gpu(config: dict, sig) -> bool:
-    """JAX's rules: k_splits divides the cache, each split holds at least 16 keys and a whole
-    number of block_k steps (block_k clamped to the split, a power of two of at least 16),
-    block_h a power of two; on a GPU a stage of k and v tiles per stage within shared memory
-    and the output sum and score tile (float32, block_h padded to 16) within the registers."""
-    if len(sig.shapes) != 3 or len(sig.shapes[0]) != 3 or len(sig.shapes[1]) != 4:
-        return True  # JAX's kernel raises its own message
-    (_, hq, d), (_, seq, hkv, _) = sig.shapes[0], sig.shapes[1]
-    splits = config["k_splits"]
-    if seq % splits or seq // splits < MIN_BLOCK:
-        return False
-    per_split = seq // splits
-    bk = min(config["block_k"], per_split)
-    if per_split % bk or not is_pow2(bk) or bk < MIN_BLOCK or not is_pow2(config["block_h"]):
-        return False
-    if config["block_h"] > max(MIN_BLOCK, pl.next_power_of_2(hq // hkv)):
-        return False  # heads past the group's are padding: a larger block only wastes them
+def _gpu_tiles_fit(block_h: int, block_k: int, d: int, config: dict, sig) -> bool:
+    """On a GPU: q's block and `num_stages` k and v tiles within shared memory."""
     if sig.platform != "gpu":
         return True
-    dp, bh = pl.next_power_of_2(d), max(config["block_h"], MIN_BLOCK)
-    smem = config["num_stages"] * 2 * bk * dp * jnp.dtype(sig.dtypes[0]).itemsize
-    return smem <= gpu_smem_bytes(sig.device_kind) and gpu_registers_ok(
-        bh * dp + bh * bk, config["num_warps"]
+    dp, itemsize = next_pow2(d), jnp.dtype(sig.dtypes[0]).itemsize
+    smem = (block_h * dp + config["num_stages"] * 2 * block_k * dp) * itemsize
+    return smem <= gpu_smem_bytes(sig.device_kind)
+
+
+def fits_decode(config: dict, sig) -> bool:
+    """JAX's rules: the key length splits evenly into `k_splits` parts of at least 16, each a
+    whole number of `block_k` steps; power-of-two blocks of at least 16."""
+    if len(sig.shapes) != 4 or len(sig.shapes[1]) != 4:
+        return True
+    _, s, _, d = sig.shapes[1]
+    bh, bk, splits = config["block_h"], config["block_k"], config["k_splits"]
+    if s % splits or s // splits < MIN_TILE or (s // splits) % bk:
+        return False
+    return (
+        is_pow2(bh)
+        and is_pow2(bk)
+        and min(bh, bk) >= MIN_TILE
+        and _gpu_tiles_fit(bh, bk, d, config, sig)
     )
+
+
+def fits_paged(config: dict, sig) -> bool:
+    """JAX's rules: the pages of a sequence split evenly into `k_splits` partitions, each a whole
+    number of compute steps; block_h a multiple of 16; a step's keys a power of two."""
+    if len(sig.shapes) != 5 or len(sig.shapes[1]) != 4:
+        return True
+    _, _, page_size, d = sig.shapes[1]
+    pages = sig.shapes[3][1]
+    bh, step, splits = config["block_h"], config["pages_per_compute_block"], config["k_splits"]
+    if pages % splits or (pages // splits) % step or bh % MIN_TILE:
+        return False
+    return is_pow2(step * page_size) and _gpu_tiles_fit(bh, step * page_size, d, config, sig)
+
+
+def decode_attention_reference(
+    q: jax.Array, k: jax.Array, v: jax.Array, kv_seq_len: jax.Array, *, sm_scale=None
+) -> jax.Array:
+    """JAX's own gqa_reference."""
+    from jax.experimental.pallas.ops.gpu import decode_attention as jax_decode
+
+    return jax_decode.gqa_reference(q, k, v, kv_seq_len=kv_seq_len, sm_scale=sm_scale)
 
 
 @autotuned(
     name="decode_attention",
     space="decode_attention",
-    constraints=[fits_gpu],
+    constraints=[fits_decode],
     reference=decode_attention_reference,
     backend="triton",
     tuned="../tuned",
-    split=Split("bhd,bskd,bskd->bhd", along="b"),
-    example=Example(EXAMPLE),
+    example=Example(DECODE_EXAMPLE),
+    workloads=DECODE_WORKLOADS,
 )
 def decode_attention(
     q: jax.Array,
     k: jax.Array,
     v: jax.Array,
+    kv_seq_len: jax.Array,
     *,
     sm_scale: float | None = None,
-    block_sizes: BlockSizes = BlockSizes(),
+    block_sizes: DecodeBlockSizes = DecodeBlockSizes(),
     interpret: bool = False,
 ) -> jax.Array:
-    """One query token per sequence, q [B, Hq, D], over the whole cache k, v [B, S, Hkv, D], by
-    JAX's Triton decode kernel; sm_scale defaults to 1/sqrt(D)."""
+    """One query token per sequence, q [B, q_heads, D], over k, v [B, S, kv_heads, D] up to
+    each sequence's `kv_seq_len` (int32 [B]), by JAX's Triton decode attention (`gqa`)."""
     from jax.experimental.pallas.ops.gpu import decode_attention as jax_decode
 
-    if q.ndim != 3 or k.ndim != 4 or k.shape != v.shape or q.shape[2] != k.shape[3]:
-        raise ValueError(
-            f"decode_attention needs q [B, Hq, D] and k, v [B, S, Hkv, D], got {q.shape=} "
-            f"{k.shape=} {v.shape=}"
-        )
-    if q.shape[1] % k.shape[2]:
-        raise ValueError(
-            f"decode_attention: q's {q.shape[1]} heads must be a multiple of k's {k.shape[2]}"
-        )
-    return unchecked(
-        jax_decode.gqa,
+    return jax_decode.gqa(
         q,
         k,
         v,
+        kv_seq_len=kv_seq_len,
         sm_scale=sm_scale,
-        interpret=interpret,
         **dataclasses.asdict(block_sizes),
+        interpret=interpret,
+    )
+
+
+def paged_attention_gpu_reference(
+    q: jax.Array,
+    k_pages: jax.Array,
+    v_pages: jax.Array,
+    block_tables: jax.Array,
+    lengths: jax.Array,
+) -> jax.Array:
+    """JAX's own paged_attention_reference, on the caches the page tables gather."""
+    from jax.experimental.pallas.ops.gpu import paged_attention as jax_paged
+
+    def gathered(pages: jax.Array) -> jax.Array:  # [B, pages_per_seq * page_size, kv_heads, D]
+        g = pages[:, block_tables]  # [kv_heads, B, pages_per_seq, page_size, D]
+        heads, b, n, size, d = g.shape
+        return g.reshape(heads, b, n * size, d).transpose(1, 2, 0, 3)
+
+    return jax_paged.paged_attention_reference(q, gathered(k_pages), gathered(v_pages), lengths)
+
+
+@autotuned(
+    name="paged_attention_gpu",
+    space="paged_attention_gpu",
+    constraints=[fits_paged],
+    reference=paged_attention_gpu_reference,
+    backend="triton",
+    tuned="../tuned",
+    example=Example(PAGED_EXAMPLE),
+    workloads=PAGED_WORKLOADS,
+)
+def paged_attention_gpu(
+    q: jax.Array,
+    k_pages: jax.Array,
+    v_pages: jax.Array,
+    block_tables: jax.Array,
+    lengths: jax.Array,
+    *,
+    block_sizes: PagedBlockSizes = PagedBlockSizes(),
+    interpret: bool = False,
+) -> jax.Array:
+    """q [B, heads, D] over a paged cache (k, v pages [kv_heads, pages, page_size, D], each
+    sequence's pages in `block_tables` [B, pages_per_seq], its length in `lengths` [B]), by
+    JAX's Triton paged attention."""
+    from jax.experimental.pallas.ops.gpu import paged_attention as jax_paged
+
+    return jax_paged.paged_attention(
+        q,
+        k_pages,
+        v_pages,
+        block_tables,
+        lengths,
+        **dataclasses.asdict(block_sizes),
+        interpret=interpret,
     )

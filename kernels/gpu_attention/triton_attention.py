@@ -1,17 +1,12 @@
-"""JAX's own Triton attention (`jax.experimental.pallas.ops.gpu.attention.mha`), called
-unedited, with its forward's and its backward's block sizes tuned, each under its own key.
+"""JAX's Triton attention (`jax.experimental.pallas.ops.gpu.attention.mha`), called unedited,
+its forward and backward block sizes and warps tuned as two kernels with keys of their own.
 
-JAX's kernel takes [batch, seq, heads, head_dim]; here q, k and v are [B, H, S, D], as
-flash_attention's, and enter it viewed as [B * H, S, 1, D] (`heads_as_batch`: a reshape, no
-transpose). JAX's `BlockSizes` holds the forward's blocks and the backward's; its `mha` takes
-the forward's warps and stages beside them. Tuned as one call, the backward's blocks would be
-chosen by the forward's time: so the forward (`triton_attention`) is tuned on its own blocks,
-and its VJP calls `triton_attention_bwd`, JAX's backward (its `mha.bwd`: one fused kernel
-for dq, dk and dv after a small one for delta) with the backward's blocks, tuned on its own
-time, as our flash_attention_dq/_dkv are.
-
-Segment ids are not taken (JAX's `segment_ids=None`): a call with packed sequences calls JAX's
-kernel itself.
+q, k and v are [B, H, S, D], flash_attention's layout, and enter JAX's kernel ([batch, seq,
+heads, head_dim]) as [B * H, S, 1, D]: a reshape, no transpose. JAX's kernel applies the
+softmax scale to the scores itself. Differentiable: the forward keeps JAX's log-sum-exp, and
+the backward is JAX's own (its fused dq and dk/dv Triton kernels), `triton_attention_bwd`.
+A member of `attention_variants` on a GPU. With `interpret=True` it runs in Pallas interpret
+mode (how it is checked on a CPU host: there is no GPU here to time it on).
 """
 
 from __future__ import annotations
@@ -20,28 +15,29 @@ import dataclasses
 
 import jax
 import jax.numpy as jnp
-from jax.experimental import pallas as pl
 
 from autotune import Example, Split, autotuned
-from autotune.backends.hardware import gpu_registers_ok, gpu_smem_bytes, is_pow2
+from autotune.backends.hardware import gpu_smem_bytes, is_pow2, next_pow2
 from autotune.kernels.attention_mgpu.attention_mgpu import heads_as_batch
 from autotune.kernels.differentiable import differentiable
 from autotune.kernels.flash_attention.reference import attention_reference, softmax_scale
+from autotune.kernels.flash_attention.tiles import gpu_tiles_in_registers
 from autotune.kernels.precision import Precision, check_precision
-from autotune.registry.varying import unchecked
 
-ARRAYS = "bhsd,bhtd,bhtd"  # q, k, v
+ARRAYS = "bhsd,bhtd,bhtd"
 EXAMPLE = "f32[1,2,64,32],f32[1,2,64,32],f32[1,2,64,32]"
-MIN_BLOCK = 16  # tl.dot's smallest tile
-# A thread gives its float32 tiles at most this many registers (the rest go to operands and
-# addresses): the budget backends.hardware states for the flash kernels' tiles.
-TILE_REGISTERS = 192
+MIN_TILE = 16  # tl.dot's smallest
+
+
+def _jax_attention():
+    from jax.experimental.pallas.ops.gpu import attention
+
+    return attention
 
 
 @dataclasses.dataclass(frozen=True)
 class BlockSizes:
-    """The forward's tunables: JAX's BlockSizes' block_q and block_k, and the Triton warps and
-    pipeline stages its `mha` takes."""
+    """The forward's fields of JAX's BlockSizes, and its Triton knobs."""
 
     block_q: int = 64
     block_k: int = 64
@@ -51,8 +47,7 @@ class BlockSizes:
 
 @dataclasses.dataclass(frozen=True)
 class BackwardBlockSizes:
-    """The backward's tunables: JAX's BlockSizes' four backward blocks (dk/dv's query and key
-    blocks, dq's query and key blocks) and the backward kernel's warps."""
+    """The backward's fields of JAX's BlockSizes (dk/dv's and dq's blocks), its warps."""
 
     block_q_dkv: int = 32
     block_kv_dkv: int = 32
@@ -61,60 +56,46 @@ class BackwardBlockSizes:
     num_warps: int = 4
 
 
-def _dims(sig) -> tuple[int, int, int] | None:
-    """(seq_q, seq_k, head_dim padded to a power of two) of a call, or None where the call is
-    not this kernel's (it raises its own message)."""
+def _tiles_ok(blocks: tuple[int, ...], seqs: tuple[int, ...]) -> bool:
+    """Power-of-two tiles of at least 16 that divide their sequences (JAX's kernel clips a
+    block to its sequence: a block past it is the same program as the sequence's)."""
+    return all(is_pow2(b) and b >= MIN_TILE and b <= s and s % b == 0 for b, s in zip(blocks, seqs))
+
+
+def fits(config: dict, sig) -> bool:
+    """JAX's rules (blocks divide the sequences), Triton's (power-of-two tiles of at least 16),
+    shared memory for q and `num_stages` k and v tiles, the float32 output and score tiles in
+    registers."""
     if len(sig.shapes) < 3 or any(len(s) != 4 for s in sig.shapes[:3]):
-        return None
-    (_, _, sq, d), (_, _, sk, _) = sig.shapes[0], sig.shapes[1]
-    return sq, sk, pl.next_power_of_2(d)
-
-
-def _divides(block: int, seq: int) -> bool:
-    """JAX clamps a block to the sequence, then needs it to divide the sequence; Triton needs a
-    power of two of at least 16."""
-    b = min(block, seq)
-    return seq % b == 0 and is_pow2(b) and b >= MIN_BLOCK
-
-
-def fits_gpu(config: dict, sig) -> bool:
-    """The forward's rules: blocks that divide their sequences (after JAX clamps them), power-
-    of-two tiles of at least 16; on a GPU the stages of k and v tiles and the q tile within
-    shared memory, the output sum and score tile (float32) within the warps' registers."""
-    dims = _dims(sig)
-    if dims is None:
         return True
-    sq, sk, dp = dims
-    bq, bk = min(config["block_q"], sq), min(config["block_k"], sk)
-    if not (_divides(config["block_q"], sq) and _divides(config["block_k"], sk)):
+    (_, _, sq, d), (_, _, sk, _) = sig.shapes[0], sig.shapes[1]
+    bq, bk = config["block_q"], config["block_k"]
+    if not _tiles_ok((bq, bk), (sq, sk)):
         return False
     if sig.platform != "gpu":
         return True
-    itemsize = jnp.dtype(sig.dtypes[0]).itemsize
+    dp, itemsize = next_pow2(d), jnp.dtype(sig.dtypes[0]).itemsize
     smem = (bq * dp + config["num_stages"] * 2 * bk * dp) * itemsize
-    return smem <= gpu_smem_bytes(sig.device_kind) and gpu_registers_ok(
-        bq * dp + bq * bk, config["num_warps"], budget=TILE_REGISTERS
+    return smem <= gpu_smem_bytes(sig.device_kind) and gpu_tiles_in_registers(
+        bq * dp + bq * bk, config
     )
 
 
-def fits_gpu_bwd(config: dict, sig) -> bool:
-    """The backward's rules: each block divides its sequence (after JAX clamps it), power-of-
-    two tiles of at least 16, and the one rule of JAX's fused backward: dq's query blocks and
-    dk/dv's key blocks as many (seq_q / block_q_dq == seq_k / block_kv_dkv); on a GPU, the
-    float32 tiles of its larger pass (dk and dv sums and a score tile) within the registers."""
-    dims = _dims(sig)
-    if dims is None:
+def fits_bwd(config: dict, sig) -> bool:
+    """The rules of JAX's fused backward: its tiles as the forward's, dk and dv (or dq) and a
+    score tile in registers."""
+    if len(sig.shapes) < 3 or any(len(s) != 4 for s in sig.shapes[:3]):
         return True
-    sq, sk, dp = dims
-    blocks = {"block_q_dkv": sq, "block_kv_dkv": sk, "block_q_dq": sq, "block_kv_dq": sk}
-    if not all(_divides(config[b], seq) for b, seq in blocks.items()):
-        return False
-    if sq // min(config["block_q_dq"], sq) != sk // min(config["block_kv_dkv"], sk):
+    (_, _, sq, d), (_, _, sk, _) = sig.shapes[0], sig.shapes[1]
+    blocks = (config["block_q_dkv"], config["block_kv_dkv"], config["block_q_dq"])
+    if not _tiles_ok(blocks + (config["block_kv_dq"],), (sq, sk, sq, sk)):
         return False
     if sig.platform != "gpu":
         return True
-    bq, bkv = min(config["block_q_dkv"], sq), min(config["block_kv_dkv"], sk)
-    return gpu_registers_ok(2 * bkv * dp + bq * bkv, config["num_warps"], budget=TILE_REGISTERS)
+    dp = next_pow2(d)
+    dkv = 2 * config["block_kv_dkv"] * dp + config["block_q_dkv"] * config["block_kv_dkv"]
+    dq = config["block_q_dq"] * dp + config["block_q_dq"] * config["block_kv_dq"]
+    return gpu_tiles_in_registers(max(dkv, dq), config)
 
 
 def _check_shapes(name: str, q: jax.Array, k: jax.Array, v: jax.Array) -> None:
@@ -125,26 +106,17 @@ def _check_shapes(name: str, q: jax.Array, k: jax.Array, v: jax.Array) -> None:
         )
 
 
-def _jax_block_sizes(**blocks: int):
-    from jax.experimental.pallas.ops.gpu import attention as jax_attention
-
-    return jax_attention.BlockSizes(**blocks)
-
-
-def _forward(q, k, v, causal, sm_scale, block_sizes: BlockSizes, interpret, residuals: bool):
-    """JAX's forward in this layout: the output and, with `residuals`, each query row's
-    log-sum-exp as JAX keeps it for its backward (in base 2), [B, H, Sq] float32."""
-    from jax.experimental.pallas.ops.gpu import attention as jax_attention
-
+def _forward(q, k, v, causal, sm_scale, block_sizes, interpret, residuals: bool):
     _check_shapes("triton_attention", q, k, v)
     b, h, sq, d = q.shape
-    outs = unchecked(
-        jax_attention.mha,
+    jax_attention = _jax_attention()
+    blocks = jax_attention.BlockSizes(block_q=block_sizes.block_q, block_k=block_sizes.block_k)
+    outs = jax_attention.mha(
         *map(heads_as_batch, (q, k, v)),
         None,
         sm_scale=softmax_scale(d, sm_scale),
         causal=bool(causal),
-        block_sizes=_jax_block_sizes(block_q=block_sizes.block_q, block_k=block_sizes.block_k),
+        block_sizes=blocks,
         num_warps=block_sizes.num_warps,
         num_stages=block_sizes.num_stages,
         interpret=interpret,
@@ -170,12 +142,12 @@ def _bwd(residuals: tuple, do: jax.Array, *, causal, sm_scale, precision, interp
 @autotuned(
     name="triton_attention",
     space="triton_attention",
-    constraints=[fits_gpu],
+    constraints=[fits],
     reference=attention_reference,
     backend="triton",
     tuned="../tuned",
     split=Split(f"{ARRAYS}->bhsd", along="bh"),
-    example=Example(EXAMPLE, sm_scale=0.3),
+    example=Example(EXAMPLE, causal=True),
     backward=("triton_attention_bwd",),
 )
 @differentiable(_bwd, _fwd)
@@ -190,15 +162,14 @@ def triton_attention(
     block_sizes: BlockSizes = BlockSizes(),
     interpret: bool = False,
 ) -> jax.Array:
-    """Attention of q [B, H, Sq, D] over k, v [B, H, Sk, D] by JAX's Triton kernel; sm_scale
-    defaults to 1/sqrt(D). `precision` is accepted for flash_attention's signature: JAX's
-    kernel multiplies its inputs at their own precision (TF32 on a GPU for float32).
+    """Attention of q [B, H, Sq, D] over k, v [B, H, Sk, D] by JAX's Triton kernel on a GPU;
+    sm_scale defaults to 1/sqrt(D). `precision` is accepted for flash_attention's signature.
     Differentiable: the backward is the tuned kernel triton_attention_bwd."""
     check_precision(precision)
     return _forward(q, k, v, causal, sm_scale, block_sizes, interpret, residuals=False)
 
 
-def triton_attention_bwd_reference(
+def attention_bwd_reference(
     q: jax.Array,
     k: jax.Array,
     v: jax.Array,
@@ -211,16 +182,15 @@ def triton_attention_bwd_reference(
     precision: str | None = None,
 ) -> tuple[jax.Array, jax.Array, jax.Array]:
     """What JAX's backward computes from these inputs, whatever they are (the oracle draws them
-    at random): p = 2^(s log2(e) - lse) with s the scaled (and masked) scores and lse in base 2
-    as JAX's forward keeps it, delta = rowsum(dO * O), in float32."""
+    at random): p = 2^(scale * log2(e) * q k^T - lse), lse as JAX keeps it (base 2, of the
+    scaled scores), delta = rowsum(dO * O), in float32."""
     f32 = jnp.float32
     scale = softmax_scale(q.shape[-1], sm_scale)
     qf, kf, vf, of, dof = (a.astype(f32) for a in (q, k, v, out, do))
     s = jnp.einsum("bhqd,bhkd->bhqk", qf, kf, precision="highest") * scale
-    if causal:
-        sq, sk = s.shape[-2:]
-        s = jnp.where(jnp.arange(sq)[:, None] >= jnp.arange(sk)[None, :], s, -jnp.inf)
     p = jnp.exp2(s * jnp.log2(jnp.e) - lse[..., None])
+    if causal:
+        p = jnp.where(jnp.tril(jnp.ones(s.shape[-2:], bool)), p, 0.0)
     dp = jnp.einsum("bhqd,bhkd->bhqk", dof, vf, precision="highest")
     ds = p * (dp - jnp.sum(of * dof, axis=-1)[..., None])
     dq = jnp.einsum("bhqk,bhkd->bhqd", ds, kf, precision="highest") * scale
@@ -232,12 +202,12 @@ def triton_attention_bwd_reference(
 @autotuned(
     name="triton_attention_bwd",
     space="triton_attention_bwd",
-    constraints=[fits_gpu_bwd],
-    reference=triton_attention_bwd_reference,
+    constraints=[fits_bwd],
+    reference=attention_bwd_reference,
     backend="triton",
     tuned="../tuned",
     split=Split(f"{ARRAYS},bhsd,bhs,bhsd->bhsd,bhtd,bhtd", along="bh"),
-    example=Example(f"{EXAMPLE},f32[1,2,64,32],f32[1,2,64],f32[1,2,64,32]", sm_scale=0.3),
+    example=Example(f"{EXAMPLE},f32[1,2,64,32],f32[1,2,64],f32[1,2,64,32]", causal=True),
 )
 def triton_attention_bwd(
     q: jax.Array,
@@ -254,39 +224,28 @@ def triton_attention_bwd(
     interpret: bool = False,
 ) -> tuple[jax.Array, jax.Array, jax.Array]:
     """(dq, dk, dv) of triton_attention for the output's cotangent do, from its output and the
-    log-sum-exp JAX's forward keeps ([B, H, Sq] float32), by JAX's backward kernel."""
-    from jax.experimental.pallas.ops.gpu import attention as jax_attention
-
+    log-sum-exp JAX's forward keeps ([B, H, Sq] float32), by JAX's fused backward kernel."""
     check_precision(precision)
     _check_shapes("triton_attention_bwd", q, k, v)
     b, h, sq, d = q.shape
-    blocks = dataclasses.asdict(block_sizes)
-    num_warps = blocks.pop("num_warps")
-    # the forward's blocks size only the backward's delta kernel here: dq's stand in
-    jax_blocks = _jax_block_sizes(
-        block_q=blocks["block_q_dq"], block_k=blocks["block_kv_dq"], **blocks
-    )
-    residuals = (
-        *map(heads_as_batch, (q, k, v)),
-        None,
-        heads_as_batch(out),
-        lse.reshape(b * h, 1, sq),
-    )
-    # JAX's mha.bwd: its nondiff arguments (sm_scale, causal, block_sizes, backward_pass_impl,
-    # num_warps, num_stages, grid, interpret, debug, return_residuals), residuals, cotangent
-    dq, dk, dv, _ = unchecked(
-        jax_attention.mha.bwd,
+    jax_attention = _jax_attention()
+    fields = {f: getattr(block_sizes, f) for f in ("block_q_dkv", "block_kv_dkv")}
+    fields.update(block_q_dq=block_sizes.block_q_dq, block_kv_dq=block_sizes.block_kv_dq)
+    # the forward's blocks are not read by the backward: its smallest stand in
+    blocks = jax_attention.BlockSizes(block_q=MIN_TILE, block_k=MIN_TILE, **fields)
+    res = (*map(heads_as_batch, (q, k, v)), None, heads_as_batch(out), lse.reshape(b * h, 1, sq))
+    dq, dk, dv, _ = jax_attention._mha_backward(
         softmax_scale(d, sm_scale),
         bool(causal),
-        jax_blocks,
+        blocks,
         "triton",
-        num_warps,
-        2,
-        None,
+        block_sizes.num_warps,
+        None,  # num_stages: the backward takes none
+        None,  # grid
         interpret,
-        False,
-        False,
-        residuals,
+        False,  # debug
+        False,  # return_residuals
+        res,
         heads_as_batch(do),
     )
-    return dq.reshape(q.shape), dk.reshape(k.shape), dv.reshape(v.shape)
+    return tuple(g.reshape(x.shape).astype(x.dtype) for g, x in ((dq, q), (dk, k), (dv, v)))
