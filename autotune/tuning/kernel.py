@@ -122,6 +122,7 @@ def _tune(
     # every worker's)
     programs: dict[str, TrialRecord] = {}
     view = joined or (SharedStudy(storage, study, None) if storage else None)
+    untold = _untold(handle, key, joined) if joined is not None and handle is not None else []
     if view is not None and handle is not None:
         view.add_run(run_id)  # before its first trial is stored: see _stored_untold
 
@@ -196,7 +197,7 @@ def _tune(
             n_trials=n_trials,
             strategy=settings.strategy,
             seed=settings.seed,
-            initial=[default, *warm],
+            initial=[default, *untold, *warm],  # the untold: told from their rows at once
             valid=valid,
             time_limit_s=settings.time_limit_s,
             patience=settings.patience,
@@ -318,6 +319,22 @@ def _stored_untold(
                 **{f.name: getattr(t, f.name) for f in dataclasses.fields(TrialRecord)}
             )
     return None
+
+
+def _untold(handle: Any, key: TuningKey, study: SharedStudy) -> list[Config]:
+    """The configurations of trials that runs of `study` stored in the tuning database and
+    never told it of, to be asked for first (and then told from their rows: _stored_untold).
+    A run interrupted between storing a trial and telling the study tells it the trial was not
+    measured (its claim released, nothing queued again: the run lives on), and a run killed
+    then may leave no claim behind; unless the search happened to propose the configuration
+    again, its row was neither counted nor reused, and the rerun measured a whole budget's
+    worth besides it."""
+    runs = study.runs()
+    if not runs:
+        return []
+    told = {r.db_id for r in study.records() if r is not None}
+    stored = handle.trials(**key.as_dict())
+    return [t.config for t in stored if t.run_id in runs and t.db_id not in told]
 
 
 def _value(record: TrialRecord) -> float | None:
