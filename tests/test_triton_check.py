@@ -86,9 +86,18 @@ def test_a_block_breaking_tritons_power_of_two_rule_is_reported():
 
 
 def test_a_plain_pallas_call_is_keyed_by_the_backend_jax_lowers_it_through_on_a_gpu():
-    # jax 0.10 lowers a pallas_call without compiler parameters through Mosaic GPU
-    assert jax.config.jax_pallas_use_mosaic_gpu
-    assert backends.key_backend(None, "gpu") == "mosaic_gpu"
+    # jax 0.10 lowers a pallas_call without compiler parameters through Mosaic GPU (its
+    # jax_pallas_use_mosaic_gpu flag on), jax 0.12 through Triton (the flag gone): the key says
+    # what this jax does, as its lowering for a GPU shows
+    def double(x):
+        return pl.pallas_call(
+            lambda x_ref, o_ref: o_ref.__setitem__(..., x_ref[...] * 2),
+            out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+        )(x)
+
+    text = _lowered_text(double, [jax.ShapeDtypeStruct((128, 128), F32)])
+    lowered = "triton" if "xla.gpu.triton" in text else "mosaic_gpu"
+    assert backends.key_backend(None, "gpu") == lowered
     assert backends.key_backend("triton", "gpu") == "triton"
     assert backends.key_backend(None, "tpu") == "mosaic_tpu"
     assert backends.key_backend(None, "cpu") == "interpret"
