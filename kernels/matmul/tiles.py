@@ -59,6 +59,23 @@ def fits_platform(config: dict, sig) -> bool:
     return True
 
 
+# A GPU's default where the block sizes' own spill registers: 128 x 128 x 128 on 4 warps holds
+# its float32 accumulator and the output tile's addresses in 255 registers a thread only by
+# spilling (Triton's compile for sm_90, autotune check --registers); 64-deep K steps on 8
+# warps, 3 stages, spill nothing (157 registers), Triton's own Hopper choice for bf16.
+GPU_DEFAULTS = {"block_m": 128, "block_n": 128, "block_k": 64, "num_warps": 8, "num_stages": 3}
+# A TPU's: tiles as large as JAX's own TPU matmul takes at large shapes (fewer grid steps, each
+# amortising its DMA), clamped to the call's dimensions; where they overflow the chip's VMEM the
+# constraints refuse them and the nearest that fits is taken (KernelSpec.default_config).
+TPU_DEFAULTS = {"block_m": 512, "block_n": 512, "block_k": 1024}
+
+
+def platform_defaults(sig) -> dict | None:
+    """matmul's and bmm's defaults on a GPU and on a TPU (see GPU_DEFAULTS, TPU_DEFAULTS);
+    elsewhere (interpret mode) the block sizes' own."""
+    return {"gpu": GPU_DEFAULTS, "tpu": TPU_DEFAULTS}.get(sig.platform)
+
+
 def tpu_vmem(bm: int, bn: int, bk: int, itemsize: int) -> int:
     """VMEM bytes of the TPU body's step: x, y and out tiles double-buffered by the pipeline,
     the float32 accumulator (scratch) and the float32 product before it is added."""
