@@ -22,7 +22,13 @@ from jax.experimental import pallas as pl
 
 from autotune import out_struct
 from autotune.backends import clamp_block, mosaic_tpu
-from autotune.backends.hardware import gpu_registers_ok, gpu_smem_bytes, is_pow2, tpu_block_ok
+from autotune.backends.hardware import (
+    GPU_TILE_REGISTERS,
+    gpu_registers_ok,
+    gpu_smem_bytes,
+    is_pow2,
+    tpu_block_ok,
+)
 from autotune.kernels.precision import ACC_DTYPE
 
 
@@ -54,7 +60,10 @@ def fits_platform(config: dict, sig) -> bool:
         return (
             all(is_pow2(b) and b >= 16 for b in (bm, bn, bk))
             and smem <= gpu_smem_bytes(sig.device_kind)
-            and gpu_registers_ok(bm * bn, config["num_warps"])
+            # the float32 accumulator and the output tile's 64-bit addresses (jax's Triton store
+            # takes one a element): 3 registers an element, 64 elements a thread at most
+            # (128 x 128 on 4 warps spills on sm_90, on 8 warps it does not: register_check.py)
+            and gpu_registers_ok(3 * bm * bn, config["num_warps"], budget=GPU_TILE_REGISTERS)
         )
     return True
 

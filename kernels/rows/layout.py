@@ -20,7 +20,13 @@ from jax.experimental import pallas as pl
 
 from autotune import out_struct
 from autotune.backends import clamp_block, kernel_platform, mosaic_tpu, triton, whole_block
-from autotune.backends.hardware import TRITON_MAX_NUMEL, gpu_smem_bytes, is_pow2, tpu_block_ok
+from autotune.backends.hardware import (
+    GPU_WARP,
+    TRITON_MAX_NUMEL,
+    gpu_smem_bytes,
+    is_pow2,
+    tpu_block_ok,
+)
 
 F32 = jnp.float32
 
@@ -113,10 +119,26 @@ def rowwise_on(
     return layout.unpad(out, x.shape)
 
 
-def fits_rowwise(config: dict, sig, *, f32_temps: int = 3, row_arrays: int = 2) -> bool:
+# The row block's elements a thread may hold (as float32) before Triton spills, calibrated
+# against its compile for sm_90 at 8 x 4096 float32 (benchmarks/register_check.py): softmax,
+# rms_norm and layer_norm spill at 256 (the default 64 rows, clamped to 8, on 4 warps: 344 B to
+# 1.6 KB) and not at 128.
+GPU_ROW_ELEMS = 128
+
+
+def fits_rowwise(
+    config: dict,
+    sig,
+    *,
+    f32_temps: int = 3,
+    row_arrays: int = 2,
+    gpu_thread_elems: int | None = GPU_ROW_ELEMS,
+) -> bool:
     """TPU: (8, 128) tiling of the row block and `row_arrays` double-buffered row blocks (in
-    and out) plus float32 temporaries in VMEM; GPU: power-of-two blocks within Triton's element cap, the float32
-    working tile within shared memory (where Triton's reductions go)."""
+    and out) plus float32 temporaries in VMEM; GPU: power-of-two blocks within Triton's element
+    cap, the float32 working tile within shared memory (where Triton's reductions go), and at
+    most `gpu_thread_elems` of the block's elements a thread (None: no register model: the
+    backward kernels', not calibrated yet)."""
     if not sig.shapes or len(sig.shapes[0]) < 1:
         return True  # the kernel itself rejects such calls with a clear message
     shape = sig.shapes[0]
@@ -133,6 +155,10 @@ def fits_rowwise(config: dict, sig, *, f32_temps: int = 3, row_arrays: int = 2) 
             is_pow2(layout.block_rows)
             and tile <= TRITON_MAX_NUMEL
             and tile * 4 <= gpu_smem_bytes(sig.device_kind)
+            and (
+                gpu_thread_elems is None
+                or tile <= gpu_thread_elems * GPU_WARP * config["num_warps"]
+            )
         )
     return True
 

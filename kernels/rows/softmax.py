@@ -34,7 +34,7 @@ def fits_platform(config: dict, sig) -> bool:
 
 def fits_platform_bwd(config: dict, sig) -> bool:
     """The row-block rules of layout.py, for x and g in, dx out and float32 temporaries."""
-    return fits_rowwise(config, sig, f32_temps=6, row_arrays=3)
+    return fits_rowwise(config, sig, f32_temps=6, row_arrays=3, gpu_thread_elems=None)
 
 
 def softmax_reference(x: jax.Array) -> jax.Array:
