@@ -5,7 +5,8 @@ host without a GPU: a confusion table per kernel.
         [--device-kind "NVIDIA H100 80GB HBM3"] [--cache FILE.jsonl]
 
 Needs the `registers` extra (pip triton, with its ptxas). For each kernel, at a realistic call
-(`CALLS`: the hardware check's shapes, the row kernels at 8x4096 float32), every candidate of
+(`CALLS`: the hardware check's shapes, the row kernels and their backward at 8x4096 float32),
+every candidate of
 `GRIDS` (the GPU space, its pipeline stages fixed where they do not change what a thread holds)
 is compiled (autotune.measure.registers) and judged: it fits where ptxas spills nothing and its
 shared memory is within the GPU's. The table counts the candidates the space's constraints
@@ -44,9 +45,15 @@ CALLS: dict[str, tuple[list[tuple[tuple[int, ...], str]], dict[str, Any]]] = {
     "softmax": ([(ROWS, F32)], {}),
     "rms_norm": ([(ROWS, F32), ((4096,), F32)], {}),
     "layer_norm": ([(ROWS, F32), ((4096,), F32), ((4096,), F32)], {}),
+    "softmax_bwd": ([(ROWS, F32)] * 2, {}),
+    "rms_norm_bwd": ([(ROWS, F32), ((4096,), F32), (ROWS, F32)], {}),
+    "layer_norm_bwd": ([(ROWS, F32), ((4096,), F32), (ROWS, F32)], {}),
 }
 FLASH = {"block_q": [16, 32, 64, 128], "block_k": [16, 32, 64, 128], "num_warps": [4, 8]}
 ROW = {"block_rows": [1, 2, 4, 8, 16, 32, 64], "num_warps": [1, 2, 4, 8, 16]}
+# the backward's: 8 rows are all there are at 8 x 4096, and 1 warp spills kilobytes (ptxas
+# takes minutes over each)
+ROW_BWD = {"block_rows": [1, 2, 4, 8], "num_warps": [2, 4, 8, 16]}
 # the candidates compiled: the GPU spaces (search_spaces/*.toml) with pipeline stages and the
 # matmul's tile order fixed (they move a few registers, not the verdict: see the README)
 GRIDS: dict[str, dict[str, list[Any]]] = {
@@ -64,6 +71,9 @@ GRIDS: dict[str, dict[str, list[Any]]] = {
     "softmax": ROW,
     "rms_norm": ROW,
     "layer_norm": ROW,
+    "softmax_bwd": ROW_BWD,
+    "rms_norm_bwd": ROW_BWD,
+    "layer_norm_bwd": ROW_BWD,
 }
 
 

@@ -108,13 +108,14 @@ def _device(kind):
         # 128) and softmax's (64 rows, clamped to 8, of 4096 float32 on 4 warps: 1.6 KB)
         ("flash_attention_dkv", [(1, 2, 256, 128)] * 4 + [(1, 2, 256)] * 2, {"causal": True}),
         ("softmax", [(8, 4096)], {}),
+        ("layer_norm_bwd", [(8, 4096), (4096,), (8, 4096)], {}),  # 64 rows, 4 warps: 30 KB
     ],
 )
 def test_a_shipped_gpu_default_spills_nothing(triton_here, name, shapes, static):
     from autotune import registry
 
     kernel = registry.resolve(name)
-    dtypes = [BF16] * 4 + [jnp.float32] * 2 if name.startswith("flash") else [jnp.float32]
+    dtypes = [BF16] * 4 + [jnp.float32] * 2 if name.startswith("flash") else [jnp.float32] * 3
     args = [jax.ShapeDtypeStruct(s, d) for s, d in zip(shapes, dtypes)]
     default = kernel.spec.default_config(kernel.spec.signature(args, static, _device(H100)))
     usage = registers.candidate_usage(kernel, default, args, static, H100)

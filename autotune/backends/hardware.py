@@ -87,6 +87,12 @@ def gpu_registers_ok(
     return per_thread <= budget and num_warps <= GPU_MAX_WARPS
 
 
+def gpu_thread_register_cap(num_warps: int) -> int:
+    """The registers a thread of a block of `num_warps` warps can have: 255, or fewer where the
+    block's threads share the SM's 64 Ki (128 at 16 warps)."""
+    return min(GPU_MAX_REGISTERS_PER_THREAD, GPU_REGISTERS_PER_SM // (GPU_WARP * num_warps))
+
+
 def tpu_block_ok(block: tuple[int, ...], array: tuple[int, ...]) -> bool:
     """The TPU rule for a block of a rank >= 2 array: last two dims divisible by (8, 128),
     or equal to the array's dims."""
