@@ -171,3 +171,30 @@ def test_a_forced_group_task_tunes_its_members_afresh(tmp_path, db_url):
     assert first.result.members["scale"].resumed == 0
     assert forced.result.members["scale"].resumed == 0
     assert len(forced.result.members["scale"].trials) == 2
+
+
+def test_a_groups_tuning_tells_of_each_member_as_it_is_done(db_url):
+    # what lets a script show each member's row before the group's side by side ends
+    from autotune.tuning.context import TuneContext
+    from autotune.tuning.settings import TuneSettings
+    from autotune.tuning.task import bind, kernel_of, task_of_call
+    from autotune.tuning.tune import tune_task
+
+    group = autotune.variants("matmul_dot_or_16_bit", [matmul, jnp.dot, only_16_bit])
+    args = [
+        jax.ShapeDtypeStruct((40, 24), jnp.float32),
+        jax.ShapeDtypeStruct((24, 16), jnp.float32),
+    ]
+    heard = []
+
+    def member_done(name, result, why):
+        heard.append((name, None if result is None else result.best_config, why))
+
+    settings = TuneSettings().replace(n_trials=2, seed=0)
+    task = task_of_call(group, args, {}, settings)
+    bound = bind(task, current_device(), kernel_of(group), args)
+    result = tune_task(bound, TuneContext(settings, db_url, member_done=member_done))
+    assert [name for name, _, _ in heard] == ["matmul", "dot"]  # in order, before the end
+    assert heard[0][1] == result.members["matmul"].best_config and heard[0][2] is None
+    assert heard[1] == ("dot", None, None)  # a plain member: nothing to tune
+    assert "only_16_bit" in result.skipped  # judged unable to run: never tuned, never heard

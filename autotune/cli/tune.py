@@ -118,7 +118,8 @@ def add_parser(sub: Any) -> None:
         type=_devices,
         default=DEFAULTS.devices,
         metavar="N|all",
-        help="measure on N local devices at once (all: every one), a worker pinned to each, "
+        help="measure on N local devices at once (all: every one; on a TPU its chips, a v7x "
+        "chip's two TensorCores one device), a worker pinned to each, "
         "sharing each task's --trials (default: 1)",
     )
     t.add_argument(

@@ -120,18 +120,22 @@ def _tune_members(
     ({"variant": NAME, **best}); a member whose tuning fails goes to `skipped`, with why."""
     tuned: dict[str, TuneResult | None] = {}
     configs: dict[str, dict[str, Any]] = {}
+    done = context.member_done or (lambda name, result, why: None)
     for member in members:
         if member.kernel is None:
             tuned[member.name], configs[member.name] = None, {PARAM: member.name}
+            done(member.name, None, None)
             continue
         try:
             task = task_of_call(member.kernel, args, kwargs, context.settings)
             result = tune_kernel(bind(task, device, member.kernel, args), context)
         except AutotuneError as e:
             skipped[member.name] = f"tuning failed: {e}"
+            done(member.name, None, skipped[member.name])
             continue
         tuned[member.name] = result
         configs[member.name] = {PARAM: member.name, **result.best_config}
+        done(member.name, result, None)
     return tuned, configs
 
 
