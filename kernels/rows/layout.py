@@ -160,9 +160,22 @@ def fits_rowwise(
             is_pow2(layout.block_rows)
             and tile <= TRITON_MAX_NUMEL
             and tile * 4 <= gpu_smem_bytes(sig.device_kind)
-            and (gpu_thread_elems is None or tile <= _row_elems(gpu_thread_elems, config))
+            and (gpu_thread_elems is None or _in_registers(layout, gpu_thread_elems, config))
         )
     return True
+
+
+def _in_registers(layout: RowLayout, per_thread: int, config: dict) -> bool:
+    """Whether the row block fits the registers of the config's warps; a row too long for the
+    registers of any block (MOST_ROW_WARPS) spills whatever the block, and one row a block
+    stays a candidate for it, so that such calls still tune."""
+    if layout.block_rows * layout.cols_padded <= _row_elems(per_thread, config):
+        return True
+    widest = _row_elems(per_thread, {"num_warps": MOST_ROW_WARPS})
+    return layout.block_rows == 1 and layout.cols_padded > widest
+
+
+MOST_ROW_WARPS = 16  # the row kernels' GPU spaces' most warps (search_spaces/*.toml)
 
 
 def _row_elems(per_thread: int, config: dict) -> float:
