@@ -157,3 +157,20 @@ def test_the_ragged_dot_group_is_tuned_on_the_workload_and_its_trials_say_which(
         assert {e.key.kernel for e in db.query()} == {"ragged_dot", "megablox_gmm"}
         for kernel in ("ragged_dot", "megablox_gmm"):
             assert {t.workload for t in db.trials(kernel=kernel)} == {"skewed"}, kernel
+
+
+def test_the_tpu_constraints_admit_what_lowers_for_a_tpu():
+    # JAX's tgmm swaps its lhs to [m, k]: a tm of 8 rows is a sublane block, as gmm's
+    from autotune.kernels import megablox_tgmm
+    from autotune.measure.lowering import check_space
+
+    bf16 = "bfloat16"
+    cases = {
+        megablox_gmm: [S((2048, 1024), bf16), S((8, 1024, 512), bf16), S((8,), "int32")],
+        megablox_tgmm: [S((1024, 2048), bf16), S((2048, 512), bf16), S((8,), "int32")],
+    }
+    for kernel, args in cases.items():
+        rows = check_space(kernel, args, {}, "tpu", sample=6)
+        accepted = [r for r in rows if r.accepted]
+        assert 8 in {r.config["tm"] for r in accepted}
+        assert [r.config for r in accepted if r.lowering_error] == []
