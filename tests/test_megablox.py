@@ -174,3 +174,23 @@ def test_the_tpu_constraints_admit_what_lowers_for_a_tpu():
         accepted = [r for r in rows if r.accepted]
         assert 8 in {r.config["tm"] for r in accepted}
         assert [r.config for r in accepted if r.lowering_error] == []
+
+
+def test_the_tiling_hook_follows_overlays_and_falls_back_like_a_call():
+    from autotune.kernels import TunedTiling
+
+    args = [S((32, 16), "float32"), S((4, 16, 16), "float32"), S((4,), "int32")]
+    hook = TunedTiling(num_groups=4)
+    default = megablox_gmm.explain(*args)
+    assert default["source"] == "default"
+    assert hook(32, 16, 16) == tuple(default["config"][f] for f in ("tm", "tk", "tn"))
+    result = autotune.tune(megablox_gmm, args, n_trials=2, strategy="grid", store=False)
+    best = tuple(result.best_config[f] for f in ("tm", "tk", "tn"))
+    with autotune.overlay(result):
+        assert hook(32, 16, 16) == best
+        lhs = np.ones((32, 16), np.float32)
+        rhs = np.ones((4, 16, 16), np.float32)
+        sizes = np.array([8, 8, 8, 8], np.int32)
+        gmm = importlib.import_module("jax.experimental.pallas.ops.tpu.megablox.gmm").gmm
+        out = gmm(lhs, rhs, sizes, tiling=hook, interpret=True)  # JAX's, served the overlay's
+        assert np.array_equal(np.asarray(out), np.full((32, 16), 16.0))
