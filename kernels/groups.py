@@ -30,9 +30,9 @@ import jax
 
 from autotune.backends import mosaic_gpu
 from autotune.device import DeviceInfo
+from autotune.kernels import gpu_attention
 from autotune.kernels.attention_mgpu.attention_mgpu import attention_mgpu, heads_as_batch
 from autotune.kernels.flash_attention.forward import flash_attention
-from autotune.kernels.gpu_attention.triton_attention import triton_attention
 from autotune.kernels.matmul.matmul import matmul, matmul_reference
 from autotune.kernels.matmul_mgpu.matmul_mgpu import matmul_mgpu
 from autotune.kernels.megablox.megablox import gmm_reference, megablox_gmm
@@ -134,7 +134,11 @@ attention_variants = variants(
         flash_attention,
         Member(attention_mgpu, why_not=needs_hopper_and_absl),
         Member(splash_attention, why_not=needs_tpu),
-        Member(triton_attention, why_not=needs_gpu),
+        *(
+            [Member(gpu_attention.triton_attention, why_not=needs_gpu)]
+            if gpu_attention.JAX_HAS_THEM  # gone from JAX 0.12 (kernels/gpu_attention/)
+            else []
+        ),
         Member(cudnn_attention, name="cudnn", why_not=needs_nvidia_gpu),
         Member(xla_attention, name="xla"),
     ],

@@ -18,6 +18,7 @@ import numpy as np
 
 from autotune import Example, autotuned
 from autotune.backends.hardware import gpu_smem_bytes, is_pow2, next_pow2
+from autotune.registry.varying import unchecked
 
 MIN_TILE = 16  # tl.dot's smallest; JAX's split key length and block_h floor
 DECODE_EXAMPLE = "f32[2,4,32],f32[2,256,2,32],f32[2,256,2,32],s32[2]"
@@ -151,7 +152,8 @@ def decode_attention(
     each sequence's `kv_seq_len` (int32 [B]), by JAX's Triton decode attention (`gqa`)."""
     from jax.experimental.pallas.ops.gpu import decode_attention as jax_decode
 
-    return jax_decode.gqa(
+    return unchecked(
+        jax_decode.gqa,
         q,
         k,
         v,
@@ -205,7 +207,8 @@ def paged_attention_gpu(
     JAX's Triton paged attention."""
     from jax.experimental.pallas.ops.gpu import paged_attention as jax_paged
 
-    return jax_paged.paged_attention(
+    return unchecked(
+        jax_paged.paged_attention,
         q,
         k_pages,
         v_pages,

@@ -23,6 +23,7 @@ from autotune.kernels.differentiable import differentiable
 from autotune.kernels.flash_attention.reference import attention_reference, softmax_scale
 from autotune.kernels.flash_attention.tiles import gpu_tiles_in_registers
 from autotune.kernels.precision import Precision, check_precision
+from autotune.registry.varying import unchecked
 
 ARRAYS = "bhsd,bhtd,bhtd"
 EXAMPLE = "f32[1,2,64,32],f32[1,2,64,32],f32[1,2,64,32]"
@@ -111,7 +112,8 @@ def _forward(q, k, v, causal, sm_scale, block_sizes, interpret, residuals: bool)
     b, h, sq, d = q.shape
     jax_attention = _jax_attention()
     blocks = jax_attention.BlockSizes(block_q=block_sizes.block_q, block_k=block_sizes.block_k)
-    outs = jax_attention.mha(
+    outs = unchecked(
+        jax_attention.mha,
         *map(heads_as_batch, (q, k, v)),
         None,
         sm_scale=softmax_scale(d, sm_scale),
@@ -234,7 +236,8 @@ def triton_attention_bwd(
     # the forward's blocks are not read by the backward: its smallest stand in
     blocks = jax_attention.BlockSizes(block_q=MIN_TILE, block_k=MIN_TILE, **fields)
     res = (*map(heads_as_batch, (q, k, v)), None, heads_as_batch(out), lse.reshape(b * h, 1, sq))
-    dq, dk, dv, _ = jax_attention._mha_backward(
+    dq, dk, dv, _ = unchecked(
+        jax_attention._mha_backward,
         softmax_scale(d, sm_scale),
         bool(causal),
         blocks,

@@ -23,6 +23,7 @@ from autotune.backends import mosaic_tpu
 from autotune.backends.hardware import tpu_block_ok
 from autotune.kernels.differentiable import differentiable
 from autotune.kernels.megablox.workloads import group_size_workloads
+from autotune.registry.varying import unchecked
 
 # the example: 32 tokens of width 128 over 4 experts of 128 outputs
 EXAMPLE = "f32[32,128],f32[4,128,128],s32[4]"
@@ -155,7 +156,8 @@ def megablox_gmm(
     """JAX's megablox `gmm(lhs [m, k], rhs [groups, k, n], group_sizes int32 [groups])` ->
     [m, n] in lhs's dtype, at the tuned tiling; rhs [groups, n, k] with `transpose_rhs`. The
     rows past the groups' sum are 0 (JAX's kernel leaves them unwritten)."""
-    out = _jax_gmm().gmm(
+    out = unchecked(
+        _jax_gmm().gmm,
         lhs,
         rhs,
         group_sizes,
@@ -188,7 +190,8 @@ def megablox_tgmm(
 ) -> jax.Array:
     """JAX's megablox `tgmm(lhs [k, m], rhs [m, n], group_sizes int32 [groups])` ->
     [groups, k, n] in lhs's dtype, at the tuned tiling."""
-    return _jax_gmm().tgmm(
+    return unchecked(
+        _jax_gmm().tgmm,
         lhs,
         rhs,
         group_sizes,

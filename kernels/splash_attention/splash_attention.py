@@ -26,6 +26,7 @@ from autotune.backends.hardware import TPU_LANES, TPU_SUBLANES
 from autotune.kernels.differentiable import differentiable
 from autotune.kernels.flash_attention.reference import attention_reference, softmax_scale
 from autotune.kernels.precision import Precision, check_precision
+from autotune.registry.varying import unchecked
 
 ARRAYS = "bhsd,bhtd,bhtd"  # q, k, v
 # the smallest call JAX's kernel takes with a choice of blocks: 256 rows, 128-lane key blocks
@@ -169,7 +170,7 @@ def _forward(q, k, v, causal, sm_scale, block_sizes, interpret, residuals: bool)
         interpret=interpret,
     )
     qs = scaled_query(q, softmax_scale(d, sm_scale))
-    out = jax.vmap(kernel)(qs, k, v)
+    out = unchecked(jax.vmap(kernel), qs, k, v)
     if not residuals:
         return out
     out, (lse,) = out
@@ -305,6 +306,6 @@ def splash_attention_bwd(
         res = (qs, k, v, None, None, out, lse, made.dq_mask_info, made.dkv_mask_info)
         return backward(res, do)[3:6]
 
-    dqs, dk, dv = jax.vmap(one)(scaled_query(q, scale), k, v, out, lse, do)
+    dqs, dk, dv = unchecked(jax.vmap(one), scaled_query(q, scale), k, v, out, lse, do)
     dq = (dqs.astype(jnp.float32) * scale).astype(q.dtype)
     return dq, dk.astype(k.dtype), dv.astype(v.dtype)

@@ -84,22 +84,7 @@ def _sharded(kernel):
     return sharded, jax.tree.unflatten(tree, out_specs), static
 
 
-# JAX's own kernels, called unedited, whose Pallas calls (forward, or backward for the Triton
-# attention) give their outputs no mesh-axis types: jax 0.10.2 refuses them inside a
-# `jax.shard_map` that checks them (check_vma=True), as MaxText's shard_maps around splash and
-# megablox do not (check_vma=False). Lowered here as those are; that a checking shard_map still
-# refuses them is asserted, so the list stays true.
-UNTYPED_OUTPUTS = {
-    "megablox_gmm",
-    "splash_attention",
-    "ragged_paged_attention",
-    "triton_attention",
-    "decode_attention",
-    "paged_attention_gpu",
-}
-
-
-def _lowered(platform, kernel, grad, check_vma=True):
+def _lowered(platform, kernel, grad):
     mesh = _abstract_mesh(platform)
     arrays, out_specs, static = _sharded(kernel)
     args = [S(shape, dtype, sharding=NamedSharding(mesh, spec)) for shape, spec, dtype in arrays]
@@ -108,7 +93,7 @@ def _lowered(platform, kernel, grad, check_vma=True):
         return kernel(*arrays, **static, interpret=False)
 
     specs = tuple(spec for _, spec, _ in arrays)
-    fn = jax.shard_map(step, mesh=mesh, in_specs=specs, out_specs=out_specs, check_vma=check_vma)
+    fn = jax.shard_map(step, mesh=mesh, in_specs=specs, out_specs=out_specs)
     if grad:  # the backward's own kernels, under the same shard_map
         # the float arrays: integer ones (group sizes) are data, with no gradient
         floats = tuple(i for i, a in enumerate(args) if jnp.issubdtype(a.dtype, jnp.floating))
@@ -126,14 +111,9 @@ def test_every_kernel_and_its_gradient_lowers_inside_shard_map(platform):
     failed = {}
     for name, kernel in cases.items():
         marker = MARKERS[kernel.spec.backend or platform]
-        untyped = name in UNTYPED_OUTPUTS
-        if untyped:
-            grad = name == "triton_attention"  # its forward types its output: the backward not
-            with pytest.raises(ValueError, match="manual_axis_type"):
-                _lowered(platform, kernel, grad)
         for grad in (False, True)[: 1 + kernel.spec.differentiates]:
             try:
-                text = _lowered(platform, kernel, grad, check_vma=not untyped).as_text()
+                text = _lowered(platform, kernel, grad).as_text()
             except Exception as e:  # every kernel's failure is listed
                 failed[f"{name}{' grad' if grad else ''}"] = f"{type(e).__name__}: {e}"[:300]
                 continue
