@@ -157,3 +157,40 @@ def test_the_ragged_dot_group_is_tuned_on_the_workload_and_its_trials_say_which(
         assert {e.key.kernel for e in db.query()} == {"ragged_dot", "megablox_gmm"}
         for kernel in ("ragged_dot", "megablox_gmm"):
             assert {t.workload for t in db.trials(kernel=kernel)} == {"skewed"}, kernel
+
+
+def test_the_tpu_constraints_admit_what_lowers_for_a_tpu():
+    # JAX's tgmm swaps its lhs to [m, k]: a tm of 8 rows is a sublane block, as gmm's
+    from autotune.kernels import megablox_tgmm
+    from autotune.measure.lowering import check_space
+
+    bf16 = "bfloat16"
+    cases = {
+        megablox_gmm: [S((2048, 1024), bf16), S((8, 1024, 512), bf16), S((8,), "int32")],
+        megablox_tgmm: [S((1024, 2048), bf16), S((2048, 512), bf16), S((8,), "int32")],
+    }
+    for kernel, args in cases.items():
+        rows = check_space(kernel, args, {}, "tpu", sample=6)
+        accepted = [r for r in rows if r.accepted]
+        assert 8 in {r.config["tm"] for r in accepted}
+        assert [r.config for r in accepted if r.lowering_error] == []
+
+
+def test_the_tiling_hook_follows_overlays_and_falls_back_like_a_call():
+    from autotune.kernels import TunedTiling
+
+    args = [S((32, 16), "float32"), S((4, 16, 16), "float32"), S((4,), "int32")]
+    hook = TunedTiling(num_groups=4)
+    default = megablox_gmm.explain(*args)
+    assert default["source"] == "default"
+    assert hook(32, 16, 16) == tuple(default["config"][f] for f in ("tm", "tk", "tn"))
+    result = autotune.tune(megablox_gmm, args, n_trials=2, strategy="grid", store=False)
+    best = tuple(result.best_config[f] for f in ("tm", "tk", "tn"))
+    with autotune.overlay(result):
+        assert hook(32, 16, 16) == best
+        lhs = np.ones((32, 16), np.float32)
+        rhs = np.ones((4, 16, 16), np.float32)
+        sizes = np.array([8, 8, 8, 8], np.int32)
+        gmm = importlib.import_module("jax.experimental.pallas.ops.tpu.megablox.gmm").gmm
+        out = gmm(lhs, rhs, sizes, tiling=hook, interpret=True)  # JAX's, served the overlay's
+        assert np.array_equal(np.asarray(out), np.full((32, 16), 16.0))

@@ -5,6 +5,7 @@ lowered for a TPU from this CPU host, a refusal to tune where nothing can judge 
 import importlib
 import importlib.util
 
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -93,3 +94,15 @@ def test_db_export_format_jax_needs_a_kernel_with_a_table_format(db_url, capsys)
     assert main(["db", "export", "--format", "jax", "--kernel", "matmul", "--db", db_url]) == 2
     err = capsys.readouterr().err
     assert "no table format" in err and "ragged_paged_attention" in err
+
+
+def test_where_its_candidates_run_on_a_tpu_its_reference_judges_them():
+    from autotune.measure.oracle import make_oracle
+
+    spec = ragged_paged_attention.spec
+    args = task_inputs(spec, ARGS, seed=5, workload="mixed")
+    tpu = DeviceInfo("tpu", "TPU v6 lite", "mosaic_tpu", "", "", "")
+    oracle = make_oracle(spec, spec.defaults, args, {}, "mosaic_tpu", tpu)
+    assert oracle.name == "reference" and oracle.output.dtype == jnp.bfloat16
+    expected = np.asarray(ragged_paged_attention_reference(*args), np.float32)
+    assert np.array_equal(np.asarray(oracle.output, np.float32), expected)

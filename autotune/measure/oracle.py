@@ -73,12 +73,14 @@ def make_oracle(
     args: Sequence[Any],
     kwargs: Mapping[str, Any],
     backend: str | None,
+    device: Any = None,
 ) -> Oracle:
     """The oracle of a tuning run of a kernel of `backend` (see the module docstring; the
-    call signature's `backend`); KernelError where the default configuration fails or
-    disagrees with the reference, or where no oracle can judge."""
+    call signature's `backend`) whose candidates run on `device` (a DeviceInfo; default: this
+    process's); KernelError where the default configuration fails or disagrees with the
+    reference, or where no oracle can judge."""
     if spec.not_interpretable is not None:
-        return _reference_only(spec, default, args, kwargs)
+        return _reference_only(spec, default, args, kwargs, device)
     if interpret_affordable(backend, args):
         return Oracle(_checked_default(spec, default, args, kwargs), "interpret")
     if spec.reference is None:
@@ -97,12 +99,17 @@ def make_oracle(
 
 
 def _reference_only(
-    spec: Any, default: Mapping[str, Any], args: Sequence[Any], kwargs: Mapping[str, Any]
+    spec: Any,
+    default: Mapping[str, Any],
+    args: Sequence[Any],
+    kwargs: Mapping[str, Any],
+    device: Any = None,
 ) -> Oracle:
-    """The reference oracle of a kernel interpret mode cannot run: on its own platform only."""
+    """The reference oracle of a kernel interpret mode cannot run, whose candidates run on
+    `device`: on its own platform only (the reference computed here, by XLA)."""
     from autotune.device import current_device
 
-    device = current_device()
+    device = device or current_device()
     if device.interpret or spec.reference is None:
         where = (
             f"this {device.platform} host runs kernels in interpret mode"

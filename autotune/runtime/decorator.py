@@ -356,7 +356,11 @@ def autotuned(**options: Any) -> Callable[[Callable], AutotunedKernel]:
     `version` names the kernel's version (part of every key) instead of a hash of its code:
     for a library whose kernels run code from outside their own package. `example` is a small
     call (autotune.Example) and `backward` the kernels its custom VJP calls: what code that
-    covers every registered kernel reads.
+    covers every registered kernel reads. `workloads` names makers of its integer arguments
+    that are data (group sizes, lengths, page tables: fn(args, rng) -> {index: array}, the
+    first the default; autotune.measure.inputs.task_inputs), and `not_interpretable` says why
+    Pallas interpret mode cannot run it (its reference then judges it on its own platform, and
+    a host that could only interpret it refuses to tune it).
     """
     checked = KernelOptions.of(options)
 

@@ -102,7 +102,7 @@ def _tune(
     default = spec.default_config(sig)
     workload = workload_name(spec, settings.workload)
     oracle_start = time.perf_counter()
-    oracle = make_oracle(spec, default, args, kwargs, sig.backend or None)
+    oracle = make_oracle(spec, default, args, kwargs, sig.backend or None, bound.device)
     oracle_s = time.perf_counter() - oracle_start
     for w in workers:
         w.set_oracle(oracle.output)

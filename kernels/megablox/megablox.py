@@ -85,7 +85,8 @@ def fits_tgmm(config: dict, sig) -> bool:
         return True
     (k, m), (_, n) = sig.shapes[0], sig.shapes[1]
     tm, tk, tn = config["tm"], config["tk"], config["tn"]
-    tiles = [((tk, tm), (k, m)), ((tm, tn), (m, n)), ((tk, tn), (k, n))]
+    # JAX's tgmm swaps lhs to [m, k] before its Pallas call: its blocks are (tm, tk)
+    tiles = [((tm, tk), (m, k)), ((tm, tn), (m, n)), ((tk, tn), (k, n))]
     return _fits(tm, tk, tn, m, k, n, tiles, sig)
 
 
