@@ -64,6 +64,8 @@ class TrialRecord:
     memory_output_bytes: int | None = None
     memory_temp_bytes: int | None = None
     memory_peak_bytes: int | None = None
+    # schema v4: the workload that made the kernel's integer data arguments (None: it has none)
+    workload: str | None = None
     db_id: int | None = None  # its row in the trials table, once stored
 
     def as_dict(self) -> dict[str, Any]:

@@ -162,3 +162,18 @@ def test_a_run_on_devices_that_share_cores_says_so_once_at_its_start(monkeypatch
         assert [o.status for o in outcomes] == ["failed"] * 4
         assert len(caplog.records) == 2
     warn_shared_cores.cache_clear()
+
+
+def test_devices_count_a_tpus_chips_not_a_v7x_chips_two_tensorcores():
+    # a worker is pinned by chip (mosaic_tpu.pinned_env): `--devices all` on a v7x host of 4
+    # chips means 4 workers, not its 8 jax devices. No TPU runs here: the devices are stand-ins
+    # with the attributes jax's TPU devices carry (platform, core_on_chip)
+    from types import SimpleNamespace
+
+    from autotune.device import local_device_units
+
+    v7x = [SimpleNamespace(platform="tpu", core_on_chip=i % 2) for i in range(8)]
+    v5e = [SimpleNamespace(platform="tpu", core_on_chip=0) for _ in range(4)]
+    assert local_device_units(v7x) == 4 and local_device_units(v5e) == 4
+    # elsewhere every device takes a worker: this host's forced CPU devices are real ones
+    assert local_device_units() == len(jax.local_devices())

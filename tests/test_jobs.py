@@ -107,6 +107,14 @@ def test_a_jobs_memory_bound_reaches_its_tasks_settings(tmp_path):
     assert task.settings(TuneSettings(max_memory=10**9)).max_memory == 10**9  # the run's
 
 
+def test_a_jobs_workload_reaches_its_tasks_settings(tmp_path):
+    gmm = "kernel = 'megablox_gmm'\nshapes = ['32x128,4x128x128,4']\ndtypes = ['float32,float32,int32']"
+    (task,) = load_job(write(tmp_path, f"[defaults]\nworkload = 'skewed'\n[[task]]\n{gmm}\n"))
+    assert task.workload == "skewed" and task.settings(TuneSettings()).workload == "skewed"
+    with pytest.raises(JobError, match="'decode' is not a workload of megablox_gmm .*balanced"):
+        load_job(write(tmp_path, f"[[task]]\n{gmm}\nworkload = 'decode'\n"))
+
+
 @pytest.mark.parametrize(
     "text, message",
     [

@@ -100,6 +100,7 @@ def test_v1_database_opens_with_every_row_kept(v1_copy):
     assert {r["oracle"] for r in after["trials"]} == {None}  # v2: not recorded before
     for column in ("device", "fingerprint", "duplicate_of", "memory_peak_bytes"):  # v3
         assert {r[column] for r in after["trials"]} == {None}
+    assert {r["workload"] for r in after["trials"]} == {None}  # v4: not recorded before
     assert after["schema_info"] == [{"id": 1, "version": dbmod.SCHEMA_VERSION}]
 
 
@@ -268,6 +269,7 @@ def test_a_v1_postgres_database_is_upgraded_in_place(pg_url):
         conn.exec_driver_sql("ALTER TABLE trials DROP COLUMN oracle")  # v2's new column
         for column, _ in V3_COLUMNS:  # v3's
             conn.exec_driver_sql(f"ALTER TABLE trials DROP COLUMN {column}")
+        conn.exec_driver_sql("ALTER TABLE trials DROP COLUMN workload")  # v4's
         conn.exec_driver_sql("UPDATE schema_info SET version = 1")
     with TuningDB(pg_url) as db:
         assert [m["count"] for m in db.misses()] == [2]

@@ -41,6 +41,7 @@ _TABLE_COLUMNS = (
     "duplicate_of",  # trials: the trial that measured its program
     "oracle",  # trials: which oracle judged it
     "device",  # trials: the local device that measured it ("gpu:3")
+    "workload",  # trials: what made the kernel's integer data arguments (group sizes)
     "config",
     "time_s",
     "memory_peak_bytes",  # trials: the compiler's peak memory of its program
@@ -60,7 +61,7 @@ _TABLE_COLUMNS = (
 
 
 # columns a table shows only where some row has a value
-_SPARSE = {"duplicate_of", "memory_peak_bytes"}
+_SPARSE = {"duplicate_of", "memory_peak_bytes", "workload"}
 
 
 def _table_row(r: dict[str, Any]) -> dict[str, Any]:

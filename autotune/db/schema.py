@@ -27,8 +27,9 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 # schema (tests/fixtures/v1.db); v2: the tables are prefixed (`autotune_trials`, ...), and each
 # trial records the oracle that judged it (`oracle`); v3: each trial records the device that
 # measured it (`device`), the compiled program's fingerprint and the trial it duplicates
-# (`fingerprint`, `duplicate_of`), and the compiler's memory figures (`memory_*_bytes`).
-SCHEMA_VERSION = 3
+# (`fingerprint`, `duplicate_of`), and the compiler's memory figures (`memory_*_bytes`); v4:
+# each trial records the workload that made its kernel's integer data arguments (`workload`).
+SCHEMA_VERSION = 4
 
 KEY_COLUMNS = (
     "kernel",
@@ -137,6 +138,9 @@ class Trial(_KeyColumns, Base):
     memory_output_bytes: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     memory_temp_bytes: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     memory_peak_bytes: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    # v4: the workload that made its integer data arguments (group sizes, lengths); None where
+    # the kernel takes none
+    workload: Mapped[str | None] = mapped_column(String(64), nullable=True)
     created_at: Mapped[datetime] = mapped_column(ReadableDateTime, default=utcnow)
 
 

@@ -259,6 +259,14 @@ class AutotunedKernel:
             "detail": refused or r.detail,
         }
 
+    def config(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        """The configuration a call with these arguments (arrays or jax.ShapeDtypeStruct) is
+        served, looked up as a call looks it up (overlay, database, shipped table, nearest
+        shape, default) and remembered as a call's is: what a look-up hook hands a kernel that
+        takes its block sizes from the caller (megablox's `tiling=`, splash's `block_sizes=`).
+        A miss is recorded as a call's is."""
+        return dict(self._resolution(args, kwargs).config)
+
     def executable(
         self,
         config: Mapping[str, Any],

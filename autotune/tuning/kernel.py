@@ -26,7 +26,7 @@ from autotune.db.schema import encode_config
 from autotune.errors import DatabaseError, KernelError, SpaceError
 from autotune.measure.compiling import MEMORY_FIELDS
 from autotune.measure.finalists import Finalist, remeasure
-from autotune.measure.inputs import random_inputs
+from autotune.measure.inputs import task_inputs, workload_name
 from autotune.measure.oracle import make_oracle
 from autotune.registry.spec import KernelSpec
 from autotune.search.loop import LISTED_UP_TO, programs_note, run_search
@@ -45,10 +45,11 @@ log = logging.getLogger(__name__)
 
 def tune_kernel(bound: BoundTask, context: TuneContext) -> TuneResult:
     """Tune `bound`'s kernel with the context's settings (its budget, strategy and seed
-    included) on random inputs of its arguments; the rest as in autotune.tuning.tune.tune."""
+    included) on random inputs of its arguments (its integer data arguments made by its workload); the rest as in autotune.tuning.tune.tune."""
     settings, worker = context.settings, context.worker
     start = time.perf_counter()
-    args = random_inputs(bound.args, 0 if settings.seed is None else settings.seed)
+    seed = 0 if settings.seed is None else settings.seed
+    args = task_inputs(bound.spec, bound.args, seed, settings.workload)
     restarts_before = worker.restarts if worker is not None else 0
     worker_start = time.perf_counter()
     # a worker given, or several devices, imply isolation
@@ -99,6 +100,7 @@ def _tune(
     n_trials, storage = settings.n_trials, settings.storage
     valid = _valid_configs(spec, sig, space)
     default = spec.default_config(sig)
+    workload = workload_name(spec, settings.workload)
     oracle_start = time.perf_counter()
     oracle = make_oracle(spec, default, args, kwargs, sig.backend or None)
     oracle_s = time.perf_counter() - oracle_start
@@ -138,6 +140,7 @@ def _tune(
         else:
             record = on.measure(config, known.keys(), settings.max_memory)
             record.device = on.device_id
+            record.workload = workload
             record.is_default = is_default or config == default
             if record.status == "duplicate":  # the program's trial, and its memory figures
                 of = known[record.fingerprint]
