@@ -77,6 +77,21 @@ ACCELERATOR_PACKAGES = (
 )
 
 
+def local_device_units(devices: list | None = None) -> int:
+    """How many tuning workers this host's local devices take, one pinned to each: a TPU's
+    chips (a v7x chip is two jax devices, one per TensorCore, and a worker is pinned by chip:
+    `mosaic_tpu.pinned_env`), every other platform's devices. `devices`: jax's local devices
+    (default: this process's)."""
+    if devices is None:
+        import jax
+
+        devices = jax.local_devices()
+    if not devices or devices[0].platform != "tpu":
+        return len(devices)
+    # a TPU device names its TensorCore on its chip (core_on_chip); one per chip is core 0
+    return sum(getattr(d, "core_on_chip", 0) == 0 for d in devices)
+
+
 def accelerator_packages() -> tuple[tuple[str, str], ...]:
     from importlib import metadata
 

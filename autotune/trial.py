@@ -64,7 +64,9 @@ class TrialRecord:
     memory_output_bytes: int | None = None
     memory_temp_bytes: int | None = None
     memory_peak_bytes: int | None = None
-    # schema v4: the device kinds whose results made it one of the first measured (transfer),
+    # schema v4: the workload that made the kernel's integer data arguments (None: it has none)
+    workload: str | None = None
+    # schema v5: the device kinds whose results made it one of the first measured (transfer),
     # comma-separated; None where the search chose it from this device's own
     transferred_from: str | None = None
     db_id: int | None = None  # its row in the trials table, once stored

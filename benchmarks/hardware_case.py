@@ -100,7 +100,12 @@ def vendor_op(kernel: str, dtype: str, static: dict) -> tuple[str, Callable | No
     }
     ops["matmul_mgpu"] = ops["matmul"]
     # dq's and dkv's rows each against the whole backward, which computes dq, dk and dv at once
-    backward = ("the VJP of jax.nn.dot_product_attention (dq, dk and dv together)", None)
+    # from its forward's residuals (as our kernels take the forward's lse and delta)
+    backward = (
+        "the VJP of jax.nn.dot_product_attention (dq, dk and dv together, its forward's "
+        "residuals computed before the timed call)",
+        None,
+    )
     ops["flash_attention_dq"] = ops["flash_attention_dkv"] = backward
     if kernel not in ops:  # a kernel known from its registration: its reference, by XLA
         from autotune import registry
@@ -114,9 +119,12 @@ def attention_ops(
     causal: bool, implementation: str, precision: str, backward: bool
 ) -> tuple[Callable, Callable]:
     """jax.nn.dot_product_attention by `implementation` ("cudnn", "xla") on its
-    [B, S, H, D] layout, float32 at `precision`; with `backward`, its VJP: dq, dk and dv from
-    q, k, v and dO. And what turns the kernel's [B, H, S, D] arguments into its inputs: views
-    as [B * H, S, 1, D] (`heads_as_batch`, no transpose), prepared outside the timed call."""
+    [B, S, H, D] layout, float32 at `precision`; with `backward`, its VJP alone: dq, dk and dv
+    from the forward's residuals and dO. And what turns the kernel's [B, H, S, D] arguments
+    into its inputs, outside the timed call: views as [B * H, S, 1, D] (`heads_as_batch`, no
+    transpose); for the backward, the forward run once and its residuals (cuDNN's output and
+    softmax statistics, or XLA's) passed with dO, as our dq and dkv take the forward's lse and
+    delta: timing `jax.vjp(forward, ...)` whole would count the vendor's forward too."""
     import jax
 
     from autotune.kernels.attention_mgpu.attention_mgpu import heads_as_batch
@@ -127,13 +135,27 @@ def attention_ops(
                 q, k, v, is_causal=causal, implementation=implementation
             )
 
-    def grads(q, k, v, do):
-        return jax.vjp(forward, q, k, v)[1](do)
+    if not backward:
+
+        def to_native(args: list) -> list:
+            return [jax.block_until_ready(heads_as_batch(a)) for a in args[:3]]
+
+        return forward, to_native
+    residuals: list = []  # the VJP's structure, set by to_native
+
+    def grads(*leaves_and_do):
+        *leaves, do = leaves_and_do
+        with jax.default_matmul_precision(precision):
+            return jax.tree_util.tree_unflatten(residuals[0], leaves)(do)
 
     def to_native(args: list) -> list:
-        return [jax.block_until_ready(heads_as_batch(a)) for a in args[: 4 if backward else 3]]
+        q, k, v, do = (heads_as_batch(a) for a in args[:4])
+        _, vjp = jax.vjp(forward, q, k, v)
+        leaves, structure = jax.tree_util.tree_flatten(vjp)
+        residuals[:] = [structure]
+        return [jax.block_until_ready(a) for a in (*leaves, do)]
 
-    return (grads if backward else forward), to_native
+    return grads, to_native
 
 
 # ------------------------------------------------------------------------------- the sections
@@ -168,10 +190,13 @@ def versions() -> dict[str, Any]:
 def inputs(kernel: str, shapes: Shapes, dtype: str, seed: int = 0) -> list[Any]:
     import jax
 
-    from autotune.measure.inputs import random_inputs
+    from autotune import registry
+    from autotune.measure.inputs import task_inputs
 
     dtypes = arg_dtypes(kernel, dtype, len(shapes))
-    return random_inputs([jax.ShapeDtypeStruct(tuple(s), d) for s, d in zip(shapes, dtypes)], seed)
+    args = [jax.ShapeDtypeStruct(tuple(s), d) for s, d in zip(shapes, dtypes)]
+    # integer data arguments (group sizes, page tables) made by the kernel's default workload
+    return task_inputs(registry.resolve(kernel).spec, args, seed)
 
 
 def correctness(
@@ -223,13 +248,35 @@ def correctness(
     return rows
 
 
+# What a step keeps in hand past what it plans to need after its tune: the interpreter's exit,
+# the last write of its result.
+STEP_SLACK_S = 2.0
+
+
+def tune_limits(job: dict[str, Any], now: float) -> tuple[float, float] | None:
+    """The tune's --time-limit and the time it is stopped after, from what the step has left
+    at `now` (seconds since the epoch) once what it needs after the tune is set aside (its
+    checks, its side by side: `after_tune_s`), so that those always run; None where that
+    leaves no search worth starting (1 s, past the tune's usual overrun)."""
+    left = job["limit_s"] - (now - job["started_at"]) - job["after_tune_s"] - STEP_SLACK_S
+    timeout = min(job["tune_timeout_s"], left)
+    search = min(job["time_limit_s"], timeout - job["tune_past_limit_s"])
+    return None if search < 1.0 else (search, timeout)
+
+
 def tune(job: dict[str, Any]) -> dict[str, Any]:
-    """`autotune tune` for the case, as a user runs it; the tuning wall time and its trials."""
+    """`autotune tune` for the case, as a user runs it, within what the step has left
+    (`tune_limits`); the tuning wall time and its trials."""
+    limits = tune_limits(job, time.time())
+    if limits is None:
+        print("  tune skipped: the step has no time left beyond its checks and side by side")
+        return {"rc": None, "tune_wall_s": 0.0, "tune_output": ["skipped: no time left"]}
+    search_s, timeout_s = limits
     cmd = [sys.executable, "-m", "autotune.cli", "tune", job["kernel"]]
     dtypes = ",".join(arg_dtypes(job["kernel"], job["dtype"], len(job["shapes"])))
     cmd += ["--shape", format_shapes(job["shapes"]), "--dtype", dtypes, "--db", job["db"]]
     cmd += ["--seed", "0", "--trials", str(job["trials"])]
-    cmd += ["--time-limit", f"{job['time_limit_s']:.0f}"]
+    cmd += ["--time-limit", f"{search_s:.0f}"]
     if job[
         "smoke"
     ]:  # a CPU needs no isolation from crashing candidates, and saves a worker's start
@@ -237,16 +284,23 @@ def tune(job: dict[str, Any]) -> dict[str, Any]:
     for k, v in job["static"].items():
         cmd += ["--static", f"{k}={json.dumps(v)}"]
     start = time.perf_counter()
-    # the case's own timeout (hardware_check) bounds this too; here the tune's share of it:
-    # stopped past it, the side by side still times the default (and what the tune stored)
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=job["tune_timeout_s"])
-        rc, tail = proc.returncode, (proc.stdout + proc.stderr).strip().splitlines()[-3:]
-    except subprocess.TimeoutExpired:
-        rc, tail = None, [f"stopped after {job['tune_timeout_s']:.0f} s"]
+    # stopped past its share of the step, the side by side still times the default (and what
+    # the tune stored); its own process group, so that its device worker ends with it and the
+    # device (a TPU's one process) is free for the checks after it
+    rc, lines, errors = stream(cmd, timeout_s, lambda _: None)
+    tail = (
+        (lines + errors.splitlines())[-3:]
+        if rc is not None
+        else [f"stopped after {timeout_s:.0f} s"]
+    )
     wall = time.perf_counter() - start
     print(f"  tune rc {rc}  {wall:6.1f} s  {' | '.join(tail)[:160]}")
-    return {"rc": rc, "tune_wall_s": round(wall, 1), "tune_output": tail}
+    return {
+        "rc": rc,
+        "tune_wall_s": round(wall, 1),
+        "tune_output": tail,
+        "tune_limit_s": round(search_s, 1),
+    }
 
 
 def side_by_side(job: dict[str, Any]) -> dict[str, Any]:
@@ -433,16 +487,18 @@ README_EXAMPLE = "### JAX's own Hopper matmul, tuned without editing it"
 # accelerator run gives them: the issue's calls (bf16 4096^3 matmul, 4x16x2048x128 causal
 # attention) for the groups, each member tuned into the check's database ({db}: what the cases
 # tuned warm-starts them, and the export ships their choices too); a transformer block at batch
-# 1, 1024 tokens, d_model 1024, 8 heads for the step. Each caps its own searches (--time-limit),
-# the step's process is capped by the plan.
+# 1, 1024 tokens, d_model 1024, 8 heads for the step. Each fits its searches to its --budget-s
+# (the step's time limit less the script's own start, SCRIPT_START_S), each search at most
+# --time-limit; the step's process is capped by the plan.
 EXTRA_SCRIPTS = {
     "groups_matmul": ["variant_groups.py", "--group", "matmul_variants", "--trials", "16",
-                      "--time-limit", "6", "--db", "{db}"],
+                      "--time-limit", "6", "--db", "{db}", "--budget-s", "{budget}"],
     "groups_attention": ["variant_groups.py", "--group", "attention_variants", "--trials", "16",
-                         "--time-limit", "6", "--db", "{db}"],
+                         "--time-limit", "6", "--db", "{db}", "--budget-s", "{budget}"],
     "train_step": ["train_step.py", "--batch", "1", "--seq", "1024", "--d-model", "1024",
-                   "--heads", "8", "--trials", "3", "--time-limit", "2"],
+                   "--heads", "8", "--trials", "3", "--time-limit", "3", "--budget-s", "{budget}"],
 }  # fmt: skip
+SCRIPT_START_S = 5.0  # a script's interpreter and imports, before its own clock starts
 OUTPUT_KEPT = 40  # an extra's last lines of output, in the report
 
 
@@ -455,12 +511,14 @@ def readme_code() -> str:
     ]
 
 
-def extra_command(extra: str, db: str) -> list[str]:
-    """The process an extra runs."""
+def extra_command(extra: str, db: str, timeout_s: float) -> list[str]:
+    """The process an extra runs, stopped after `timeout_s`."""
     if extra == "readme":
         return [sys.executable, "-c", readme_code()]
     script, *args = EXTRA_SCRIPTS[extra]
-    return [sys.executable, str(ROOT / "benchmarks" / script), *(a.format(db=db) for a in args)]
+    budget = f"{max(1.0, timeout_s - SCRIPT_START_S):.0f}"
+    args = [a.format(db=db, budget=budget) for a in args]
+    return [sys.executable, str(ROOT / "benchmarks" / script), *args]
 
 
 def stream(
@@ -509,7 +567,7 @@ def run_extra(
         save({"rc": None, "wall_s": round(time.perf_counter() - start, 1),
               "output": lines[-OUTPUT_KEPT:]})  # fmt: skip
 
-    rc, lines, errors = stream(extra_command(extra, db), timeout_s, on_line)
+    rc, lines, errors = stream(extra_command(extra, db, timeout_s), timeout_s, on_line)
     output = lines[-OUTPUT_KEPT:]
     if rc is None:
         output.append(f"stopped at its time limit, {timeout_s:.0f} s")
@@ -544,18 +602,21 @@ def main(job_path: str, result_path: str) -> int:
         result["extra"] = run_extra(job["extra"], job["timeout_s"], job["db"], partial)
         save("done")
         return 0
-    import autotune.kernels  # noqa: F401  (registers the shipped kernels)
+    import autotune.kernels  # noqa: F401  (registers the shipped kernels; no device touched)
 
+    # the tune first, its processes ended before this one touches the device: a TPU admits
+    # one process, and the tune's device worker is another
+    if job["shapes"] is not None:  # None: correctness only (a smoke run of a simulated kernel)
+        save("tuning")
+        result.update(tune(job))
     save("correctness")
     if job["check_dtypes"]:
         result["correctness"] = correctness(
             job["kernel"], job["check_dtypes"], job["check_shapes"], job["check_static"]
         )
-    if job["shapes"] is None:  # correctness only (a smoke run of a simulated kernel)
+    if job["shapes"] is None:
         save("done")
         return 0
-    save("tuning")
-    result.update(tune(job))
     save("side by side")
     result.update(side_by_side(job))
     save("done")

@@ -1,30 +1,33 @@
 """One prepared check of the project on an accelerator, within a time budget.
 
-    python benchmarks/hardware_check.py [--budget-s 480] [--kernels matmul,softmax]
+    python benchmarks/hardware_check.py [--budget-s 540] [--started-at EPOCH_S] [--kernels matmul,softmax]
         [--dtypes bfloat16] [--cases matmul/bfloat16,groups_matmul] [--out DIR]
     python benchmarks/hardware_check.py --plan-only --device-kind "NVIDIA H100 80GB HBM3" \
-        --budget-s 480                                  # what that run would do, on any host
+        --budget-s 540                                  # what that run would do, on any host
     python benchmarks/hardware_check.py --smoke --budget-s 90   # the same code on a CPU, tiny
                                                                # shapes, interpret mode
 
 The project must be installed (its shipped kernels install as autotune.kernels); on a machine
 without a network, install its wheel: see benchmarks/README.md.
 
-The steps run in order of value (`order()`): the prepared ones (`PREPARED`), every bfloat16 step
+The steps run in order of value (`order()`): the prepared ones (`PREPARED`), every bfloat16 case
 first (matmul 4096^3, flash attention forward and backward at 4x16x2048x128 causal,
-`matmul_mgpu`, the two variant groups, a training step), the float32 cases after, then the
-rest; then every other registered kernel that declares an example (autotune.registry: a kernel
+`matmul_mgpu`), then a training step and the two variant groups, the float32 cases after, then
+the rest; then every other registered kernel that declares an example (autotune.registry: a kernel
 added since, `attention_mgpu`), at its example's shapes and dtypes (`registered_cases`). Each
 step runs in its own process with a time limit (`hardware_case.py`), and prints and writes what
 it measured as it goes. A case is
-the kernel at its default configuration against its plain-JAX reference on awkward shapes (in
-its own dtype, and in the dtypes no case of its kernel covers, by the kernel's last case),
-`autotune tune` (the CLI: device worker, interpret-mode oracle) at a realistic shape within the
-case's share of the budget, then the default configuration, the tuned one and the vendor's
-operation for the same call timed side by side with one timer, the tuned one twice more on its
-own for the repeat spread. An extra (`EXTRAS`) is a script, its output streamed.
+`autotune tune` (the CLI: device worker, interpret-mode oracle) at a realistic shape, its time
+limit what the step has left once the rest of the step is reserved; then, once the tune's
+processes have ended (a TPU admits one process), the kernel at its default configuration
+against its plain-JAX reference on awkward shapes (in its own dtype, and in the dtypes no case
+of its kernel covers, by the kernel's last case), then the default configuration, the tuned one
+and the vendor's operation for the same call timed side by side with one timer, the tuned one
+twice more on its own for the repeat spread. An extra (`EXTRAS`) is a script given what its
+step has left (`--budget-s`), its output streamed.
 
-The budget covers the whole run. Before each step the plan is made again from the time left:
+The budget covers the whole run, from `--started-at` (the time the command began, before it
+installed the carried wheels) where given. Before each step the plan is made again from the time left:
 every step still to run is reserved its measured overheads (`OVERHEADS`) and the least search
 worth running for it (`Overheads.min_tune_s` times its `share`), in order of value while they
 fit; a step that no longer fits is not run and is listed "not run: budget"; the time left over
@@ -137,9 +140,10 @@ PREPARED: list[Case | Extra] = [  # in order of value: a tight budget keeps the 
     Case("flash_attention_dq", BACKWARD, _attn_bwd(1, 2, 64, 16), "bfloat16", CAUSAL, 0.5),
     Case("flash_attention_dkv", BACKWARD, _attn_bwd(1, 2, 64, 16), "bfloat16", CAUSAL, 0.5),
     Case("matmul_mgpu", _mm(4096, 4096, 4096), None, "bfloat16", share=1.0),
+    # the step a model runs (its 16 calls tuned in turn), then the groups' choice of member
+    Extra("train_step", "training step"),
     Extra("groups_matmul", "variant group matmul_variants"),
     Extra("groups_attention", "variant group attention_variants"),
-    Extra("train_step", "training step"),
     Case("matmul", _mm(2048, 2048, 2048), _mm(48, 32, 64), "float32", share=1.0),
     Case("flash_attention", _attn(2, 8, 1024, 64), _attn(1, 1, 32, 16), "float32", CAUSAL, 1.0),
     Case("bmm", ((16, 1024, 1024),) * 2, ((2, 32, 32),) * 2, "bfloat16", share=0.5),
@@ -228,6 +232,13 @@ class Overheads:
     min_tune_s: float  # the least search worth running, for a share of 1: less tunes nothing
     report_s: float  # writing the final report and the tuned table
     extras_s: dict[str, float]  # what each of EXTRAS is given (none: it does not run there)
+    install_s: float = 0.0  # installing the carried wheels before the run (none: installed)
+
+    def after_tune_s(self, checks: tuple[str, ...], dtype: str) -> float:
+        """What a case still needs once its tune has ended: its correctness checks and its
+        side by side (a float32 one compiles twice more)."""
+        after = sum(self.check_s.get(d, self.check_s["bfloat16"]) for d in checks)
+        return after + self.side_by_side_s + 2 * self.compile_s.get(dtype, 0.0)
 
     def case_s(self, checks: tuple[str, ...], dtype: str | None) -> float:
         """A case's cost besides its search (dtype None: correctness only)."""
@@ -242,24 +253,27 @@ OVERHEADS = {
     # H200, jax 0.11.2 (the run of 2026-12-04, benchmarks/results): each tune ran ~16 s past its
     # limit, each side by side took ~21 s, a float32 Triton compile 15-35 s, correctness ~37 s
     # for two kernels in two dtypes; a process's start-up is a guess (jax and CUDA, ~8 s). The
-    # least search, 20 s for a share of 1, measures ~20-60 candidates at 0.3-1 s each.
+    # least search, 12 s for a share of 1, measures ~12-40 candidates at 0.3-1 s each (0.27 s
+    # a config with the compile pool on, the H200's grid of matmul). Installing the carried
+    # wheels (6.1 MB, --no-deps) took 2.8 s on the CPU host; 10 s allows for pip's start.
     "gpu": Overheads(
         start_s=8.0,
         check_s={"float32": 15.0, "bfloat16": 5.0},
         tune_past_limit_s=16.0,
         side_by_side_s=21.0,
         compile_s={"float32": 15.0},
-        min_tune_s=20.0,
+        min_tune_s=12.0,
         report_s=2.0,
-        # guesses, not yet measured: a group tunes each member warm-started from the cases (6 s
-        # of search each), the oracle of each at 4096^3 or 4x16x2048x128, then the side by
-        # side; the training step tunes its 16 calls at 3 trials, 2 s each, then times 3 steps
+        # not yet measured: what each script is given, as its --budget-s; each fits its work
+        # to it (the step tunes its calls while its timing's share is left, a group's members
+        # share what is left before its side by side) and prints its rows as they are done
         extras_s={
+            "train_step": 80.0,
             "groups_matmul": 40.0,
             "groups_attention": 50.0,
-            "train_step": 90.0,
             "readme": 60.0,
         },
+        install_s=10.0,
     ),
     # unmeasured: the GPU's figures, as a TPU's compiles are of the same order
     "tpu": Overheads(
@@ -268,9 +282,9 @@ OVERHEADS = {
         tune_past_limit_s=16.0,
         side_by_side_s=21.0,
         compile_s={},
-        min_tune_s=20.0,
+        min_tune_s=12.0,
         report_s=2.0,
-        extras_s={"groups_matmul": 40.0, "groups_attention": 50.0, "train_step": 90.0},
+        extras_s={"train_step": 80.0, "groups_matmul": 40.0, "groups_attention": 50.0},
     ),
     # this 2-core CPU host, jax 0.10.2, --smoke, others' jobs running: a case took 7-13 s (2
     # trials), matmul_mgpu's check in GPU interpret mode 9 s
@@ -401,8 +415,9 @@ def next_step(todo: list[Step], elapsed_s: float, budget_s: float, overheads: Ov
 
 def whole_plan(todo: list[Step], budget_s: float, overheads: Overheads) -> list[Planned]:
     """The run's plan before it starts: each step planned as the run plans it, every step
-    taking its planned time, after the device is read (DEVICE_INFO_S)."""
-    out, elapsed = [], DEVICE_INFO_S
+    taking its planned time, after the carried wheels are installed (`Overheads.install_s`)
+    and the device is read (DEVICE_INFO_S)."""
+    out, elapsed = [], overheads.install_s + DEVICE_INFO_S
     for i in range(len(todo)):
         planned = next_step(todo[i:], elapsed, budget_s, overheads)
         out.append(planned)
@@ -411,11 +426,15 @@ def whole_plan(todo: list[Step], budget_s: float, overheads: Overheads) -> list[
 
 
 def print_plan(kind: str, platform: str, budget_s: float, planned: list[Planned]) -> None:
+    overheads = overheads_of(platform)
     print(
         f"plan for {kind} ({platform}) within {budget_s:.0f} s (stopped by {budget_s * OVERRUN:.0f} s):"
     )
     print("| # | step | starts at s | planned s | of it search s | time limit s |")
     print("|---|---|---|---|---|---|")
+    if overheads.install_s:
+        print(f"| - | install the carried wheels | 0 | {overheads.install_s:.0f} | | |")
+    print(f"| - | read the device | {overheads.install_s:.0f} | {DEVICE_INFO_S:.0f} | | |")
     for n, p in enumerate(planned, 1):
         if p.planned_s is None:
             print(f"| {n} | {p.step.label} | | not run: budget | | |")
@@ -425,10 +444,10 @@ def print_plan(kind: str, platform: str, budget_s: float, planned: list[Planned]
             f"| {p.limit_s:.0f} |"
         )
     ran = [p for p in planned if p.planned_s is not None]
-    end = ran[-1].start_s + ran[-1].planned_s if ran else DEVICE_INFO_S
+    end = ran[-1].start_s + ran[-1].planned_s if ran else overheads.install_s + DEVICE_INFO_S
     print(
         f"{len(ran)} of {len(planned)} steps run; planned to end at {end:.0f} s, the report "
-        f"written by {end + overheads_of(platform).report_s:.0f} s of the {budget_s:.0f} s budget"
+        f"written by {end + overheads.report_s:.0f} s of the {budget_s:.0f} s budget"
     )
 
 
@@ -439,7 +458,10 @@ def overheads_of(platform: str) -> Overheads:
 def job(
     step: Step, tune_s: float, db: str, smoke: bool, info: dict[str, Any], limit_s: float = 1e9
 ) -> dict[str, Any]:
-    """What `hardware_case.py` runs for a step stopped after `limit_s`."""
+    """What `hardware_case.py` runs for a step stopped after `limit_s`. A case's tune is given
+    what the step has left when it starts, less what the step needs after it (`after_tune_s`,
+    `tune_past_limit_s`), so that its checks and side by side always run; an extra's script, its
+    share of the step's limit as its --budget-s."""
     overheads = overheads_of(info.get("platform", "gpu"))
     if step.extra is not None:
         # the script stops itself first, within its process's limit, and says so
@@ -460,15 +482,20 @@ def job(
         "smoke": smoke,
         "trials": 2 if smoke else 200,
         "time_limit_s": max(1.0, tune_s),
-        # the tune is stopped well past its usual overrun; the case's own timeout bounds it too
+        # the tune is stopped well past its usual overrun, and where the step then has no more
+        # left than its checks and side by side need (hardware_case.tune_limits)
         "tune_timeout_s": tune_s + 3 * overheads.tune_past_limit_s,
+        "tune_past_limit_s": overheads.tune_past_limit_s,
+        "after_tune_s": overheads.after_tune_s(step.checks, case.dtype) if step.tuned else 0.0,
+        "limit_s": limit_s,
     }
 
 
 def run_step(job_doc: dict[str, Any], timeout_s: float, folder: Path) -> dict[str, Any]:
     """Run one step's process, stopped (with everything it started) after `timeout_s`."""
     job_path, result_path = folder / "job.json", folder / "result.json"
-    job_path.write_text(json.dumps(job_doc))
+    # the step's clock: its process fits its tune to what is left of `timeout_s` from here
+    job_path.write_text(json.dumps({**job_doc, "started_at": time.time()}))
     result_path.unlink(missing_ok=True)
     start = time.perf_counter()
     # its own process group: a timeout stops the tune and its device worker with it
@@ -676,7 +703,7 @@ def run_name(info: dict[str, Any]) -> str:
 def main(argv: list[str] | None = None) -> int:
     start = time.perf_counter()
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--budget-s", type=float, default=480.0, help="the whole check's time budget")
+    p.add_argument("--budget-s", type=float, default=540.0, help="the whole check's time budget")
     p.add_argument(
         "--smoke", action="store_true", help="tiny shapes on this host (interpret mode on a CPU)"
     )
@@ -692,6 +719,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--plan-only", action="store_true", help="print the plan and stop: nothing runs")
     p.add_argument(
+        "--started-at",
+        type=float,
+        help="when the command began, in seconds since the epoch (`date +%%s`, before the wheels "
+        "were installed): the budget counts from then (default: now)",
+    )
+    p.add_argument(
         "--device-kind",
         help='with --plan-only: the device to plan for, as jax names it (e.g. "NVIDIA H100 '
         '80GB HBM3", "TPU v5 lite"; default: this host\'s)',
@@ -700,6 +733,16 @@ def main(argv: list[str] | None = None) -> int:
     if args.device_kind and not args.plan_only:
         print("--device-kind plans for another device: give --plan-only too", file=sys.stderr)
         return 2
+    if args.started_at is not None:
+        before = time.time() - args.started_at
+        if not 0 <= before < args.budget_s:
+            print(
+                f"--started-at {args.started_at:.0f} is {before:.0f} s ago: give the command's "
+                f"start (`date +%s`), within the {args.budget_s:.0f} s budget",
+                file=sys.stderr,
+            )
+            return 2
+        start -= before  # the install before this process counts against the budget
     items = select(args)
     if not items:
         print("no case matches --kernels, --dtypes and --cases together", file=sys.stderr)

@@ -21,6 +21,6 @@ for _op in sorted(m.name for m in pkgutil.iter_modules(__path__) if m.ispkg):
     __all__ += _package.__all__
 del _op, _package
 
-from autotune.kernels.groups import attention_variants, matmul_variants  # noqa: E402
+from autotune.kernels.groups import attention_variants, matmul_variants, ragged_dot  # noqa: E402
 
-__all__ += ["attention_variants", "matmul_variants"]
+__all__ += ["attention_variants", "matmul_variants", "ragged_dot"]

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import logging
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -30,6 +33,44 @@ def subprocess_env(db_url) -> dict[str, str]:
     tests = str(Path(__file__).parent)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (tests, env.get("PYTHONPATH")) if p)
     return env
+
+
+@pytest.fixture
+def cli(capsys, monkeypatch):
+    """Run the `autotune` command in this process, as `autotune ARGS` would in a shell here:
+    `cli(args, rc=0, env=None, cwd=None)` asserts its exit code and gives what it printed
+    (`.returncode`, `.stdout`, `.stderr`, as subprocess.run's). Its log lines go to stderr as
+    the command's own logging set-up sends them (root at WARNING, INFO with -v). Where the
+    process boundary is the subject (signals, kills, fresh processes, several at once), the
+    tests start `sys.executable -m autotune.cli` themselves."""
+    from autotune.cli import main
+
+    def run(args, rc=0, *, env=None, cwd=None):
+        with monkeypatch.context() as m:
+            for name, value in (env or {}).items():
+                m.setenv(name, value)
+            if cwd is not None:
+                m.chdir(cwd)
+            capsys.readouterr()  # what the test printed before is not the command's
+            verbose = "-v" in args or "--verbose" in args
+            handler = logging.StreamHandler(sys.stderr)  # the capture's stderr, now
+            handler.setFormatter(logging.Formatter("%(message)s"))
+            root = logging.getLogger()
+            level = root.level
+            root.addHandler(handler)
+            root.setLevel(logging.INFO if verbose else logging.WARNING)
+            try:
+                code = main([str(a) for a in args])
+            except SystemExit as e:  # --help, --version: argparse's own exit
+                code = e.code if isinstance(e.code, int) else 0 if e.code is None else 1
+            finally:
+                root.removeHandler(handler)
+                root.setLevel(level)
+            out, err = capsys.readouterr()
+        assert code == rc, f"exit {code}, not {rc}\n{out[-3000:]}\n{err[-3000:]}"
+        return subprocess.CompletedProcess(["autotune", *args], code, out, err)
+
+    return run
 
 
 # tests/multidevice/ needs several host devices, which XLA_FLAGS gives only before jax starts:

@@ -142,10 +142,19 @@ def lowering_configs(kernel, platform: str, sample: int = 3) -> list[dict]:
 
 
 def example_inputs(kernel) -> tuple[list, dict]:
-    """Random arrays of the kernel's example (away from zero: norms divide by them), and its
-    static arguments."""
+    """Random arrays of the kernel's example (away from zero: norms divide by them), its
+    integer data arguments (group sizes) made by its default workload, and its static
+    arguments."""
+    from autotune.measure.inputs import task_inputs
+
     arrays, static = example_call(kernel)
-    return [rand(a.shape, a.dtype, seed=i, scale=2.0) + 0.5 for i, a in enumerate(arrays)], static
+    made = task_inputs(kernel.spec, arrays)
+    return [
+        made[i]
+        if not jnp.issubdtype(a.dtype, jnp.floating)
+        else rand(a.shape, a.dtype, seed=i, scale=2.0) + 0.5
+        for i, a in enumerate(arrays)
+    ], static
 
 
 def loss(fn, cotangent):
@@ -166,7 +175,8 @@ def check_gradient(kernel) -> None:
     args, static = example_inputs(kernel)
     reference = functools.partial(spec.reference, **static)
     cotangent = rand(jax.eval_shape(reference, *args).shape, seed=9)
-    argnums = tuple(range(len(args)))
+    # the float arrays: integer ones (group sizes) are data, with no gradient
+    argnums = tuple(i for i, a in enumerate(args) if jnp.issubdtype(a.dtype, jnp.floating))
     if not runs_here(kernel):
         fn = functools.partial(kernel, **static, interpret=False)
         grad = jax.grad(loss(fn, cotangent), argnums)

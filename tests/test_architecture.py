@@ -184,3 +184,29 @@ def test_the_graph_reads_lazy_imports():
     # a function's import counts: the runtime state opens the database lazily
     assert "autotune.db" in GRAPH["autotune.runtime.state"]
     assert "autotune.tuning.tune" in GRAPH["autotune.service.jobs"]  # imported inside run_tasks
+
+
+DOC = (PACKAGE.parent / "docs" / "architecture.md").read_text()
+
+
+def test_the_map_names_every_module_and_package():
+    """docs/architecture.md's tree names every module and package of autotune/ (its Alembic
+    revisions aside), so a module added or moved without the map fails here."""
+    parts = DOC[DOC.index("## The parts") : DOC.index("## Floors")]
+    unnamed = [
+        str(p.relative_to(PACKAGE.parent))
+        for p in PACKAGE.rglob("*.py")
+        if "versions" not in p.parts
+        and p.name not in ("__init__.py", "__main__.py")
+        and p.name not in parts
+    ]
+    packages = [p.name for p in PACKAGE.iterdir() if (p / "__init__.py").exists()]
+    assert unnamed == [], f"modules the map does not name: {unnamed}"
+    assert [p for p in packages if f"{p}/" not in parts] == []
+
+
+def test_the_floors_the_map_states_are_the_layers_held_here():
+    floors = DOC[DOC.index("## Floors") :].split("\n\n")[1]
+    named = [p.split(".")[-1] for layer in LAYERS for p in layer if p != "autotune"]
+    positions = [floors.index(f"`{n}`") for n in named]
+    assert positions == sorted(positions), f"the map's floors are not in the order {named}"

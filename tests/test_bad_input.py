@@ -187,7 +187,7 @@ def test_a_signal_inside_a_callback_still_ends_the_run(tmp_path, where, sig, cod
     assert proc.stderr.splitlines() == [said]  # one line, the same kind for either signal
 
 
-def test_a_full_disk_under_the_studies_file_is_one_line(tmp_path, subprocess_env):
+def test_a_full_disk_under_the_studies_file_is_one_line(tmp_path, cli):
     full = tmp_path / "full"
     full.mkdir()
     mount = ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(full)]
@@ -200,16 +200,10 @@ def test_a_full_disk_under_the_studies_file_is_one_line(tmp_path, subprocess_env
             while True:
                 f.write(b"\0" * 4096)
         argv = ["tune", "vector_add", "--shape", "256,256", "--trials", "4", "--no-isolate"]
-        proc = subprocess.run(
-            [sys.executable, "-m", "autotune.cli", *argv, "--storage", storage],
-            env=subprocess_env,
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
+        proc = cli([*argv, "--storage", storage], rc=2)
     finally:
         subprocess.run(["umount", "-l", str(full)], check=True)
-    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+    assert proc.stderr.count("\n") == 1, proc.stderr
     assert "studies storage" in proc.stderr and "disk is full" in proc.stderr
 
 

@@ -1,4 +1,5 @@
-"""The `autotune` command in real subprocesses, on a real SQLite file."""
+"""The `autotune` command on a real SQLite file: in this process (tests/conftest.py `cli`), and in a
+real subprocess where a kill is the subject."""
 
 import json
 import subprocess
@@ -9,25 +10,11 @@ import pytest
 from autotune import TuningDB
 
 
-def run(args, env, check_rc=0):
-    proc = subprocess.run(
-        [sys.executable, "-m", "autotune.cli", *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert proc.returncode == check_rc, proc.stderr
-    return proc
-
-
-def test_tune_then_list_and_trials(subprocess_env, db_url):
-    out = run(
-        ["tune", "matmul", "--shape", "32x64,64x32", "--trials", "3", "--seed", "0"], subprocess_env
-    ).stdout
+def test_tune_then_list_and_trials(cli, db_url):
+    out = cli(["tune", "matmul", "--shape", "32x64,64x32", "--trials", "3", "--seed", "0"]).stdout
     assert out.count("trial ") == 3
     assert "best " in out and "speedup" in out and "rejected 0" in out
-    rows = json.loads(run(["db", "list", "--format", "json"], subprocess_env).stdout)
+    rows = json.loads(cli(["db", "list", "--format", "json"]).stdout)
     (row,) = rows
     for field in (
         "kernel",
@@ -42,29 +29,26 @@ def test_tune_then_list_and_trials(subprocess_env, db_url):
     ):
         assert field in row
     assert row["kernel"] == "matmul" and row["signature"] == "f32[32,64],f32[64,32]"
-    trials = json.loads(
-        run(["db", "trials", "--kernel", "matmul", "--format", "json"], subprocess_env).stdout
-    )
+    trials = json.loads(cli(["db", "trials", "--kernel", "matmul", "--format", "json"]).stdout)
     assert len(trials) == 3 and {t["status"] for t in trials} == {"ok"}
     # the compiler's memory analysis of each measured program (CPU reports it)
     assert all(t["memory_peak_bytes"] >= t["memory_argument_bytes"] > 0 for t in trials)
-    assert "peak_memory" in run(["db", "trials"], subprocess_env).stdout
-    csv_out = run(["db", "trials", "--format", "csv"], subprocess_env).stdout.splitlines()
+    assert "peak_memory" in cli(["db", "trials"]).stdout
+    csv_out = cli(["db", "trials", "--format", "csv"]).stdout.splitlines()
     assert len(csv_out) == 4 and csv_out[0].startswith("id,")
-    table = run(["db", "list", "--kernel", "matmul"], subprocess_env).stdout
+    table = cli(["db", "list", "--kernel", "matmul"]).stdout
     assert "f32[32,64],f32[64,32]" in table
-    assert run(["db", "list", "--kernel", "nothing"], subprocess_env).stdout.strip() == "(no rows)"
+    assert cli(["db", "list", "--kernel", "nothing"]).stdout.strip() == "(no rows)"
 
 
-def test_tune_measures_each_distinct_program_once(subprocess_env):
+def test_tune_measures_each_distinct_program_once(cli):
     # block_rows 16 to 128 are clamped to the 16 rows: one program; 8 is another
-    out = run(
-        ["tune", "softmax", "--shape", "16x128", "--trials", "5", "--strategy", "grid"],
-        subprocess_env,
+    out = cli(
+        ["tune", "softmax", "--shape", "16x128", "--trials", "5", "--strategy", "grid"]
     ).stdout
     assert "trials 2 (+3 duplicates)" in out, out
     assert "the 5 valid configurations compile to 2 distinct programs, every one measured" in out
-    trials = json.loads(run(["db", "trials", "--format", "json"], subprocess_env).stdout)
+    trials = json.loads(cli(["db", "trials", "--format", "json"]).stdout)
     measured = {t["id"]: t for t in trials if t["status"] == "ok"}
     duplicates = [t for t in trials if t["status"] == "duplicate"]
     assert len(measured) == 2 and len(duplicates) == 3
@@ -75,15 +59,13 @@ def test_tune_measures_each_distinct_program_once(subprocess_env):
         assert t["time_s"] is None
 
 
-def test_kernels_lists_shipped_kernels_with_parameters(subprocess_env):
-    out = run(["kernels"], subprocess_env).stdout
+def test_kernels_lists_shipped_kernels_with_parameters(cli):
+    out = cli(["kernels"]).stdout
     assert "matmul" in out and "block_m in [16, 32, 64, 128]" in out and "vector_add" in out
 
 
-def test_import_path_kernel(subprocess_env):
-    out = run(
-        ["tune", "toy_kernels:scale", "--shape", "16x128", "--trials", "2"], subprocess_env
-    ).stdout
+def test_import_path_kernel(cli):
+    out = cli(["tune", "toy_kernels:scale", "--shape", "16x128", "--trials", "2"]).stdout
     assert "scale f32[16,128]" in out
 
 
@@ -107,8 +89,8 @@ def test_import_path_kernel(subprocess_env):
         (["db", "list", "--format", "xml"], "invalid choice: 'xml'"),
     ],
 )
-def test_user_errors_are_one_line_with_exit_code_2(subprocess_env, db_url, args, message):
-    proc = run(args, subprocess_env, check_rc=2)
+def test_user_errors_are_one_line_with_exit_code_2(cli, db_url, args, message):
+    proc = cli(args, rc=2)
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("autotune: error: ") and message in lines[0], (
         proc.stderr
@@ -117,29 +99,31 @@ def test_user_errors_are_one_line_with_exit_code_2(subprocess_env, db_url, args,
     assert TuningDB(db_url).query() == [] and TuningDB(db_url).trials() == []
 
 
-def test_check_reports_every_tpu_candidate(subprocess_env):
-    out = run(["check", "vector_add", "--platform", "tpu", "--shape", "5000,5000"], subprocess_env)
+def test_check_reports_every_tpu_candidate(cli):
+    out = cli(["check", "vector_add", "--platform", "tpu", "--shape", "5000,5000"])
     assert "7 candidates, 7 accepted by the constraints, 0 of those do not lower" in out.stdout
     assert out.stdout.count(" yes") == 7
-    bad = run(["check", "vector_add", "--shape", "5000"], subprocess_env, check_rc=2)
+    bad = cli(["check", "vector_add", "--shape", "5000"], rc=2)
     assert "vector_add takes 2 array argument(s) (x, y)" in bad.stderr
     assert "Traceback" not in bad.stderr
 
 
-def test_tune_isolates_by_default_and_records_a_crash(subprocess_env):
+def test_tune_isolates_by_default_and_records_a_crash(cli):
     args = ["tune", "toy_kernels:fragile_scale", "--shape", "16x128", "--strategy", "grid"]
-    out = run([*args, "--trials", "2", "--compile-timeout", "20"], subprocess_env).stdout
+    out = cli([*args, "--trials", "2", "--compile-timeout", "20"]).stdout
     assert "crashed" in out and "crashed/timeout 1" in out and "block_rows=8" in out
-    trials = json.loads(run(["db", "trials", "--format", "json"], subprocess_env).stdout)
+    trials = json.loads(cli(["db", "trials", "--format", "json"]).stdout)
     assert sorted(t["status"] for t in trials) == ["crashed", "ok"]
-    bad = run([*args, "--run-timeout", "0"], subprocess_env, check_rc=2)
+    bad = cli([*args, "--run-timeout", "0"], rc=2)
     assert "--run-timeout must be a positive number of seconds" in bad.stderr
-    bad = run([*args, "--compile-workers", "-1"], subprocess_env, check_rc=2)
+    bad = cli([*args, "--compile-workers", "-1"], rc=2)
     assert "--compile-workers must be 0 or more, got -1" in bad.stderr
 
 
 @pytest.mark.slow
-def test_plain_tune_killed_mid_run_resumes_and_a_finished_one_starts_afresh(subprocess_env, db_url):
+def test_plain_tune_killed_mid_run_resumes_and_a_finished_one_starts_afresh(
+    subprocess_env, db_url, cli
+):
     import os
     import signal
 
@@ -165,7 +149,7 @@ def test_plain_tune_killed_mid_run_resumes_and_a_finished_one_starts_afresh(subp
 
     assert len(measured()) >= 3 and TuningDB(db_url).query() == []
 
-    out = run(cmd, subprocess_env).stdout
+    out = cli(cmd).stdout
     done = int(out.split("resumed: ")[1].split(" of 6 trials already measured")[0])
     assert done >= 2  # trial 3 was stored; the kill may land before its study heard of it
     assert len(lines(out)) == 6 - done
@@ -173,7 +157,7 @@ def test_plain_tune_killed_mid_run_resumes_and_a_finished_one_starts_afresh(subp
     (entry,) = TuningDB(db_url).query()
     assert entry.n_trials == 6
 
-    again = run(cmd, subprocess_env).stdout  # finished: its study is gone, this one is new
+    again = cli(cmd).stdout  # finished: its study is gone, this one is new
     assert "resumed" not in again and len(lines(again)) == 6
 
 
@@ -282,11 +266,9 @@ def test_bad_input_is_one_line_with_exit_2_and_writes_nothing(case, tmp_path, mo
     assert sorted(tmp_path.iterdir()) == before  # no database, no studies, no report
 
 
-def test_a_time_limit_that_ends_before_any_trial_says_so(subprocess_env):
-    proc = run(
-        ["tune", "vector_add", "--shape", "256,256", "--time-limit", "1e-9", "--no-isolate"],
-        subprocess_env,
-        check_rc=2,
+def test_a_time_limit_that_ends_before_any_trial_says_so(cli):
+    proc = cli(
+        ["tune", "vector_add", "--shape", "256,256", "--time-limit", "1e-9", "--no-isolate"], rc=2
     )
     assert "the time limit ran out before any candidate" in proc.stderr
     assert "--time-limit" in proc.stderr and "()" not in proc.stderr

@@ -4,6 +4,8 @@ import dataclasses
 import json
 import math
 import sqlite3
+import subprocess
+import sys
 
 import pytest
 from toy_kernels import scale
@@ -310,8 +312,18 @@ def test_python_api_queries_with_the_same_filters(filled):
 def test_every_command_that_resolves_kernels_sees_your_own_with_import(
     tmp_path, subprocess_env, db_url
 ):
-    # a fresh process knows only the shipped kernels until --import registers the user's
-    from test_cli import run
+    # a fresh process knows only the shipped kernels until --import registers the user's: each
+    # command in a process of its own (this one has imported them)
+    def run(args, env, check_rc=0):
+        proc = subprocess.run(
+            [sys.executable, "-m", "autotune.cli", *args],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert proc.returncode == check_rc, proc.stderr
+        return proc
 
     with TuningDB(db_url) as db:
         put(db, key(platform="cpu", device_kind="cpu"), 16, 1e-3)

@@ -17,7 +17,7 @@ from autotune import TuningDB, backends
 from autotune.errors import SettingsError
 
 
-def cli(args, env, rc=0):
+def forced_devices_cli(args, env, rc=0):
     proc = subprocess.run(
         [sys.executable, "-m", "autotune.cli", *args],
         env=env,
@@ -29,12 +29,13 @@ def cli(args, env, rc=0):
     return proc
 
 
-def test_two_devices_measure_exactly_the_budget_between_them(subprocess_env, db_url):
-    env = {**subprocess_env, "XLA_FLAGS": FORCED_DEVICES}  # four host devices
-    out = cli(
+def test_two_devices_measure_exactly_the_budget_between_them(subprocess_env, db_url, cli):
+    # the devices are counted before jax starts: the tune runs in a process given four
+    env = {**subprocess_env, "XLA_FLAGS": FORCED_DEVICES}
+    out = forced_devices_cli(
         ["tune", "matmul", "--shape", "64x64,64x64", "--trials", "6", "--devices", "2"], env
     ).stdout
-    trials = json.loads(cli(["db", "trials", "--format", "json"], env).stdout)
+    trials = json.loads(cli(["db", "trials", "--format", "json"]).stdout)
     # one study's budget of distinct programs, not one per device (a config compiling to a
     # program measured already, e.g. block_m 128 clamped to 64 rows, is a duplicate, not measured)
     assert len([t for t in trials if t["status"] != "duplicate"]) == 6, out
@@ -48,15 +49,15 @@ def test_two_devices_measure_exactly_the_budget_between_them(subprocess_env, db_
     assert entry.config in [t["config"] for t in trials]
 
 
-def test_a_jobs_tasks_are_spread_over_the_devices_one_device_each(tmp_path, subprocess_env):
+def test_a_jobs_tasks_are_spread_over_the_devices_one_device_each(tmp_path, subprocess_env, cli):
     job = tmp_path / "job.toml"
     job.write_text(
         '[defaults]\ntrials = 2\n[[task]]\nkernel = "softmax"\nshapes = ["8x128", "16x128"]\n'
     )
     env = {**subprocess_env, "XLA_FLAGS": FORCED_DEVICES}
-    out = cli(["tune", "--job", str(job), "--devices", "2"], env).stdout
+    out = forced_devices_cli(["tune", "--job", str(job), "--devices", "2"], env).stdout
     assert out.strip().endswith("2 tuned, 0 skipped, 0 failed"), out
-    trials = json.loads(cli(["db", "trials", "--format", "json"], env).stdout)
+    trials = json.loads(cli(["db", "trials", "--format", "json"]).stdout)
     devices = {}
     for t in trials:
         devices.setdefault(t["signature"], set()).add(t["device"])
@@ -69,17 +70,15 @@ def config_text(trial):
     return json.dumps(trial["config"], sort_keys=True)
 
 
-def test_more_devices_than_the_host_has_is_one_line_and_nothing_is_written(
-    tmp_path, subprocess_env
-):
+def test_more_devices_than_the_host_has_is_one_line_and_nothing_is_written(tmp_path, cli):
     db = tmp_path / "never.db"
     args = ["tune", "matmul", "--shape", "64x64,64x64", "--db", str(db), "--devices"]
-    err = cli([*args, "2"], subprocess_env, rc=2).stderr  # one host device here
+    err = cli([*args, "2"], rc=2).stderr  # one host device here
     assert err.strip().splitlines() == [
         "autotune: error: --devices asks for 2 devices and this host has 1 local device: "
         "give at most 1, or all"
     ]
-    assert "neither a number" in cli([*args, "two"], subprocess_env, rc=2).stderr
+    assert "neither a number" in cli([*args, "two"], rc=2).stderr
     assert not db.exists()
 
 
@@ -163,3 +162,18 @@ def test_a_run_on_devices_that_share_cores_says_so_once_at_its_start(monkeypatch
         assert [o.status for o in outcomes] == ["failed"] * 4
         assert len(caplog.records) == 2
     warn_shared_cores.cache_clear()
+
+
+def test_devices_count_a_tpus_chips_not_a_v7x_chips_two_tensorcores():
+    # a worker is pinned by chip (mosaic_tpu.pinned_env): `--devices all` on a v7x host of 4
+    # chips means 4 workers, not its 8 jax devices. No TPU runs here: the devices are stand-ins
+    # with the attributes jax's TPU devices carry (platform, core_on_chip)
+    from types import SimpleNamespace
+
+    from autotune.device import local_device_units
+
+    v7x = [SimpleNamespace(platform="tpu", core_on_chip=i % 2) for i in range(8)]
+    v5e = [SimpleNamespace(platform="tpu", core_on_chip=0) for _ in range(4)]
+    assert local_device_units(v7x) == 4 and local_device_units(v5e) == 4
+    # elsewhere every device takes a worker: this host's forced CPU devices are real ones
+    assert local_device_units() == len(jax.local_devices())

@@ -55,6 +55,7 @@ def test_three_workers_share_one_study_and_store_its_best_trial(
         # without it, "the best entry is the best trial of the study" is exact
         "--finalists",
         "0",
+        "--no-isolate",  # the workers share a study; a device worker each adds nothing to that
     ]
     workers = [
         subprocess.Popen(cmd, env=subprocess_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)

@@ -1,8 +1,6 @@
 """flash_attention against the plain-JAX reference, in interpret mode."""
 
 import json
-import subprocess
-import sys
 
 import jax
 import jax.numpy as jnp
@@ -87,17 +85,13 @@ def test_every_admitted_tpu_config_of_flash_attention_lowers(seq, dtype):
         assert tpu_configs_lower(flash_attention, args, {"causal": causal}, effective) >= 1
 
 
-def test_cli_tunes_causal_flash_attention(subprocess_env):
+def test_cli_tunes_causal_flash_attention(cli):
     shape = "1x2x50x16,1x2x50x16,1x2x50x16"
-    tune = [sys.executable, "-m", "autotune.cli", "tune", "flash_attention", "--shape", shape]
-    static = ["--static", "causal=true", "--static", "sm_scale=0.25", "--trials", "2"]
-    proc = subprocess.run(
-        tune + static, env=subprocess_env, capture_output=True, text=True, timeout=300
-    )
-    assert proc.returncode == 0, proc.stderr
+    tune = ["tune", "flash_attention", "--shape", shape]
+    static = ["--static", "causal=true", "--static", "sm_scale=0.25"]
+    proc = cli([*tune, *static, "--trials", "2", "--no-isolate"])
     assert proc.stdout.count("trial ") == 2 and "rejected 0" in proc.stdout
-    listing = [sys.executable, "-m", "autotune.cli", "db", "list", "--format", "json"]
-    out = subprocess.run(listing, env=subprocess_env, capture_output=True, text=True, timeout=300)
+    out = cli(["db", "list", "--format", "json"])
     (row,) = json.loads(out.stdout)
     assert row["kernel"] == "flash_attention"
     # precision None: the inputs' own (float32: "highest"; see kernels/precision.py)

@@ -105,28 +105,106 @@ def _plan(device_kind, budget_s, *more):
     return proc.stdout, [(r[1], r[3]) for r in rows], rows
 
 
-def test_the_gpu_plan_runs_every_bf16_kernel_and_both_groups_first_within_its_budget():
-    # on this CPU host, nothing touches a device: the plan the run would make on an H100
-    text, planned, rows = _plan("NVIDIA H100 80GB HBM3", 480)
+def test_the_h100_plan_fits_the_bf16_cases_the_training_step_and_both_groups_in_540_s():
+    # on this CPU host, nothing touches a device: the plan the prepared command makes on an
+    # H100, the wheel install counted
+    text, planned, rows = _plan("NVIDIA H100 80GB HBM3", 540)
     ran = [step for step, time_s in planned if time_s != "not run: budget"]
-    assert ran[:7] == [
+    assert ran[:8] == [
         "matmul bfloat16",
         "flash_attention bfloat16 causal=True",
         "flash_attention_dq bfloat16 causal=True",
         "flash_attention_dkv bfloat16 causal=True",
         "matmul_mgpu bfloat16",
+        "training step",
         "variant group matmul_variants",
         "variant group attention_variants",
     ]
     first_f32 = next(i for i, (step, _) in enumerate(planned) if "float32" in step)
     assert all(i < first_f32 for i, (step, _) in enumerate(planned) if step in ran)
+    assert "| - | install the carried wheels | 0 | 10 |" in text
     # each with a time limit, none past the budget's tolerance, the report within the budget
     for r in rows:
         if r[3] != "not run: budget":
             start, planned_s, limit = float(r[2]), float(r[3]), float(r[5])
-            assert planned_s <= limit and start + limit <= 480 * 1.05
+            assert planned_s <= limit and start + limit <= 540 * 1.05
     end = float(re.search(r"the report written by (\d+) s", text).group(1))
-    assert end <= 480
+    assert end <= 540
+    assert sum(float(r[3]) for r in rows if r[3] != "not run: budget") + 20 <= end
+
+
+def test_a_cases_tune_gets_what_its_step_has_left_after_its_checks_and_side_by_side(hc):
+    sys.path.insert(0, str(SCRIPT.parent))
+    try:
+        import hardware_case
+    finally:
+        sys.path.remove(str(SCRIPT.parent))
+    step = hc.Step(hc.CASES[0], ("bfloat16",), True)  # matmul bf16 on a GPU
+    job = hc.job(step, 27.0, "db", smoke=False, info={"platform": "gpu"}, limit_s=96.0)
+    job["started_at"] = 1000.0
+    gpu = hc.OVERHEADS["gpu"]
+    assert job["after_tune_s"] == gpu.check_s["bfloat16"] + gpu.side_by_side_s  # 26 s
+    # 8 s into the step: 96 - 8 - 26 - 2 = 60 s left, its 27 s search and the tune's overrun fit
+    assert hardware_case.tune_limits(job, 1008.0) == (27.0, 60.0)
+    # 40 s into it (a slow start): the search shrinks to what leaves the side by side its time
+    search, timeout = hardware_case.tune_limits(job, 1040.0)
+    assert timeout == 28.0 and search == 28.0 - gpu.tune_past_limit_s
+    assert 1040.0 + timeout + job["after_tune_s"] <= 1000.0 + 96.0
+    assert hardware_case.tune_limits(job, 1060.0) is None  # nothing worth starting: skipped
+
+
+def test_the_readmes_wheels_are_the_projects_dependency_tree_less_what_the_device_has():
+    # the prepared GPU run installs the project with --no-deps from the wheels
+    # benchmarks/README.md lists: every distribution the installed project needs on the
+    # device (Python 3.12, Linux x86-64), walked through importlib.metadata, less what the
+    # device machine has (JAX with CUDA, absl-py, rich, scipy, PyYAML, and what they need)
+    from importlib import metadata
+
+    from packaging.markers import default_environment
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    env = {
+        **default_environment(),
+        "python_version": "3.12",
+        "python_full_version": "3.12.1",
+        "sys_platform": "linux",
+        "platform_system": "Linux",
+        "platform_machine": "x86_64",
+        "implementation_name": "cpython",
+        "extra": "",
+    }
+
+    def closure(names):
+        seen, todo = set(), [canonicalize_name(n) for n in names]
+        while todo:
+            name = todo.pop()
+            if name in seen:
+                continue
+            seen.add(name)
+            for text in metadata.requires(name) or []:
+                req = Requirement(text)
+                if req.marker is None or req.marker.evaluate(env):
+                    todo.append(canonicalize_name(req.name))
+        return seen
+
+    on_device = closure(["jax", "jaxlib", "absl-py", "rich", "scipy", "pyyaml"])
+    needed = closure(["pallas-autotune"]) - on_device
+    readme = (ROOT / "benchmarks" / "README.md").read_text()
+    section = readme[
+        readme.index("### The prepared GPU run") : readme.index("### The prepared TPU")
+    ]
+    listed = set()
+    for line in section.splitlines():
+        words = line.split()
+        if words[:2] in (["pip", "wheel"], ["pip", "download"]):
+            values = {"-w", "-d", "--python-version", "--platform"}  # options with a value
+            names = [w for i, w in enumerate(words[2:], 2)
+                     if not w.startswith("-") and words[i - 1] not in values]  # fmt: skip
+            listed |= {"pallas-autotune" if n == "." else canonicalize_name(n) for n in names}
+    assert listed == needed
+    # what the issue found missing from the earlier list is in it
+    assert {"packaging", "typing-extensions", "tqdm", "markupsafe", "sqlalchemy"} <= listed
 
 
 def test_the_tpu_plan_leaves_mosaic_gpu_out_and_says_so():
@@ -176,7 +254,6 @@ def test_the_smoke_run_ends_within_its_budget_lists_what_it_dropped_and_ships_it
     hc, tmp_path, subprocess_env, monkeypatch
 ):
     budget = 30.0
-    start = time.perf_counter()
     proc = subprocess.run(
         [sys.executable, str(SCRIPT), "--smoke", "--budget-s", str(budget), "--out", str(tmp_path)],
         env=subprocess_env,
@@ -184,20 +261,34 @@ def test_the_smoke_run_ends_within_its_budget_lists_what_it_dropped_and_ships_it
         text=True,
         timeout=5 * budget,
     )
-    wall = time.perf_counter() - start
-    assert wall <= budget * 1.05 + 2.0, proc.stdout[-3000:]  # +2: this interpreter's start
     (report,) = tmp_path.glob("*.json")
+    text = (tmp_path / f"{report.stem}.md").read_text()
+    # The budget is the script's own clock, from its main() to its report (as its report says):
+    # the interpreter's start and jax's import before it, which a loaded host stretches to
+    # several seconds, are not the run's to plan. It stops each step by budget * OVERRUN less
+    # the report's time; +3 s: the last step's stopping and the report's writing on a busy host
+    own = float(re.search(r"; (\d+) s of a 30 s budget\.", text)[1])
+    assert own <= budget * hc.OVERRUN + 3.0, proc.stdout[-3000:]
 
     def no_nan(text):  # JSON's NaN would be a time that is not one
         raise AssertionError(f"{text} in the report")
 
     doc = json.loads(report.read_text(), parse_constant=no_nan)
-    text = (tmp_path / f"{report.stem}.md").read_text()
     assert text.startswith("# Hardware check: cpu")
     # every case is listed, in order of value, the first one run (those a CPU cannot run first,
     # each said so)
     skipped = [r for r in doc["cases"] if r["outcome"] == hc.GPU_ONLY]
     rows = doc["cases"][len(skipped) :]
+    # planned here as the script's own process plans: with the shipped kernels registered, not
+    # those other test files registered in this process before (an order of files apart)
+    from autotune import registry
+
+    shipped = {
+        name: kernel
+        for name, kernel in registry.registered().items()
+        if kernel.__module__.startswith("autotune.")
+    }
+    monkeypatch.setattr(registry, "_REGISTRY", shipped)
     on_cpu = [i for i in hc.order() if hc.runs_on(i, "cpu")]
     planned = hc.steps(on_cpu, hc.every_dtype(), True, hc.overheads_of("cpu"))
     assert [r["case"] for r in rows] == [s.label for s in planned]
@@ -267,3 +358,28 @@ def test_a_backward_case_tunes_dq_and_times_it_against_the_vjp_of_xlas_attention
         result["vendor"].endswith("(xla)")
     )
     assert result["default_s"] > 0 and result["vendor_s"] > 0
+
+
+def test_the_vendors_backward_is_timed_from_its_forwards_residuals_without_the_forward():
+    # what the side by side times for cuDNN's (here XLA's) backward: the VJP alone, the
+    # forward run once before; its dq, dk and dv are the whole VJP's
+    import jax
+
+    sys.path.insert(0, str(SCRIPT.parent))
+    try:
+        import hardware_case
+    finally:
+        sys.path.remove(str(SCRIPT.parent))
+    shapes = [[1, 2, 64, 16]] * 4 + [[1, 2, 64]] * 2
+    args = hardware_case.inputs("flash_attention_dq", shapes, "float32")
+    op, to_native = hardware_case.attention_ops(True, "xla", "highest", backward=True)
+    native = to_native(args)
+    # the backward's four products (dv, dp, dq, dk), not the forward's two besides
+    assert str(jax.make_jaxpr(op)(*native)).count("dot_general") == 4
+    forward, fwd_native = hardware_case.attention_ops(True, "xla", "highest", backward=False)
+    q, k, v = fwd_native(args)
+    do = native[-1]
+    want = jax.vjp(forward, q, k, v)[1](do)
+    got = jax.jit(op)(*native)
+    for g, w in zip(got, want):
+        assert jnp.allclose(g, w, atol=1e-5)

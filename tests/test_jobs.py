@@ -10,7 +10,6 @@ import textwrap
 
 import optuna
 import pytest
-from test_cli import run
 from toy_kernels import make_input, scale
 
 from autotune import TuningDB, configure
@@ -42,9 +41,9 @@ def write(tmp_path, text, name="job.toml"):
     return str(path)
 
 
-def test_job_runs_every_task_then_skips_tuned_ones_unless_forced(tmp_path, subprocess_env, db_url):
+def test_job_runs_every_task_then_skips_tuned_ones_unless_forced(tmp_path, cli, db_url):
     job = write(tmp_path, JOB)
-    out = run(["tune", "--job", job], subprocess_env).stdout
+    out = cli(["tune", "--job", job]).stdout
     assert "task 1/3 trial 2/2" in out and "best " in out and "eta " in out
     assert "task 3/3 tuned   vector_add f32[256],f32[256]" in out
     assert out.strip().endswith("3 tuned, 0 skipped, 0 failed")
@@ -56,11 +55,11 @@ def test_job_runs_every_task_then_skips_tuned_ones_unless_forced(tmp_path, subpr
     ]
     assert len(TuningDB(db_url).trials()) == 6
 
-    again = run(["tune", "--job", job], subprocess_env).stdout
+    again = cli(["tune", "--job", job]).stdout
     assert again.strip().endswith("0 tuned, 3 skipped, 0 failed")
     assert len(TuningDB(db_url).trials()) == 6  # nothing measured again
 
-    forced = run(["tune", "--job", job, "--shard", "0/3", "--force"], subprocess_env).stdout
+    forced = cli(["tune", "--job", job, "--shard", "0/3", "--force"]).stdout
     assert forced.strip().endswith("1 tuned, 0 skipped, 0 failed")
     assert len(TuningDB(db_url).trials(signature="f32[32,128]")) == 4  # a fresh study: 2 more
 
@@ -108,6 +107,14 @@ def test_a_jobs_memory_bound_reaches_its_tasks_settings(tmp_path):
     assert task.settings(TuneSettings(max_memory=10**9)).max_memory == 10**9  # the run's
 
 
+def test_a_jobs_workload_reaches_its_tasks_settings(tmp_path):
+    gmm = "kernel = 'megablox_gmm'\nshapes = ['32x128,4x128x128,4']\ndtypes = ['float32,float32,int32']"
+    (task,) = load_job(write(tmp_path, f"[defaults]\nworkload = 'skewed'\n[[task]]\n{gmm}\n"))
+    assert task.workload == "skewed" and task.settings(TuneSettings()).workload == "skewed"
+    with pytest.raises(JobError, match="'decode' is not a workload of megablox_gmm .*balanced"):
+        load_job(write(tmp_path, f"[[task]]\n{gmm}\nworkload = 'decode'\n"))
+
+
 @pytest.mark.parametrize(
     "text, message",
     [
@@ -133,39 +140,39 @@ def test_bad_job_files_name_the_problem(tmp_path, text, message):
     assert message in str(e.value)
 
 
-def test_bad_job_file_is_one_line_with_exit_2(tmp_path, subprocess_env):
-    proc = run(["tune", "--job", str(tmp_path / "missing.toml")], subprocess_env, check_rc=2)
+def test_bad_job_file_is_one_line_with_exit_2(tmp_path, cli):
+    proc = cli(["tune", "--job", str(tmp_path / "missing.toml")], rc=2)
     assert proc.stderr.startswith("autotune: error: cannot read job file") and proc.stdout == ""
-    proc = run(["tune", "matmul", "--job", "x.toml"], subprocess_env, check_rc=2)
+    proc = cli(["tune", "matmul", "--job", "x.toml"], rc=2)
     assert "drop the kernel and --shape" in proc.stderr
 
 
-def test_pending_tunes_what_model_code_missed(subprocess_env, db_url):
+def test_pending_tunes_what_model_code_missed(cli, db_url):
     configure(db=db_url)
     x = make_input(rows=48)
     scale(x)
     scale(x)  # memoised: one miss per new key, not per call
     scale(make_input(rows=32))
-    misses = json.loads(run(["db", "misses", "--format", "json"], subprocess_env).stdout)
+    misses = json.loads(cli(["db", "misses", "--format", "json"]).stdout)
     assert sorted((m["signature"], m["count"]) for m in misses) == [
         ("f32[32,128]", 1),
         ("f32[48,128]", 1),
     ]
-    out = run(
-        ["tune", "--pending", "--kernel", "scale", "--import", "toy_kernels", "--trials", "2"],
-        subprocess_env,
+    out = cli(
+        ["tune", "--pending", "--kernel", "scale", "--import", "toy_kernels", "--trials", "2"]
     ).stdout
     assert out.strip().endswith("2 tuned, 0 skipped, 0 failed")
     configure(db=db_url)
     assert scale.explain(x)["source"] == "db"
-    assert run(["db", "misses"], subprocess_env).stdout.strip() == "(no rows)"  # answered
-    again = run(["tune", "--pending", "--import", "toy_kernels"], subprocess_env).stdout
+    assert cli(["db", "misses"]).stdout.strip() == "(no rows)"  # answered
+    again = cli(["tune", "--pending", "--import", "toy_kernels"]).stdout
     assert again.startswith("0 task(s)")
 
 
-def test_pending_never_imports_a_module_that_a_miss_names(tmp_path, subprocess_env, db_url):
+def test_pending_never_imports_a_module_that_a_miss_names(tmp_path, cli, db_url, monkeypatch):
     # whoever can write a shared database must not run code on the tuning hosts
     (tmp_path / "planted.py").write_text("open('ran', 'w').close()\n")
+    monkeypatch.syspath_prepend(str(tmp_path))  # importable, as the working directory is
     device = current_device()
     with TuningDB(db_url) as db:
         for kernel in ("planted:kernel", "planted"):
@@ -174,15 +181,7 @@ def test_pending_never_imports_a_module_that_a_miss_names(tmp_path, subprocess_e
                     kernel, "1", device.platform, device.device_kind, device.backend, "f32[8]"
                 )
             )
-    proc = subprocess.run(
-        [sys.executable, "-m", "autotune.cli", "tune", "--pending"],
-        env=subprocess_env,
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert proc.returncode == 1, proc.stderr  # misses left untuned: not a success
+    proc = cli(["tune", "--pending"], rc=1, cwd=tmp_path)  # misses left untuned: no success
     assert not (tmp_path / "ran").exists()
     assert "skipped 1 pending miss(es) of kernel 'planted:kernel': not registered" in proc.stdout
     assert "--import MODULE" in proc.stdout
@@ -224,7 +223,7 @@ runpy.run_module("autotune.cli", run_name="__main__")
     ids=["kill-9", "ctrl-c", "sigterm-in-a-gc-callback"],
 )
 def test_interrupt_mid_task_then_rerun_resumes_without_remeasuring(
-    tmp_path, subprocess_env, db_url, sig, returncode
+    tmp_path, subprocess_env, db_url, cli, sig, returncode
 ):
     # 27 distinct programs (blocks clamp to the shape): 6 trials never run out of them, so the
     # rerun measures exactly what the study had left; at 32x64,64x32 (8 programs) it could end
@@ -269,7 +268,7 @@ def test_interrupt_mid_task_then_rerun_resumes_without_remeasuring(
     # trial 3 was stored and printed; the kill may land before the study was told of it
     assert len(done_before) >= 2
 
-    out = run(["tune", "--job", job], subprocess_env).stdout
+    out = cli(["tune", "--job", job]).stdout
     assert out.strip().endswith("1 tuned, 0 skipped, 0 failed")
     (entry,) = TuningDB(db_url).query()
     trials = [t for t in TuningDB(db_url).trials() if t.status != "duplicate"]
@@ -289,18 +288,18 @@ def test_interrupt_mid_task_then_rerun_resumes_without_remeasuring(
     assert best_row.time_s in {t.value for t in finished}
 
 
-def test_a_failing_task_is_reported_and_the_job_exits_1(tmp_path, subprocess_env, db_url):
+def test_a_failing_task_is_reported_and_the_job_exits_1(tmp_path, cli, db_url):
     job = write(tmp_path, '[[task]]\nkernel = "toy_kernels:scale"\nshapes = ["7x128"]\n')
-    out = run(["tune", "--job", job], subprocess_env, check_rc=1).stdout
+    out = cli(["tune", "--job", job], rc=1).stdout
     assert "task 1/1 failed  toy_kernels:scale f32[7,128]: no configuration of scale" in out
     assert out.strip().endswith("0 tuned, 0 skipped, 1 failed")
     assert TuningDB(db_url).query() == []
 
 
-def test_time_limit_and_patience_bound_each_task_of_a_job(tmp_path, subprocess_env, db_url):
+def test_time_limit_and_patience_bound_each_task_of_a_job(tmp_path, cli, db_url):
     job = write(tmp_path, '[[task]]\nkernel = "toy_kernels:scale"\nshapes = ["32x128"]\n')
     cmd = ["tune", "--job", job, "--time-limit", "1e-9", "--patience", "1"]
-    out = run(cmd, subprocess_env, check_rc=1).stdout
+    out = cli(cmd, rc=1).stdout
     assert "the time limit ran out before any candidate of scale" in out
     assert TuningDB(db_url).query() == []
 

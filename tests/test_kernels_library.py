@@ -172,9 +172,11 @@ GPU = dataclasses.replace(
 def test_gpu_spaces_admit_power_of_two_layouts_for_odd_shapes(kernel, shapes):
     # Only the constraint logic runs here: no GPU to compile on. A block larger than an odd
     # dim clamps to the power of two above it (the dim is padded), so the defaults stay valid
-    # (in bfloat16: float32 128-tiles at two stages would exceed shared memory).
+    # (in bfloat16: float32 128-tiles at two stages would exceed shared memory). The defaults
+    # are the call's own where the kernel gives a GPU call its own (defaults_for), unadapted.
     spec = registry.resolve(kernel).spec
     sig = spec.signature([S(s, jnp.bfloat16) for s in shapes], {}, GPU)
     space = spec.space("gpu")
-    defaults = {n: spec.defaults[n] for n in space.names}
+    own = spec.defaults_for(sig) if spec.defaults_for is not None else None
+    defaults = {n: {**spec.defaults, **(own or {})}[n] for n in space.names}
     assert space.violations(defaults, sig) == []

@@ -2,6 +2,7 @@
 
 import dataclasses
 import logging
+import time
 from pathlib import Path
 
 import jax
@@ -72,6 +73,30 @@ def test_finalists_are_timed_interleaved_by_the_timer_of_the_platform():
     compiled, args = _compiled()
     samples, timer = interleaved([compiled, compiled], [args], rounds=3, reps=2)
     assert timer == "wall" and [len(s) for s in samples] == [6, 6]
+
+
+def test_a_side_by_side_warms_each_call_up_as_a_candidate_is_before_it_is_timed_alone():
+    # with a device timer first in line (the trace's, asked for here), every call is warmed up
+    # for warmup_s, as time_compiled warms a candidate (clocks ramp up), not for 2 calls only
+    compiled, args = _compiled()
+    stamps = {"a": [], "b": []}
+
+    def call(name):
+        def run(*a):
+            stamps[name].append(time.perf_counter())
+            return compiled(*a)
+
+        return run
+
+    policy = TimingPolicy(timer="trace", warmup=2, warmup_s=0.2)
+    interleaved([call("a"), call("b")], [args], rounds=1, reps=1, policy=policy)
+    # b's warm-up began after a's ended: a's first calls span at least warmup_s
+    a_warm = [t for t in stamps["a"] if t < stamps["b"][0]]
+    assert a_warm[-1] - a_warm[0] >= 0.2 - 0.05 and len(a_warm) > 2
+    # the wall clock alone: the warm-up is the 2 calls
+    stamps = {"a": [], "b": []}
+    interleaved([call("a"), call("b")], [args], 1, 1, TimingPolicy(timer="wall", warmup_s=0.2))
+    assert len([t for t in stamps["a"] if t < stamps["b"][0]]) == 2
 
 
 def _finalist(block, samples, default=8):

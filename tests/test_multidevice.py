@@ -15,7 +15,8 @@ HERE = Path(__file__).parent
 def test_the_multidevice_tests_pass_on_four_forced_host_devices(tmp_path, subprocess_env):
     env = {**subprocess_env, "XLA_FLAGS": FORCED_DEVICES}
     # a hang shows every thread's stack after 5 minutes, before the timeout ends the child
-    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
+    # in the child's own process (-n 0): it is one worker of the suite already
+    cmd = [sys.executable, "-m", "pytest", "-q", "-n", "0", "-p", "no:cacheprovider"]
     cmd += ["-o", "faulthandler_timeout=300"]
     cmd += [f"--basetemp={tmp_path / 'child'}", str(HERE / "multidevice")]
     result = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)

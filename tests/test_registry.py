@@ -453,7 +453,9 @@ def test_every_shipped_kernel_declares_its_block_sizes_an_example_and_its_backwa
     assert all(s.example is not None for s in shipped.values())
     called = {b for s in shipped.values() for b in s.backward or ()}
     assert called <= set(shipped)
-    assert {n for n, s in shipped.items() if not s.differentiates} == called - {
+    # serving kernels JAX gives no gradient (ragged paged attention) stand apart
+    serving = {"ragged_paged_attention", "decode_attention", "paged_attention_gpu"}
+    assert {n for n, s in shipped.items() if not s.differentiates} - serving == called - {
         n for n, s in shipped.items() if s.differentiates
     }
     assert {"attention_mgpu", "flash_attention"} <= {

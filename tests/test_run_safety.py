@@ -4,6 +4,7 @@ that are corrupt, workers killed mid-study. Real files, real processes, real sig
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import re
@@ -16,6 +17,7 @@ from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import jax.numpy as jnp
 import pytest
 import toy_kernels
 from toy_kernels import make_input, scale
@@ -62,7 +64,7 @@ def test_a_database_moved_over_the_path_is_left_intact(tmp_path):
 
 
 @pytest.mark.parametrize("replace", ["deleted", "moved over"])
-def test_a_rerun_after_the_database_was_replaced_tunes_afresh(tmp_path, subprocess_env, replace):
+def test_a_rerun_after_the_database_was_replaced_tunes_afresh(tmp_path, cli, replace):
     # the study beside the database outlives it: its trials, stored in the database that was
     # deleted (or in another one, moved over the path), are not resumed into the new one
     db, other = tmp_path / "t.db", tmp_path / "other.db"
@@ -81,10 +83,7 @@ def test_a_rerun_after_the_database_was_replaced_tunes_afresh(tmp_path, subproce
             storage=storage,
             progress=lambda r, i, n: action() if i == 2 else None,
         )
-    proc = subprocess.run(
-        tune_command(db, 96), env=subprocess_env, capture_output=True, text=True, cwd=TESTS
-    )
-    assert proc.returncode == 0, proc.stderr
+    proc = cli(tune_command(db, 96)[3:])  # the command's arguments, in this process
     assert "resuming" not in proc.stdout
     with TuningDB(db) as handle:
         entry = handle.best(next(e.key for e in handle.query() if e.key.signature == "f32[96,128]"))
@@ -245,6 +244,40 @@ def test_an_interrupted_shared_run_counts_what_it_stored_and_the_rerun_keeps_the
     with TuningDB(db) as handle:
         stored = [t.config["block_rows"] for t in handle.trials()]
     assert len(stored) == len(set(stored)) == 4  # exactly the budget, none measured twice
+
+
+def test_a_run_interrupted_between_storing_a_trial_and_telling_its_study_never_overruns(
+    tmp_path, monkeypatch
+):
+    # A signal landing just after a trial's row is stored, before the search hears of it (the
+    # SIGTERM redelivered after a gc callback of the CLI's interrupt test lands in that
+    # bookkeeping): the interrupted run tells its study "not measured" and releases its claim.
+    # The rerun, asked for what was left of the budget, must count that stored row, not measure
+    # a budget's worth besides it.
+    db, studies = str(tmp_path / "t.db"), f"sqlite:///{tmp_path}/studies.db"
+    x, y = jnp.ones((64, 128)), jnp.ones((128, 64))  # 27 distinct programs
+    settings = dict(n_trials=4, db=db, strategy="random", seed=0, finalists=0, storage=studies)
+    add_trials, stored = TuningDB.add_trials, []
+
+    def interrupted_once_stored(self, key, run_id, trials):
+        ids = add_trials(self, key, run_id, trials)
+        stored.append(ids)
+        if len(stored) == 2:
+            raise KeyboardInterrupt
+        return ids
+
+    monkeypatch.setattr(TuningDB, "add_trials", interrupted_once_stored)
+    with pytest.raises(KeyboardInterrupt):
+        autotune.tune("matmul", [x, y], **settings)
+    monkeypatch.undo()
+    # seeded otherwise, the rerun's sampler does not propose the interrupted trial's config again
+    result = autotune.tune("matmul", [x, y], **{**settings, "seed": 1})
+    with TuningDB(db) as handle:
+        rows = [t for t in handle.trials() if t.status != "duplicate"]
+        (entry,) = handle.query()
+    configs = [json.dumps(t.config, sort_keys=True) for t in rows]
+    assert len(configs) == len(set(configs)) == 4, configs  # the budget, none twice
+    assert entry.n_trials == 4 and len([t for t in result.trials if t.status != "duplicate"]) == 4
 
 
 def test_a_run_interrupted_while_the_default_is_measured_measures_it_on_resume(tmp_path):

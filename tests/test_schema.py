@@ -19,7 +19,7 @@ from sqlalchemy import inspect
 from autotune.db import TuningDB, migrations, schema
 from autotune.db import connection as dbmod
 from autotune.db.migrations.versions.v3_trial_device_memory import COLUMNS as V3_COLUMNS
-from autotune.db.migrations.versions.v4_trial_transferred_from import COLUMNS as V4_COLUMNS
+from autotune.db.migrations.versions.v5_trial_transferred_from import COLUMNS as V5_COLUMNS
 from autotune.errors import DatabaseError
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -101,21 +101,22 @@ def test_v1_database_opens_with_every_row_kept(v1_copy):
     assert {r["oracle"] for r in after["trials"]} == {None}  # v2: not recorded before
     for column in ("device", "fingerprint", "duplicate_of", "memory_peak_bytes"):  # v3
         assert {r[column] for r in after["trials"]} == {None}
-    assert {r["transferred_from"] for r in after["trials"]} == {None}  # v4
+    assert {r["workload"] for r in after["trials"]} == {None}  # v4: not recorded before
+    assert {r["transferred_from"] for r in after["trials"]} == {None}  # v5
     assert after["schema_info"] == [{"id": 1, "version": dbmod.SCHEMA_VERSION}]
 
 
-def test_a_v3_database_gains_transferred_from_with_its_trials_kept(tmp_path):
+def test_a_v4_database_gains_transferred_from_with_its_trials_kept(tmp_path):
     from autotune.signature import TuningKey
     from autotune.trial import TrialRecord
 
-    path = tmp_path / "v3.db"
+    path = tmp_path / "v4.db"
     key = TuningKey("scale", "v", "cpu", "cpu", "interpret", "f32[8,8]")
     with TuningDB(path) as db:
         db.add_trials(key, "r", [TrialRecord({"block_rows": 8}, "ok", time_s=1e-3)])
-    conn = sqlite3.connect(path)  # back to v3: without v4's column
+    conn = sqlite3.connect(path)  # back to v4: without v5's column
     conn.execute("ALTER TABLE autotune_trials DROP COLUMN transferred_from")
-    conn.execute("UPDATE schema_info SET version = 3")
+    conn.execute("UPDATE schema_info SET version = 4")
     conn.commit()
     conn.close()
     with TuningDB(path) as db:
@@ -292,8 +293,9 @@ def test_a_v1_postgres_database_is_upgraded_in_place(pg_url):
         for index in ("trials_kernel", "trials_run_id", "results_kernel", "misses_kernel"):
             conn.exec_driver_sql(f"ALTER INDEX ix_autotune_{index} RENAME TO ix_{index}")
         conn.exec_driver_sql("ALTER TABLE trials DROP COLUMN oracle")  # v2's new column
-        for column, _ in (*V3_COLUMNS, *V4_COLUMNS):  # v3's and v4's
+        for column, _ in (*V3_COLUMNS, *V5_COLUMNS):  # v3's and v5's
             conn.exec_driver_sql(f"ALTER TABLE trials DROP COLUMN {column}")
+        conn.exec_driver_sql("ALTER TABLE trials DROP COLUMN workload")  # v4's
         conn.exec_driver_sql("UPDATE schema_info SET version = 1")
     with TuningDB(pg_url) as db:
         assert [m["count"] for m in db.misses()] == [2]

@@ -102,6 +102,39 @@ def test_two_workers_claiming_the_last_trial_at_once_never_exceed_the_budget(tmp
     assert len(measured) == 1
 
 
+def test_a_trial_another_worker_finishes_during_the_budget_check_still_counts(
+    tmp_path, monkeypatch
+):
+    # Concurrent tunes of one key once measured 4 trials for a budget of 3: the check read the
+    # study's measured trials, then its running ones, and a trial another worker finished
+    # between the two reads was in neither. Here it finishes right after every full read.
+    storage = f"sqlite:///{tmp_path / 'studies.db'}"
+    enc = _Encoding(Space((Param("block", (16, 32, 64)),)))
+    other, mine = (SharedStudy(storage, "s", None) for _ in range(2))
+    other.worker += "/other"  # two workers of this process, as on two devices
+    for worker in (other, mine):
+        worker.join()
+    theirs = other.study.ask(enc.distributions)
+    assert not other.taken(theirs, config_id(enc.decode(theirs.params)), enc)
+    ours = mine.study.ask(enc.distributions)  # asked after theirs: theirs comes first
+
+    get_trials = optuna.Study.get_trials
+    finished = []
+
+    def then_theirs_finishes(study, deepcopy=True, states=None):
+        trials = get_trials(study, deepcopy=deepcopy, states=states)
+        if states is None and not finished:
+            finished.append(theirs.number)
+            other.keep(theirs, Evaluation.of(enc.decode(theirs.params), 1.0))
+            other.study.tell(theirs, 1.0)
+        return trials
+
+    monkeypatch.setattr(optuna.Study, "get_trials", then_theirs_finishes)
+    # a budget of 1: theirs, running or measured, spends it; ours must give way
+    assert search_module._over(mine, enc, 1, ours)
+    assert finished == [theirs.number]  # it did finish during the check
+
+
 def test_a_worker_interrupted_in_the_middle_of_an_ask_leaves_the_rerun_its_budget(
     tmp_path, monkeypatch
 ):

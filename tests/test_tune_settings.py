@@ -1,5 +1,6 @@
 """TuneSettings: one checked set of settings for tune(), the CLI and job files."""
 
+import ast
 import subprocess
 import sys
 
@@ -55,20 +56,19 @@ def test_tune_takes_settings_and_refuses_an_unknown_one_before_measuring():
     assert len(result.trials) == 1  # the override wins over the settings given
 
 
-def test_the_settings_load_neither_optuna_nor_sqlalchemy():
-    script = (
-        "import sys, autotune; autotune.TuneSettings(); "
-        "print(sorted(m for m in ('optuna', 'sqlalchemy', 'jax') if m in sys.modules))"
-    )
+@pytest.fixture(scope="module")
+def loaded_by_the_settings():
+    """The modules a fresh process holds once it has made a TuneSettings (one process for the
+    module's tests)."""
+    script = "import sys, autotune; autotune.TuneSettings(); print(sorted(sys.modules))"
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "[]"
+    return ast.literal_eval(out.stdout.strip())
 
 
-def test_the_settings_load_no_worker_and_no_measurement():
-    script = (
-        "import sys, autotune; autotune.TuneSettings(); "
-        "print(sorted(m for m in sys.modules if m.startswith(('autotune.tuning.worker', "
-        "'autotune.measure.timing', 'numpy'))))"
-    )
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "[]"
+def test_the_settings_load_neither_optuna_nor_sqlalchemy(loaded_by_the_settings):
+    assert [m for m in ("optuna", "sqlalchemy", "jax") if m in loaded_by_the_settings] == []
+
+
+def test_the_settings_load_no_worker_and_no_measurement(loaded_by_the_settings):
+    prefixes = ("autotune.tuning.worker", "autotune.measure.timing", "numpy")
+    assert [m for m in loaded_by_the_settings if m.startswith(prefixes)] == []

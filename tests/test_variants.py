@@ -133,8 +133,18 @@ def test_the_shipped_groups_skip_mosaic_gpu_and_cudnn_here_and_reconcile_layouts
     got = attention_variants.explain(q, k, v, causal=True)
     assert got["variant"] == "flash_attention" and "Hopper" in got["skipped"]["attention_mgpu"]
     # cuDNN's attention is a member of its own (jax.nn's implementation="cudnn"), XLA's another
-    assert list(attention_variants.members) == ["flash_attention", "attention_mgpu", "cudnn", "xla"]
+    assert list(attention_variants.members) == [
+        "flash_attention",
+        "attention_mgpu",
+        "splash_attention",
+        "triton_attention",
+        "cudnn",
+        "xla",
+    ]
     assert got["skipped"]["cudnn"] == "cuDNN runs on NVIDIA GPUs; this call runs on cpu"
+    # JAX's TPU and GPU attentions serve their own platforms (interpret mode is for checking)
+    assert got["skipped"]["splash_attention"] == "a TPU kernel; this call runs on cpu"
+    assert got["skipped"]["triton_attention"] == "a GPU kernel; this call runs on cpu"
     want = attention_reference(q, k, v, causal=True, sm_scale=0.3)
     out = attention_variants(q, k, v, causal=True, sm_scale=0.3, variant="xla")
     np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-5)
@@ -161,3 +171,30 @@ def test_a_forced_group_task_tunes_its_members_afresh(tmp_path, db_url):
     assert first.result.members["scale"].resumed == 0
     assert forced.result.members["scale"].resumed == 0
     assert len(forced.result.members["scale"].trials) == 2
+
+
+def test_a_groups_tuning_tells_of_each_member_as_it_is_done(db_url):
+    # what lets a script show each member's row before the group's side by side ends
+    from autotune.tuning.context import TuneContext
+    from autotune.tuning.settings import TuneSettings
+    from autotune.tuning.task import bind, kernel_of, task_of_call
+    from autotune.tuning.tune import tune_task
+
+    group = autotune.variants("matmul_dot_or_16_bit", [matmul, jnp.dot, only_16_bit])
+    args = [
+        jax.ShapeDtypeStruct((40, 24), jnp.float32),
+        jax.ShapeDtypeStruct((24, 16), jnp.float32),
+    ]
+    heard = []
+
+    def member_done(name, result, why):
+        heard.append((name, None if result is None else result.best_config, why))
+
+    settings = TuneSettings().replace(n_trials=2, seed=0)
+    task = task_of_call(group, args, {}, settings)
+    bound = bind(task, current_device(), kernel_of(group), args)
+    result = tune_task(bound, TuneContext(settings, db_url, member_done=member_done))
+    assert [name for name, _, _ in heard] == ["matmul", "dot"]  # in order, before the end
+    assert heard[0][1] == result.members["matmul"].best_config and heard[0][2] is None
+    assert heard[1] == ("dot", None, None)  # a plain member: nothing to tune
+    assert "only_16_bit" in result.skipped  # judged unable to run: never tuned, never heard

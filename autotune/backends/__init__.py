@@ -175,14 +175,41 @@ _LOWERING_FOR: contextvars.ContextVar[str | None] = contextvars.ContextVar(
 
 
 @contextlib.contextmanager
-def lowering_for(platform: str) -> Iterator[None]:
+def lowering_for(platform: str, device_kind: str | None = None) -> Iterator[None]:
     """Trace kernels for `platform` ("tpu", "gpu") whatever this host's device: what lowering
-    for another platform on a CPU-only host needs (`autotune.measure.lowering`)."""
+    for another platform on a CPU-only host needs (`autotune.measure.lowering`). For a GPU, the
+    lowering is also told which one (`device_kind`, default the platform's DEFAULT_KIND): JAX
+    0.11+ lowers Pallas-Triton only for a GPU it can name, the host's or the abstract device
+    of the abstract mesh in effect (`jax.sharding.use_abstract_mesh`); where no mesh is in
+    effect, an empty one naming that GPU is (`gpu_abstract_mesh`)."""
     token = _LOWERING_FOR.set(platform)
     try:
-        yield
+        with contextlib.ExitStack() as stack:
+            if platform == triton.PLATFORM:
+                mesh = gpu_abstract_mesh(device_kind or of_platform(platform).default_kind)
+                if mesh is not None:
+                    import jax
+
+                    stack.enter_context(jax.sharding.use_abstract_mesh(mesh))
+            yield
     finally:
         _LOWERING_FOR.reset(token)
+
+
+def gpu_abstract_mesh(device_kind: str) -> Any:
+    """An empty abstract mesh whose abstract device is the GPU `device_kind` (its SM count from
+    the chip tables), for lowering on a host without it; None where an abstract mesh is in
+    effect already (a caller's, which then names the device itself) or JAX has no abstract
+    devices."""
+    import jax
+
+    from autotune.backends.hardware import gpu_sm_count
+
+    device_cls = getattr(jax.sharding, "AbstractDevice", None)
+    if device_cls is None or not jax.sharding.get_abstract_mesh().empty:
+        return None
+    device = device_cls(device_kind, gpu_sm_count(device_kind), "gpu")
+    return jax.sharding.AbstractMesh((), (), abstract_device=device)
 
 
 def backend_matters(platform: str, takes_interpret: bool) -> bool:

@@ -43,6 +43,16 @@ GPU_L2 = {
 GPU_L2_DEFAULT = 50 * MiB
 
 
+# Streaming multiprocessors, by a device_kind substring: what a GPU's abstract device carries
+# when kernels are lowered for it on a host without it (autotune.backends.lowering_for).
+GPU_SMS = {"H200": 132, "H100": 132, "A100": 108, "L4": 58, "A10": 72}
+GPU_SMS_DEFAULT = 132
+
+
+def gpu_sm_count(device_kind: str) -> int:
+    return by_kind(GPU_SMS, device_kind, GPU_SMS_DEFAULT)
+
+
 def by_kind(table: dict[str, int], device_kind: str, default: int) -> int:
     """The figure of the first name in `table` (more specific names first) that `device_kind`
     contains, else `default`: the one device-kind lookup of the chip tables."""
@@ -75,6 +85,12 @@ def gpu_registers_ok(
     registers of each of its threads (Triton keeps them there; beyond this it must spill)."""
     per_thread = accumulator_elems * bytes_per_elem // 4 / (GPU_WARP * num_warps)
     return per_thread <= budget and num_warps <= GPU_MAX_WARPS
+
+
+def gpu_thread_register_cap(num_warps: int) -> int:
+    """The registers a thread of a block of `num_warps` warps can have: 255, or fewer where the
+    block's threads share the SM's 64 Ki (128 at 16 warps)."""
+    return min(GPU_MAX_REGISTERS_PER_THREAD, GPU_REGISTERS_PER_SM // (GPU_WARP * num_warps))
 
 
 def tpu_block_ok(block: tuple[int, ...], array: tuple[int, ...]) -> bool:

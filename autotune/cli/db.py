@@ -15,8 +15,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from autotune import registry
 from autotune.backends.platforms import PLATFORMS
-from autotune.cli.common import DB_HELP, Parser, add_import_argument, import_user_modules
+from autotune.cli.common import (
+    DB_HELP,
+    Parser,
+    UsageError,
+    add_import_argument,
+    import_user_modules,
+)
 from autotune.cli.output import FORMATS, render
 from autotune.db import TuningDB
 from autotune.db.export import PREFER
@@ -126,6 +133,13 @@ def add_parser(sub: Any) -> None:
     q = _subcommand(dsub, "export", "best entries as a portable JSON file", _opened(cmd_export))
     _filters(q)
     q.add_argument("--out", default="-", help="file to write (default: standard output)")
+    q.add_argument(
+        "--format",
+        choices=("json", "jax"),
+        default="json",
+        help="json (default: `db import` reads it), or jax: the Python module of the table the "
+        "kernel's own project keeps by hand (JAX's tuned_block_sizes.py), for one --kernel",
+    )
 
     q = _subcommand(
         dsub, "import", "add the entries of an exported JSON file", _opened(cmd_import, create=True)
@@ -308,11 +322,19 @@ def _given(filters: dict[str, Any]) -> str:
 
 def cmd_export(args: argparse.Namespace, db: TuningDB) -> int:
     filters = _filter_values(args)
+    write = None
+    if args.format == "jax":
+        if not filters.get("kernel"):
+            raise UsageError("--format jax writes one kernel's table: give --kernel NAME")
+        write = registry.table_format(filters["kernel"])
     doc = db.export(**filters)
     given = _given(filters)
     if given and not doc["entries"]:  # a misspelt filter: an empty file would pass for an export
         raise AutotuneError(f"no entries match {given}: nothing exported (see `autotune db list`)")
-    text = json.dumps(doc, indent=2, sort_keys=True, default=str)
+    if write is not None:
+        text = write(doc["entries"]).rstrip("\n")
+    else:
+        text = json.dumps(doc, indent=2, sort_keys=True, default=str)
     if args.out == "-":
         print(text)
     else:

@@ -26,6 +26,8 @@ def cmd_kernels(args: argparse.Namespace) -> int:
         spec = kernel.spec
         space = spec.space(platform)
         params = "; ".join(f"{p.name} in {list(p.values)}" for p in space.params)
+        if spec.workloads:  # what --workload chooses among (the first: the default)
+            params += f" (workloads: {', '.join(spec.workloads)})"
         rows.append({"kernel": name, "version": spec.version, f"parameters ({platform})": params})
     print(table(rows))
     return 0

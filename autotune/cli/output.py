@@ -41,6 +41,7 @@ _TABLE_COLUMNS = (
     "duplicate_of",  # trials: the trial that measured its program
     "oracle",  # trials: which oracle judged it
     "device",  # trials: the local device that measured it ("gpu:3")
+    "workload",  # trials: what made the kernel's integer data arguments (group sizes)
     "transferred_from",  # trials: the other device kinds whose results had it measured first
     "config",
     "time_s",
@@ -61,7 +62,7 @@ _TABLE_COLUMNS = (
 
 
 # columns a table shows only where some row has a value
-_SPARSE = {"duplicate_of", "memory_peak_bytes", "transferred_from"}
+_SPARSE = {"duplicate_of", "memory_peak_bytes", "workload", "transferred_from"}
 
 
 def _table_row(r: dict[str, Any]) -> dict[str, Any]:

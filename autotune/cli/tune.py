@@ -33,6 +33,7 @@ FLAGS = {
     "compile_workers": "--compile-workers",
     "devices": "--devices",
     "max_memory": "--max-memory",
+    "workload": "--workload",
 }
 
 
@@ -97,6 +98,13 @@ def add_parser(sub: Any) -> None:
         help="seconds one candidate may take to verify and time before it is a `timeout` trial",
     )
     t.add_argument(
+        "--workload",
+        default=DEFAULTS.workload,
+        metavar="NAME",
+        help="which of the kernel's workloads makes its integer data arguments (group sizes, "
+        "sequence lengths, page tables; `autotune kernels` lists them); default: its first",
+    )
+    t.add_argument(
         "--max-memory",
         type=int,
         default=DEFAULTS.max_memory,
@@ -117,7 +125,8 @@ def add_parser(sub: Any) -> None:
         type=_devices,
         default=DEFAULTS.devices,
         metavar="N|all",
-        help="measure on N local devices at once (all: every one), a worker pinned to each, "
+        help="measure on N local devices at once (all: every one; on a TPU its chips, a v7x "
+        "chip's two TensorCores one device), a worker pinned to each, "
         "sharing each task's --trials (default: 1)",
     )
     t.add_argument(
@@ -209,6 +218,7 @@ def _request(args: argparse.Namespace) -> RunRequest:
         compile_workers=args.compile_workers,
         max_memory=args.max_memory,
         devices=args.devices,
+        workload=args.workload,
         transfer=args.transfer,
     )
     for flag, url in (("--db", args.db), ("--storage", args.storage)):

@@ -27,10 +27,11 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 # schema (tests/fixtures/v1.db); v2: the tables are prefixed (`autotune_trials`, ...), and each
 # trial records the oracle that judged it (`oracle`); v3: each trial records the device that
 # measured it (`device`), the compiled program's fingerprint and the trial it duplicates
-# (`fingerprint`, `duplicate_of`), and the compiler's memory figures (`memory_*_bytes`); v4: a
-# trial measured first because other device kinds' results ranked it best names those device
-# kinds (`transferred_from`).
-SCHEMA_VERSION = 4
+# (`fingerprint`, `duplicate_of`), and the compiler's memory figures (`memory_*_bytes`); v4:
+# each trial records the workload that made its kernel's integer data arguments (`workload`);
+# v5: a trial measured first because other device kinds' results ranked it best names those
+# device kinds (`transferred_from`).
+SCHEMA_VERSION = 5
 
 KEY_COLUMNS = (
     "kernel",
@@ -139,7 +140,10 @@ class Trial(_KeyColumns, Base):
     memory_output_bytes: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     memory_temp_bytes: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     memory_peak_bytes: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
-    # v4: the device kinds whose results made it one of the first measured (transfer), comma-
+    # v4: the workload that made its integer data arguments (group sizes, lengths); None where
+    # the kernel takes none
+    workload: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    # v5: the device kinds whose results made it one of the first measured (transfer), comma-
     # separated; None for a trial the search chose from this device's own
     transferred_from: Mapped[str | None] = mapped_column(Text, nullable=True)
     created_at: Mapped[datetime] = mapped_column(ReadableDateTime, default=utcnow)

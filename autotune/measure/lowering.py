@@ -32,9 +32,10 @@ def lowering_error(
     args: Sequence[Any],
     kwargs: Mapping[str, Any] | None = None,
     platform: str = "tpu",
+    device_kind: str | None = None,
 ) -> str | None:
-    """Why `kernel` at `config` does not lower for `platform` ("tpu" or "gpu") with these
-    arguments (None: it lowers).
+    """Why `kernel` at `config` does not lower for `platform` ("tpu" or "gpu"; the device
+    `device_kind`, default the platform's) with these arguments (None: it lowers).
 
     `args` may be arrays or jax.ShapeDtypeStruct; `kwargs` are the static arguments.
     """
@@ -44,7 +45,7 @@ def lowering_error(
     fn = functools.partial(spec.fn, **spec.kernel_kwargs(config), **dict(kwargs or {}))
     target = LOWERING_TARGETS[platform]
     try:
-        with backends.lowering_for(platform):
+        with backends.lowering_for(platform, device_kind):
             jax.jit(fn).trace(*args).lower(lowering_platforms=(target,))
     except Exception as e:  # the lowerings report bad configs as ValueError, others vary
         return f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
@@ -97,7 +98,7 @@ def check_space(
         CheckRow(
             config,
             tuple(space.violations(config, sig)),
-            lowering_error(kernel, config, args, kwargs, platform),
+            lowering_error(kernel, config, args, kwargs, platform, kind),
         )
         for config in configs
     ]

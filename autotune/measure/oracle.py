@@ -16,6 +16,11 @@ GPU_INTERPRET_MAX_ELEMENTS is judged by the "reference" oracle, and must have a 
 Other backends' interpret modes keep the "interpret" oracle at every shape, and so does a
 kernel that takes `interpret` when tuned on a CPU: there every candidate runs in interpret
 mode at the real shape anyway (the signature names no backend for it).
+
+A kernel that Pallas interpret mode cannot run (`not_interpretable`: JAX's ragged paged
+attention in TPU interpret mode) has no interpret oracle: on its own platform its reference
+judges it at the real shape; on a host that would run it in interpret mode (a CPU) nothing
+can, and tuning refuses in one line rather than storing unchecked results.
 """
 
 from __future__ import annotations
@@ -68,10 +73,14 @@ def make_oracle(
     args: Sequence[Any],
     kwargs: Mapping[str, Any],
     backend: str | None,
+    device: Any = None,
 ) -> Oracle:
     """The oracle of a tuning run of a kernel of `backend` (see the module docstring; the
-    call signature's `backend`); KernelError where the default configuration fails or
-    disagrees with the reference, or where no oracle can judge."""
+    call signature's `backend`) whose candidates run on `device` (a DeviceInfo; default: this
+    process's); KernelError where the default configuration fails or disagrees with the
+    reference, or where no oracle can judge."""
+    if spec.not_interpretable is not None:
+        return _reference_only(spec, default, args, kwargs, device)
     if interpret_affordable(backend, args):
         return Oracle(_checked_default(spec, default, args, kwargs), "interpret")
     if spec.reference is None:
@@ -84,6 +93,39 @@ def make_oracle(
 
     # the kernel's output types, from a trace (nothing runs): the reference is cast to them
     out = jax.eval_shape(functools.partial(spec.interpreted(default), **kwargs), *args)
+    expected = jax.jit(functools.partial(spec.reference, **kwargs))(*args)
+    output = jax.tree_util.tree_map(lambda r, o: np.asarray(r).astype(o.dtype), expected, out)
+    return Oracle(output, "reference")
+
+
+def _reference_only(
+    spec: Any,
+    default: Mapping[str, Any],
+    args: Sequence[Any],
+    kwargs: Mapping[str, Any],
+    device: Any = None,
+) -> Oracle:
+    """The reference oracle of a kernel interpret mode cannot run, whose candidates run on
+    `device`: on its own platform only (the reference computed here, by XLA)."""
+    from autotune.device import current_device
+
+    device = device or current_device()
+    if device.interpret or spec.reference is None:
+        where = (
+            f"this {device.platform} host runs kernels in interpret mode"
+            if device.interpret
+            else "it has no reference"
+        )
+        raise KernelError(
+            f"{spec.name} cannot be tuned here: {where}, and interpret mode cannot run it "
+            f"({spec.not_interpretable}), so no oracle can check a candidate: tune it on its "
+            "own platform (`autotune check` cross-lowers its candidates from this host)"
+        )
+    import jax
+
+    out = jax.eval_shape(
+        functools.partial(spec.bound_function(default, interpret=False), **kwargs), *args
+    )
     expected = jax.jit(functools.partial(spec.reference, **kwargs))(*args)
     output = jax.tree_util.tree_map(lambda r, o: np.asarray(r).astype(o.dtype), expected, out)
     return Oracle(output, "reference")

@@ -266,10 +266,13 @@ def interleaved(
 ) -> tuple[list[list[float]], str]:
     """Samples of each executable, timed interleaved (A B C A B C ...) so that drift in the
     machine's state (clocks, temperature, neighbours) falls on every one alike; and the timer,
-    the first of `timer_order` that times the first executable."""
-    for exe in executables:
-        _warm_up(exe, sets, policy, device_timer=False)
+    the first of `timer_order` that times the first executable. Each is warmed up as a
+    candidate is before it is timed alone (`time_compiled`): with a device timer first in
+    line, for `policy.warmup_s` too (clocks ramp up), so that a side by side of a tuned
+    kernel and another call (the vendor's, a group's member) favours neither."""
     order = timer_order(policy.timer, current_device().platform)
+    for exe in executables:
+        _warm_up(exe, sets, policy, device_timer=order[0] != "wall")
     timer = next(t for t in order if SAMPLERS[t](executables[0], sets, 0, 1))
     _note_fallback(order[0], timer)
     samples: list[list[float]] = [[] for _ in executables]

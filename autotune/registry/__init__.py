@@ -40,6 +40,30 @@ def entry_stored() -> None:
         hook()
 
 
+# kernel name -> how `autotune db export --format jax` writes its entries: fn(entries) -> the
+# text of a Python module in the form the kernel's own project keeps its tuned table
+_TABLE_FORMATS: dict[str, Callable[[list[dict[str, Any]]], str]] = {}
+
+
+def add_table_format(kernel: str, write: Callable[[list[dict[str, Any]]], str]) -> None:
+    """Register how a kernel's exported entries (`TuningDB.export`'s) are written as the table
+    its own project keeps by hand (JAX's `tuned_block_sizes.py`, say)."""
+    _TABLE_FORMATS[kernel] = write
+
+
+def table_format(kernel: str) -> Callable[[list[dict[str, Any]]], str]:
+    """The table format of `kernel` (add_table_format); a KernelError naming those that have
+    one where it has none."""
+    _import_shipped()
+    if kernel not in _TABLE_FORMATS:
+        have = ", ".join(sorted(_TABLE_FORMATS)) or "none"
+        raise KernelError(
+            f"kernel {kernel!r} has no table format to export to (kernels with one: {have}): "
+            "export it as JSON (the default --format)"
+        )
+    return _TABLE_FORMATS[kernel]
+
+
 def add(kernel: Any) -> None:
     """Register (or replace) an autotuned kernel under its name."""
     _REGISTRY[kernel.spec.name] = kernel

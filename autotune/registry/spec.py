@@ -68,6 +68,15 @@ class KernelSpec:
     # the kernels its custom VJP calls (() where it calls none); None: it does not differentiate
     backward: tuple[str, ...] | None = None
     block_sizes: type | None = None  # the frozen dataclass it takes its tunables in, if any
+    # named input makers for its integer arguments that are data (group sizes, lengths, page
+    # tables): name -> fn(args, rng) -> {argument index: array}; the first is the default
+    workloads: Mapping[str, Callable] = field(default_factory=dict)
+    # why Pallas interpret mode cannot run it here (None: it can): no interpret oracle judges
+    # it, so it is tuned only where its reference can, on its own platform
+    not_interpretable: str | None = None
+    # a call's own defaults where they differ from `defaults` (a platform's, sized to the
+    # call and the chip): {name: value} for some tunables, or None
+    defaults_for: Callable[[Signature], Mapping[str, Any] | None] | None = None
     _recognised: dict[str, str | None] = field(default_factory=dict, repr=False)
 
     @functools.cached_property
@@ -139,10 +148,13 @@ class KernelSpec:
         return run
 
     def default_config(self, sig: Signature) -> dict[str, Any]:
-        """The defaults, adapted to the call: if they break a constraint for this shape, the
-        valid candidate nearest to them (ties: the first in the space's order)."""
+        """The defaults (the call's own where `defaults_for` gives them), adapted to the call:
+        if they break a constraint for this shape, the valid candidate nearest to them (ties:
+        the first in the space's order)."""
         space = self.space(sig.platform)
-        defaults = {n: self.defaults[n] for n in space.names}
+        own = self.defaults_for(sig) if self.defaults_for is not None else None
+        base = {**self.defaults, **(own or {})}
+        defaults = {n: base[n] for n in space.names}
         if space.is_valid(defaults, sig):
             return defaults
         best, best_d = None, math.inf
@@ -256,7 +268,12 @@ class KernelOptions:
     kernel, relative to its module. `version`: instead of a hash of its code. `split`: its
     batch-like axes. `example`: a small call (`Example`), with which the suites that cover
     every kernel call it. `backward`: the kernels its custom VJP calls (() where none): it
-    differentiates.
+    differentiates. `workloads`: named makers of its integer arguments that are data
+    (autotune.measure.inputs.task_inputs), the first the default. `not_interpretable`: why
+    Pallas interpret mode cannot run it (the oracle is then its reference, on its platform).
+    `defaults_for(sig)`: a call's own defaults where they differ from the
+    declared ones (a platform's: a GPU's that spill no registers, a TPU's sized to the chip's
+    VMEM and the call), {name: value} or None.
     """
 
     name: str
@@ -271,6 +288,9 @@ class KernelOptions:
     split: Split | None = None
     example: Example | None = None
     backward: Sequence[str] | None = None
+    workloads: Mapping[str, Callable] | None = None
+    not_interpretable: str | None = None
+    defaults_for: Callable[[Any], Mapping[str, Any] | None] | None = None
 
     @classmethod
     def of(cls, options: Mapping[str, Any]) -> KernelOptions:
@@ -391,7 +411,21 @@ def make_spec(fn: Callable, options: KernelOptions) -> KernelSpec:
         example=example,
         backward=_checked_backward(name, options.backward),
         block_sizes=block_sizes,
+        workloads=_checked_workloads(name, options.workloads),
+        not_interpretable=options.not_interpretable,
+        defaults_for=options.defaults_for,
     )
+
+
+def _checked_workloads(name: str, workloads: Mapping[str, Callable] | None) -> dict:
+    made = dict(workloads or {})
+    for label, maker in made.items():
+        if not (isinstance(label, str) and label and callable(maker)):
+            raise KernelError(
+                f"{name}: workloads={{{label!r}: {maker!r}}}: give names and functions "
+                "(args, rng) -> {argument index: array}"
+            )
+    return made
 
 
 def _fields(blocks: Any) -> dict[str, Any]:

@@ -16,7 +16,8 @@ A cast adds no work: it changes the type, not the data.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -62,6 +63,20 @@ def vary_like(out: Any, *inputs: Any) -> Any:
 
     axes = _union(inputs)
     return jax.tree.map(lambda a: _vary(a, axes), out)
+
+
+def unchecked(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """`fn(*args, **kwargs)` for a kernel written without manual axes: JAX's own kernels, called
+    unedited, give their `pallas_call` a plain out_shape, which shard_map's check_vma refuses.
+    It is traced with the check off, as Mosaic GPU's `plgpu.kernel` traces itself, and its
+    output cast back to vary over its inputs' axes (`vary_like`). The check is a JAX config
+    that only jax._src exposes (JAX 0.10 to 0.12): where it is gone, the call runs as is."""
+    from jax._src import config
+
+    check = getattr(config, "_check_vma", None)
+    with check(False) if check is not None else contextlib.nullcontext():
+        out = fn(*args, **kwargs)
+    return vary_like(out, *args, *kwargs.values())
 
 
 def _vary(x: Any, axes: frozenset) -> Any:

@@ -259,6 +259,14 @@ class AutotunedKernel:
             "detail": refused or r.detail,
         }
 
+    def config(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        """The configuration a call with these arguments (arrays or jax.ShapeDtypeStruct) is
+        served, looked up as a call looks it up (overlay, database, shipped table, nearest
+        shape, default) and remembered as a call's is: what a look-up hook hands a kernel that
+        takes its block sizes from the caller (megablox's `tiling=`, splash's `block_sizes=`).
+        A miss is recorded as a call's is."""
+        return dict(self._resolution(args, kwargs).config)
+
     def executable(
         self,
         config: Mapping[str, Any],
@@ -348,7 +356,11 @@ def autotuned(**options: Any) -> Callable[[Callable], AutotunedKernel]:
     `version` names the kernel's version (part of every key) instead of a hash of its code:
     for a library whose kernels run code from outside their own package. `example` is a small
     call (autotune.Example) and `backward` the kernels its custom VJP calls: what code that
-    covers every registered kernel reads.
+    covers every registered kernel reads. `workloads` names makers of its integer arguments
+    that are data (group sizes, lengths, page tables: fn(args, rng) -> {index: array}, the
+    first the default; autotune.measure.inputs.task_inputs), and `not_interpretable` says why
+    Pallas interpret mode cannot run it (its reference then judges it on its own platform, and
+    a host that could only interpret it refuses to tune it).
     """
     checked = KernelOptions.of(options)
 

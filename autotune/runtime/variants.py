@@ -115,6 +115,8 @@ class VariantGroup(AutotunedKernel):
             takes_interpret=True,
             tuned=tuned,
             split=first.kernel.spec.split if first.kernel else None,
+            # the members take the first's arguments: its workloads make their data
+            workloads=first.kernel.spec.workloads if first.kernel else {},
             _recognised={"backend": None},  # a group's key names no backend: its members' do
         )
 

@@ -377,9 +377,10 @@ def _over(shared: SharedStudy, enc: _Encoding, budget: int, trial: optuna.Trial)
     before `trial` and `trial` itself, are more than `budget`. Looked at once our claim is in:
     of two workers on the budget's last trial, the later to ask gives it up whichever looks
     first (the earlier's trial, asked for, is running already), and the default, asked for
-    first, is kept."""
-    measured, _ = shared.refresh(enc)
-    return _distinct(measured) + shared.running_before(trial) + 1 > budget
+    first, is kept. Both counts come from one read: read apart, a trial another worker
+    finished between the two reads was in neither, and the budget was overrun by one."""
+    measured, _, running = shared.snapshot(enc)
+    return _distinct(measured) + sum(n < trial.number for n in running) + 1 > budget
 
 
 def _distinct(measured: Mapping[tuple, Evaluation]) -> int:

@@ -191,11 +191,21 @@ class SharedStudy:
     def refresh(self, enc: Any) -> tuple[dict[tuple, Evaluation], set[tuple]]:
         """The study's measured configs (the first measurement of each, its record read back)
         and its live claims."""
+        measured, claimed, _ = self.snapshot(enc)
+        return measured, claimed
+
+    def snapshot(self, enc: Any) -> tuple[dict[tuple, Evaluation], set[tuple], list[int]]:
+        """What `refresh` gives, and the numbers of the study's running trials, all from one
+        read of its trials: a trial another worker finishes meanwhile is in one or the other,
+        never in neither (see search.loop's budget check)."""
         for params in self._release_dead():
             self.study.enqueue_trial(params)  # what a dead worker was measuring, queued again
         measured: dict[tuple, Evaluation] = {}
         claimed: set[tuple] = set()
+        running: list[int] = []
         for t in self.study.get_trials(deepcopy=False):
+            if t.state == TrialState.RUNNING:
+                running.append(t.number)
             if (
                 t.state == TrialState.RUNNING
                 and "worker" in t.user_attrs  # a claim whose owner can be found dead (see taken)
@@ -212,7 +222,7 @@ class SharedStudy:
                 )
                 value = t.value if t.state == TrialState.COMPLETE else None
                 measured.setdefault(config_id(config), Evaluation(record, value))
-        return measured, claimed - set(measured)
+        return measured, claimed - set(measured), running
 
     def taken(self, trial: optuna.Trial, cid: tuple, enc: Any) -> bool:
         """Whether another worker holds a claim on this trial's config, or has measured it.
@@ -235,11 +245,6 @@ class SharedStudy:
             ):
                 return True
         return False
-
-    def running_before(self, trial: optuna.Trial) -> int:
-        """How many of the study's running trials were asked for before `trial`."""
-        running = self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
-        return sum(t.number < trial.number for t in running)
 
     def keep(self, trial: optuna.Trial, ev: Evaluation) -> None:
         """Keep a measured trial's status and record in the study, where every worker (and a

@@ -2,8 +2,9 @@
 
 A job file is TOML; each `[[task]]` names a kernel and one or more shapes and dtypes (every
 combination is one task), with an optional trial budget, strategy, seed, memory bound
-(`max_memory`, bytes), whether other device kinds' results guide the search (`transfer`, true by
-default) and static arguments;
+(`max_memory`, bytes), workload (`workload`: which of the kernel's workloads makes its
+integer data arguments), whether other device kinds' results guide the search (`transfer`, true
+by default) and static arguments;
 `[defaults]` fills in what a task leaves out:
 
     import = ["mypkg.kernels"]      # modules that register the user's own kernels
@@ -48,6 +49,7 @@ _TASK_FIELDS = {
     "strategy",
     "seed",
     "max_memory",
+    "workload",
     "transfer",
     "program",
 }
@@ -110,6 +112,7 @@ def load_job(path: str | Path) -> list[Task]:
                         spec.get("strategy", DEFAULTS.strategy),
                         spec.get("seed", DEFAULTS.seed),
                         spec.get("max_memory"),
+                        spec.get("workload"),
                         spec.get("transfer"),
                     )
                     check_task(task, shape)  # every task up front, not when its turn comes
@@ -125,7 +128,7 @@ def _program_tasks(entry: dict[str, Any], spec: dict[str, Any], where: str) -> l
     from autotune.service.program import program_tasks_of
     from autotune.tuning.settings import checked
 
-    own = {"program", "trials", "strategy", "seed", "max_memory", "transfer"}
+    own = {"program", "trials", "strategy", "seed", "max_memory", "workload", "transfer"}
     clash = sorted(set(entry) & (_TASK_FIELDS - own))
     if clash or not isinstance(entry["program"], str):
         raise JobError(
@@ -139,6 +142,7 @@ def _program_tasks(entry: dict[str, Any], spec: dict[str, Any], where: str) -> l
             strategy=spec.get("strategy", DEFAULTS.strategy),
             seed=spec.get("seed", DEFAULTS.seed),
             max_memory=spec.get("max_memory"),
+            workload=spec.get("workload"),
             transfer=spec.get("transfer", DEFAULTS.transfer),
         )
         transfer = spec.get("transfer")  # None: the run's

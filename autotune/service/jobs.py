@@ -161,11 +161,13 @@ class _Job:
 
     def _worker(self, task: Task | BoundTask, index: int | None) -> Any:
         """A device worker (pinned to local device `index` where given), set up for `task`."""
-        from autotune.measure.inputs import random_inputs
+        from autotune.measure.inputs import task_inputs
+        from autotune.tuning.task import kernel_of
         from autotune.tuning.worker import device_worker
 
         task = _plain(task)
-        args = random_inputs(task.inputs(), 0)
+        workload = self.settings.workload if task.workload is None else task.workload
+        args = task_inputs(kernel_of(task.kernel).spec, task.inputs(), 0, workload)
         return device_worker(task, args, self.settings.replace(devices=1), index)
 
     def _bound(self, task: Task | BoundTask, worker: Any) -> BoundTask:

@@ -128,6 +128,7 @@ def _run_one(request: RunRequest, settings: TuneSettings, listener: RunListener)
         settings.n_trials,
         settings.strategy,
         settings.seed,
+        workload=settings.workload,
     )
     check_task(task, request.shape)
     check_traces(task, request.shape)

@@ -25,13 +25,15 @@ class TuneContext:
     from it, and where `store`, every trial and the winner are stored in it (opened there
     where not open already). `progress(record, measured, budget)` hears each trial. A
     `worker` given (a DeviceWorker) measures the task and is left running, so that many tasks
-    share one start-up."""
+    share one start-up. A variant group's tuning tells `member_done(name, result, why)` of
+    each member as it is done: its TuneResult (None for a plain member), or why it failed."""
 
     settings: TuneSettings
     db: Any = None
     store: bool = True
     progress: Callable[[TrialRecord, int, int], None] | None = None
     worker: DeviceWorker | None = None
+    member_done: Callable[[str, Any, str | None], None] | None = None
 
     def replace(self, **changes: Any) -> TuneContext:
         return dataclasses.replace(self, **changes)

@@ -27,7 +27,7 @@ from typing import Any
 from autotune import registry
 from autotune.errors import AutotuneError, KernelError
 from autotune.measure.finalists import remeasure
-from autotune.measure.inputs import random_inputs
+from autotune.measure.inputs import task_inputs, workload_name
 from autotune.runtime.variants import PARAM, Member, VariantGroup
 from autotune.tuning.context import TuneContext
 from autotune.tuning.kernel import tune_kernel
@@ -69,7 +69,8 @@ def tune_group(bound: BoundTask, context: TuneContext) -> GroupTuneResult:
     settings, worker = context.settings, context.worker
     group: VariantGroup = bound.kernel
     task, kwargs = bound.task, bound.task.static_dict
-    args = random_inputs(bound.args, 0 if settings.seed is None else settings.seed)
+    seed = 0 if settings.seed is None else settings.seed
+    args = task_inputs(group.spec, bound.args, seed, settings.workload)
     handle = open_db(context.db) if context.store else None
     try:
         owned: Any = None
@@ -90,7 +91,8 @@ def tune_group(bound: BoundTask, context: TuneContext) -> GroupTuneResult:
             finalists_start = time.perf_counter()
             with task_worker(group.spec, task, args, settings, worker) as measurer:
                 on = bound.on(measurer.device)
-                result = _side_by_side(on, measurer, configs, args, skipped)
+                workload = workload_name(group.spec, settings.workload)
+                result = _side_by_side(on, measurer, configs, args, skipped, workload)
         result.members = tuned
         result.finalists_s = time.perf_counter() - finalists_start
         for name, reason in skipped.items():
@@ -118,18 +120,22 @@ def _tune_members(
     ({"variant": NAME, **best}); a member whose tuning fails goes to `skipped`, with why."""
     tuned: dict[str, TuneResult | None] = {}
     configs: dict[str, dict[str, Any]] = {}
+    done = context.member_done or (lambda name, result, why: None)
     for member in members:
         if member.kernel is None:
             tuned[member.name], configs[member.name] = None, {PARAM: member.name}
+            done(member.name, None, None)
             continue
         try:
             task = task_of_call(member.kernel, args, kwargs, context.settings)
             result = tune_kernel(bind(task, device, member.kernel, args), context)
         except AutotuneError as e:
             skipped[member.name] = f"tuning failed: {e}"
+            done(member.name, None, skipped[member.name])
             continue
         tuned[member.name] = result
         configs[member.name] = {PARAM: member.name, **result.best_config}
+        done(member.name, result, None)
     return tuned, configs
 
 
@@ -139,9 +145,11 @@ def _side_by_side(
     configs: Mapping[str, dict[str, Any]],
     args: list[Any],
     skipped: dict[str, str],
+    workload: str | None = None,
 ) -> GroupTuneResult:
     """The members, each pinned to its configuration, measured on `worker` (set to the group's
-    task) as one kernel's candidates and re-measured side by side; KernelError if none ran."""
+    task) as one kernel's candidates and re-measured side by side; KernelError if none ran.
+    Each record names the `workload` that made the inputs."""
     group: VariantGroup = bound.kernel
     oracle, oracle_name = _oracle(group, configs, args, bound.task.static_dict)
     worker.set_oracle(oracle)
@@ -163,7 +171,11 @@ def _side_by_side(
     # stored under the group's key: the member's name is its config there
     records = [
         dataclasses.replace(
-            t, config={PARAM: t.config[PARAM]}, is_default=t.config == default, oracle=oracle_name
+            t,
+            config={PARAM: t.config[PARAM]},
+            is_default=t.config == default,
+            oracle=oracle_name,
+            workload=workload,
         )
         for t in trials
     ]

@@ -26,7 +26,7 @@ from autotune.db.schema import encode_config
 from autotune.errors import DatabaseError, KernelError, SpaceError
 from autotune.measure.compiling import MEMORY_FIELDS
 from autotune.measure.finalists import Finalist, remeasure
-from autotune.measure.inputs import random_inputs
+from autotune.measure.inputs import task_inputs, workload_name
 from autotune.measure.oracle import make_oracle
 from autotune.registry.spec import KernelSpec
 from autotune.search.loop import LISTED_UP_TO, programs_note, run_search
@@ -46,10 +46,11 @@ log = logging.getLogger(__name__)
 
 def tune_kernel(bound: BoundTask, context: TuneContext) -> TuneResult:
     """Tune `bound`'s kernel with the context's settings (its budget, strategy and seed
-    included) on random inputs of its arguments; the rest as in autotune.tuning.tune.tune."""
+    included) on random inputs of its arguments (its integer data arguments made by its workload); the rest as in autotune.tuning.tune.tune."""
     settings, worker = context.settings, context.worker
     start = time.perf_counter()
-    args = random_inputs(bound.args, 0 if settings.seed is None else settings.seed)
+    seed = 0 if settings.seed is None else settings.seed
+    args = task_inputs(bound.spec, bound.args, seed, settings.workload)
     restarts_before = worker.restarts if worker is not None else 0
     worker_start = time.perf_counter()
     # a worker given, or several devices, imply isolation
@@ -100,8 +101,9 @@ def _tune(
     n_trials, storage = settings.n_trials, settings.storage
     valid = _valid_configs(spec, sig, space)
     default = spec.default_config(sig)
+    workload = workload_name(spec, settings.workload)
     oracle_start = time.perf_counter()
-    oracle = make_oracle(spec, default, args, kwargs, sig.backend or None)
+    oracle = make_oracle(spec, default, args, kwargs, sig.backend or None, bound.device)
     oracle_s = time.perf_counter() - oracle_start
     for w in workers:
         w.set_oracle(oracle.output)
@@ -125,6 +127,7 @@ def _tune(
     # every worker's)
     programs: dict[str, TrialRecord] = {}
     view = joined or (SharedStudy(storage, study, None) if storage else None)
+    untold = _untold(handle, key, joined) if joined is not None and handle is not None else []
     if view is not None and handle is not None:
         view.add_run(run_id)  # before its first trial is stored: see _stored_untold
 
@@ -142,6 +145,7 @@ def _tune(
         else:
             record = on.measure(config, known.keys(), settings.max_memory)
             record.device = on.device_id
+            record.workload = workload
             record.is_default = is_default or config == default
             lead = leads.get(config_id(config))
             if lead is not None:
@@ -201,7 +205,8 @@ def _tune(
             n_trials=n_trials,
             strategy=settings.strategy,
             seed=settings.seed,
-            initial=[default, *warm, *(c for c, _ in leads.values())],
+            # the untold: told from their rows at once
+            initial=[default, *untold, *warm, *(c for c, _ in leads.values())],
             valid=valid,
             time_limit_s=settings.time_limit_s,
             patience=settings.patience,
@@ -324,6 +329,22 @@ def _stored_untold(
                 **{f.name: getattr(t, f.name) for f in dataclasses.fields(TrialRecord)}
             )
     return None
+
+
+def _untold(handle: Any, key: TuningKey, study: SharedStudy) -> list[Config]:
+    """The configurations of trials that runs of `study` stored in the tuning database and
+    never told it of, to be asked for first (and then told from their rows: _stored_untold).
+    A run interrupted between storing a trial and telling the study tells it the trial was not
+    measured (its claim released, nothing queued again: the run lives on), and a run killed
+    then may leave no claim behind; unless the search happened to propose the configuration
+    again, its row was neither counted nor reused, and the rerun measured a whole budget's
+    worth besides it."""
+    runs = study.runs()
+    if not runs:
+        return []
+    told = {r.db_id for r in study.records() if r is not None}
+    stored = handle.trials(**key.as_dict())
+    return [t.config for t in stored if t.run_id in runs and t.db_id not in told]
 
 
 def _value(record: TrialRecord) -> float | None:

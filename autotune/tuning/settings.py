@@ -103,6 +103,11 @@ class TuneSettings:
     """The study's name in `storage`; None: derived from the tuning key, so that workers tuning
     the same key meet in one study (autotune.search.studies.study_name_of)."""
 
+    workload: str | None = None
+    """Which of the kernel's workloads makes its integer arguments that are data (group sizes,
+    sequence lengths, page tables: autotune.measure.inputs.task_inputs); None: its first. Each
+    trial records it."""
+
     def __post_init__(self) -> None:
         # in the order the CLI has always checked its flags
         _at_least(self.n_trials, "n_trials", 1, "at least 1")
@@ -127,6 +132,8 @@ class TuneSettings:
             _at_least(self.compile_workers, "compile_workers", 0, "0 or more")
         if self.max_memory is not None:
             _at_least(self.max_memory, "max_memory", 1, "a positive number of bytes")
+        if self.workload is not None and not (isinstance(self.workload, str) and self.workload):
+            raise SettingsError("workload", f"must be a workload's name, got {self.workload!r}")
         if self.devices != "all":
             _at_least(self.devices, "devices", 1, 'at least 1, or "all"')
 

@@ -189,6 +189,7 @@ class Task:
     strategy: str = DEFAULTS.strategy
     seed: int | None = DEFAULTS.seed
     max_memory: int | None = None  # the bound on a candidate's peak memory; None: the run's
+    workload: str | None = None  # what makes its integer data arguments; None: the run's
     transfer: bool | None = None  # use other device kinds' results; None: as the run says
 
     @property
@@ -208,15 +209,17 @@ class Task:
         return [jax.ShapeDtypeStruct(s, d) for s, d in zip(self.shapes, self.dtypes)]
 
     def settings(self, run: TuneSettings) -> TuneSettings:
-        """The run's settings with this task's budget, strategy, seed, memory bound and
-        transfer."""
+        """The run's settings with this task's budget, strategy, seed, memory bound, workload
+        and transfer."""
         bound = run.max_memory if self.max_memory is None else self.max_memory
+        workload = run.workload if self.workload is None else self.workload
         transfer = run.transfer if self.transfer is None else self.transfer
         return run.replace(
             n_trials=self.trials,
             strategy=self.strategy,
             seed=self.seed,
             max_memory=bound,
+            workload=workload,
             transfer=transfer,
         )
 
@@ -230,17 +233,19 @@ def make_task(
     strategy: str = DEFAULTS.strategy,
     seed: int | None = DEFAULTS.seed,
     max_memory: int | None = None,
+    workload: str | None = None,
     transfer: bool | None = None,
 ) -> Task:
     """The task of a command line's or a job file's text: `--shape 256x256,256x128`,
-    `--dtype bfloat16`; budget, strategy, seed, memory bound and transfer (None: the run's)
-    checked as a job file names them."""
+    `--dtype bfloat16`; budget, strategy, seed, memory bound, workload and transfer (None: the
+    run's) checked as a job file names them."""
     checked(
         _KEYS,
         n_trials=trials,
         strategy=strategy,
         seed=seed,
         max_memory=max_memory,
+        workload=workload,
         transfer=True if transfer is None else transfer,
     )
     shapes = parse_shapes(shape)
@@ -253,6 +258,7 @@ def make_task(
         strategy=strategy,
         seed=seed,
         max_memory=max_memory,
+        workload=workload,
         transfer=transfer,
     )
 
@@ -270,6 +276,7 @@ def task_of_miss(miss: Mapping[str, Any], settings: TuneSettings = DEFAULTS) -> 
         strategy=settings.strategy,
         seed=settings.seed,
         max_memory=settings.max_memory,
+        workload=settings.workload,
     )
 
 
@@ -297,6 +304,7 @@ def task_of_call(
         strategy=settings.strategy,
         seed=settings.seed,
         max_memory=settings.max_memory,
+        workload=settings.workload,
     )
 
 
@@ -398,5 +406,11 @@ def check_task(task: Task, shape: str) -> None:
     """Refuse a task that cannot run: an unknown kernel, inputs too large for this machine,
     shapes or static arguments the kernel does not take (`shape`: the text they came from)."""
     kernel = registry.resolve(task.kernel)
+    if task.workload is not None and task.workload not in kernel.spec.workloads:
+        known = ", ".join(kernel.spec.workloads) or "none: it takes no data arguments"
+        raise SignatureError(
+            f"--workload {task.workload!r} is not a workload of {kernel.spec.name} (its "
+            f"workloads: {known})"
+        )
     check_inputs_fit(task.shapes, task.dtypes)
     check_call(kernel, task.inputs(), task.static_dict, shape)

@@ -69,10 +69,26 @@ class DkvBlockSizes:
     """flash_attention_dkv's tunables: keys per grid step (block_k), query rows per inner step
     (block_q); on a GPU Triton's warps and pipeline stages."""
 
-    block_q: int = 64  # dk, dv and the probabilities: 192 registers a thread at head_dim 128
+    block_q: int = 64  # on a GPU 64 keys too (DKV_GPU_DEFAULTS): 128 spill at head_dim 128
     block_k: int = 128
     num_warps: int = 8
     num_stages: int = 2
+
+
+# What a thread may hold of `_fits`'s tiles, in float32 registers, calibrated against Triton's
+# compile for sm_90 at the hardware check's call, bf16 4x16x2048x128 causal
+# (benchmarks/register_check.py): dq spills from 288 (128 query rows on 4 warps) and not at 256;
+# dkv, whose one warpgroup on 4 warps holds both the dk and dv accumulators, spills from 160
+# on 4 warps (keys 32, query rows 128) and from 208 on 8 (keys 128), and not at 128 and 160.
+DQ_REGISTERS = 256
+DKV_REGISTERS = {4: 128, 8: 160}
+# dkv's GPU default: the block sizes' own (64 query rows, 128 keys, 8 warps) spill 4.6 KB
+# there; 64 keys a step do not (240 registers)
+DKV_GPU_DEFAULTS = {"block_q": 64, "block_k": 64, "num_warps": 8, "num_stages": 2}
+
+
+def dkv_defaults(sig) -> dict | None:
+    return DKV_GPU_DEFAULTS if sig.platform == "gpu" else None
 
 
 def _fits(config: dict, sig, tpu_vmem, streamed: str) -> bool:
@@ -94,10 +110,16 @@ def _fits(config: dict, sig, tpu_vmem, streamed: str) -> bool:
         stages = config["num_stages"]
         smem = 2 * (resident + stages * step) * dp * itemsize
         accumulators = bq * dp if streamed == "k" else 2 * bk * dp
+        # the float32 accumulators, the probability and dp tiles, and the two resident blocks
+        tiles = accumulators + 2 * bq * bk + 2 * resident * dp * itemsize / 4
+        if streamed == "k":
+            budget = DQ_REGISTERS
+        else:
+            budget = DKV_REGISTERS.get(config["num_warps"], max(DKV_REGISTERS.values()))
         return (
             gpu_tiles_ok(bq, bk, dp)
             and smem <= gpu_smem_bytes(sig.device_kind)
-            and gpu_tiles_in_registers(accumulators + 2 * bq * bk, config)
+            and gpu_tiles_in_registers(tiles, config, budget)
         )
     return True
 
@@ -367,6 +389,7 @@ def flash_attention_dq(
     name="flash_attention_dkv",
     space="flash_attention_dkv",
     constraints=[fits_platform_dkv],
+    defaults_for=dkv_defaults,
     reference=attention_dkv_reference,
     tuned="../tuned",
     split=Split(f"{ARRAYS}->bhtd,bhtd", along="bh"),

@@ -70,7 +70,9 @@ def fits_platform(config: dict, sig) -> bool:
         return (
             gpu_tiles_ok(bq, bk, dp)
             and smem <= gpu_smem_bytes(sig.device_kind)
-            and gpu_tiles_in_registers(bq * dp + bq * bk, config)  # the output sum, the scores
+            # the float32 output sum and scores, and the q tile: at 128 query rows and head_dim
+            # 128 on 4 warps Triton spills whatever the key block (sm_90: 1.3-2.8 KB)
+            and gpu_tiles_in_registers(bq * dp + bq * bk + bq * dp * itemsize / 4, config)
         )
     return True
 

@@ -60,6 +60,7 @@ def _bwd(residuals: tuple, g: jax.Array, *, precision: str, interpret: bool, **_
     name="bmm",
     space="bmm",
     constraints=[fits_platform],
+    defaults_for=tiles.platform_defaults,
     reference=bmm_reference,
     tuned="../tuned",
     split=Split("bmk,bkn->bmn", along="bmn"),

@@ -22,6 +22,7 @@ from autotune.kernels.differentiable import differentiable
 from autotune.kernels.matmul.tiles import (
     fits_platform,
     padded_operands,
+    platform_defaults,
     tile_kernel,
     tpu_call,
     unpadded,
@@ -69,6 +70,7 @@ def _bwd(residuals: tuple, g: jax.Array, *, precision: str, interpret: bool, **_
     name="matmul",
     space="matmul",
     constraints=[fits_platform],
+    defaults_for=platform_defaults,
     reference=matmul_reference,
     tuned="../tuned",
     split=Split("mk,kn->mn", along="mn"),

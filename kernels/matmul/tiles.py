@@ -22,7 +22,13 @@ from jax.experimental import pallas as pl
 
 from autotune import out_struct
 from autotune.backends import clamp_block, mosaic_tpu
-from autotune.backends.hardware import gpu_registers_ok, gpu_smem_bytes, is_pow2, tpu_block_ok
+from autotune.backends.hardware import (
+    GPU_TILE_REGISTERS,
+    gpu_registers_ok,
+    gpu_smem_bytes,
+    is_pow2,
+    tpu_block_ok,
+)
 from autotune.kernels.precision import ACC_DTYPE
 
 
@@ -54,9 +60,29 @@ def fits_platform(config: dict, sig) -> bool:
         return (
             all(is_pow2(b) and b >= 16 for b in (bm, bn, bk))
             and smem <= gpu_smem_bytes(sig.device_kind)
-            and gpu_registers_ok(bm * bn, config["num_warps"])
+            # the float32 accumulator and the output tile's 64-bit addresses (jax's Triton store
+            # takes one a element): 3 registers an element, 64 elements a thread at most
+            # (128 x 128 on 4 warps spills on sm_90, on 8 warps it does not: register_check.py)
+            and gpu_registers_ok(3 * bm * bn, config["num_warps"], budget=GPU_TILE_REGISTERS)
         )
     return True
+
+
+# A GPU's default where the block sizes' own spill registers: 128 x 128 x 128 on 4 warps holds
+# its float32 accumulator and the output tile's addresses in 255 registers a thread only by
+# spilling (Triton's compile for sm_90, autotune check --registers); 64-deep K steps on 8
+# warps, 3 stages, spill nothing (157 registers), Triton's own Hopper choice for bf16.
+GPU_DEFAULTS = {"block_m": 128, "block_n": 128, "block_k": 64, "num_warps": 8, "num_stages": 3}
+# A TPU's: tiles as large as JAX's own TPU matmul takes at large shapes (fewer grid steps, each
+# amortising its DMA), clamped to the call's dimensions; where they overflow the chip's VMEM the
+# constraints refuse them and the nearest that fits is taken (KernelSpec.default_config).
+TPU_DEFAULTS = {"block_m": 512, "block_n": 512, "block_k": 1024}
+
+
+def platform_defaults(sig) -> dict | None:
+    """matmul's and bmm's defaults on a GPU and on a TPU (see GPU_DEFAULTS, TPU_DEFAULTS);
+    elsewhere (interpret mode) the block sizes' own."""
+    return {"gpu": GPU_DEFAULTS, "tpu": TPU_DEFAULTS}.get(sig.platform)
 
 
 def tpu_vmem(bm: int, bn: int, bk: int, itemsize: int) -> int:

@@ -20,7 +20,15 @@ from jax.experimental import pallas as pl
 
 from autotune import out_struct
 from autotune.backends import clamp_block, kernel_platform, mosaic_tpu, triton, whole_block
-from autotune.backends.hardware import TRITON_MAX_NUMEL, gpu_smem_bytes, is_pow2, tpu_block_ok
+from autotune.backends.hardware import (
+    GPU_MAX_REGISTERS_PER_THREAD,
+    GPU_WARP,
+    TRITON_MAX_NUMEL,
+    gpu_smem_bytes,
+    gpu_thread_register_cap,
+    is_pow2,
+    tpu_block_ok,
+)
 
 F32 = jnp.float32
 
@@ -113,10 +121,29 @@ def rowwise_on(
     return layout.unpad(out, x.shape)
 
 
-def fits_rowwise(config: dict, sig, *, f32_temps: int = 3, row_arrays: int = 2) -> bool:
+# The row block's elements a thread may hold (as float32) before Triton spills, where a thread
+# has its 255 registers (fewer at 16 warps: in proportion), calibrated against its compile for
+# sm_90 at 8 x 4096 float32 (benchmarks/register_check.py): softmax, rms_norm and layer_norm
+# spill at 256 (the default 64 rows, clamped to 8, on 4 warps: 344 B to 1.6 KB) and not at
+# 128; their backward kernels (x, g and their products) at 128, and at 64 on 16 warps, not at
+# 64 on fewer nor at 32 on 16.
+GPU_ROW_ELEMS = 128
+GPU_ROW_BWD_ELEMS = 64
+
+
+def fits_rowwise(
+    config: dict,
+    sig,
+    *,
+    f32_temps: int = 3,
+    row_arrays: int = 2,
+    gpu_thread_elems: int | None = GPU_ROW_ELEMS,
+) -> bool:
     """TPU: (8, 128) tiling of the row block and `row_arrays` double-buffered row blocks (in
-    and out) plus float32 temporaries in VMEM; GPU: power-of-two blocks within Triton's element cap, the float32
-    working tile within shared memory (where Triton's reductions go)."""
+    and out) plus float32 temporaries in VMEM; GPU: power-of-two blocks within Triton's element
+    cap, the float32 working tile within shared memory (where Triton's reductions go), and at
+    most `gpu_thread_elems` of the block's elements a thread (scaled down where the warps
+    leave a thread fewer than 255 registers; None: no register model)."""
     if not sig.shapes or len(sig.shapes[0]) < 1:
         return True  # the kernel itself rejects such calls with a clear message
     shape = sig.shapes[0]
@@ -133,8 +160,29 @@ def fits_rowwise(config: dict, sig, *, f32_temps: int = 3, row_arrays: int = 2) 
             is_pow2(layout.block_rows)
             and tile <= TRITON_MAX_NUMEL
             and tile * 4 <= gpu_smem_bytes(sig.device_kind)
+            and (gpu_thread_elems is None or _in_registers(layout, gpu_thread_elems, config))
         )
     return True
+
+
+def _in_registers(layout: RowLayout, per_thread: int, config: dict) -> bool:
+    """Whether the row block fits the registers of the config's warps; a row too long for the
+    registers of any block (MOST_ROW_WARPS) spills whatever the block, and one row a block
+    stays a candidate for it, so that such calls still tune."""
+    if layout.block_rows * layout.cols_padded <= _row_elems(per_thread, config):
+        return True
+    widest = _row_elems(per_thread, {"num_warps": MOST_ROW_WARPS})
+    return layout.block_rows == 1 and layout.cols_padded > widest
+
+
+MOST_ROW_WARPS = 16  # the row kernels' GPU spaces' most warps (search_spaces/*.toml)
+
+
+def _row_elems(per_thread: int, config: dict) -> float:
+    """The row block's elements a block of the config's warps may hold (see GPU_ROW_ELEMS)."""
+    warps = config["num_warps"]
+    share = gpu_thread_register_cap(warps) / GPU_MAX_REGISTERS_PER_THREAD
+    return per_thread * share * GPU_WARP * warps
 
 
 def gpu_compiler_params(num_warps: int, platform: str, num_stages: int = 1):

@@ -20,6 +20,7 @@ from autotune.backends import kernel_platform
 from autotune.kernels.differentiable import differentiable
 from autotune.kernels.rows.layout import (
     F32,
+    GPU_ROW_BWD_ELEMS,
     BlockSizes,
     check_like,
     fits_rowwise,
@@ -36,7 +37,7 @@ def fits_platform(config: dict, sig) -> bool:
 
 def fits_platform_bwd(config: dict, sig) -> bool:
     """The row-block rules of layout.py, for x and g in, dx out and float32 temporaries."""
-    return fits_rowwise(config, sig, f32_temps=6, row_arrays=3)
+    return fits_rowwise(config, sig, f32_temps=6, row_arrays=3, gpu_thread_elems=GPU_ROW_BWD_ELEMS)
 
 
 def rms_norm_reference(x: jax.Array, weight: jax.Array, *, eps: float = 1e-6) -> jax.Array:

@@ -39,6 +39,7 @@ def _abstract_mesh(platform):
 
 # what each backend's kernel lowers to: the Pallas call is in the program, not replaced
 MARKERS = {"tpu": "tpu_custom_call", "gpu": "triton", "mosaic_gpu": "mosaic_gpu"}
+MARKERS.update(mosaic_tpu=MARKERS["tpu"], triton=MARKERS["gpu"])  # a backend declared
 
 
 def _split_axis(split, axes: str, rank: int) -> int | None:
@@ -94,9 +95,9 @@ def _lowered(platform, kernel, grad):
     specs = tuple(spec for _, spec, _ in arrays)
     fn = jax.shard_map(step, mesh=mesh, in_specs=specs, out_specs=out_specs)
     if grad:  # the backward's own kernels, under the same shard_map
-        fn = jax.grad(
-            lambda *a, f=fn: jnp.sum(f(*a).astype(F32) ** 2), argnums=tuple(range(len(args)))
-        )
+        # the float arrays: integer ones (group sizes) are data, with no gradient
+        floats = tuple(i for i, a in enumerate(args) if jnp.issubdtype(a.dtype, jnp.floating))
+        fn = jax.grad(lambda *a, f=fn: jnp.sum(f(*a).astype(F32) ** 2), argnums=floats)
     with lowering_for(platform), cuda_runtime_stub():
         return jax.jit(fn).trace(*args).lower(lowering_platforms=(LOWERING[platform],))
 

@@ -423,17 +423,18 @@ _CHILD = (
     + "import runpy; runpy.run_module('autotune.tuning.worker.child', run_name='__main__')"
 )
 _REPORT_DEVICES = _SAFE_PATH + (
-    "import dataclasses, json, jax; from autotune.device import current_device; "
-    "print(json.dumps([dataclasses.asdict(current_device()), jax.local_device_count()]))"
+    "import dataclasses, json; from autotune.device import current_device, local_device_units; "
+    "print(json.dumps([dataclasses.asdict(current_device()), local_device_units()]))"
 )
 
 
 @functools.cache
 def worker_devices(platforms: str | None, timeout_s: float) -> tuple[DeviceInfo, int]:
-    """The device a worker started with `platforms` measures on, and how many local devices it
-    sees, asked once of a short-lived child: what keys the tasks of a run whose own process
-    keeps to another platform (the CLI keeps to the CPU while its workers own the
-    accelerator), and how many devices `--devices all` means there."""
+    """The device a worker started with `platforms` measures on, and how many workers its
+    local devices take (`local_device_units`: a TPU's chips, not a v7x's TensorCores), asked
+    once of a short-lived child: what keys the tasks of a run whose own process keeps to
+    another platform (the CLI keeps to the CPU while its workers own the accelerator), and how
+    many devices `--devices all` means there."""
     fields, count = json.loads(_ask_child(_REPORT_DEVICES, platforms, timeout_s))
     return DeviceInfo(**{**fields, "packages": tuple(map(tuple, fields["packages"]))}), count
 
@@ -477,9 +478,9 @@ def device_count(settings: TuneSettings) -> int:
     if _apart(settings):
         found = worker_devices(settings.worker_platforms, settings.limits.start_s)[1]
     else:
-        import jax
+        from autotune.device import local_device_units
 
-        found = jax.local_device_count()
+        found = local_device_units()  # a TPU's chips: v7x has two devices a chip
     if settings.devices == "all":
         return found
     if settings.devices > found:
