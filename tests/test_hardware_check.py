@@ -296,11 +296,16 @@ def test_the_smoke_run_ends_within_its_budget_lists_what_it_dropped_and_ships_it
     first = rows[0]
     assert first["outcome"] == "done", proc.stdout[-3000:] + proc.stderr[-3000:]
     assert [(c["dtype"], c["ok"]) for c in first["correctness"]] == [("bfloat16", True)]
-    assert first["rc"] == 0 and first["tuned_ok"] and first["timer"] == "wall"
-    assert all(
-        first[f"{n}_s"] > 0 and math.isfinite(first[f"{n}_s"])
-        for n in ("default", "tuned", "vendor")
+    # its tune ran and stored a verified entry; on a host so loaded that the tune's process
+    # outlived the step's share, or the step had no time left for one, the tune says so and
+    # the side by side still times the default: that is what keeps the run within budget
+    budget_cut = first["rc"] is None and first["tune_output"][-1].startswith(
+        ("stopped after", "skipped: no time left")
     )
+    assert (first["rc"] == 0 and first["tuned_ok"]) or budget_cut, first["tune_output"]
+    assert first["timer"] == "wall"
+    timed = ("default", "vendor") if budget_cut else ("default", "tuned", "vendor")
+    assert all(first[f"{n}_s"] > 0 and math.isfinite(first[f"{n}_s"]) for n in timed)
     # what ran finished and the rest was dropped for budget: how many ran depends on the host's
     # speed (the plan is made again from the time left before each step), never all of them.
     # On a loaded host a later case can overrun its plan: it is stopped at its limit (what keeps
