@@ -65,3 +65,21 @@ def differentiable(bwd: Callable, fwd: Callable = keep_inputs) -> Callable[[Call
         return run
 
     return decorate
+
+
+def through_lse(forward: Callable, backward: Callable[[], Callable]) -> tuple[Callable, Callable]:
+    """The (bwd, fwd) of an attention whose backward is a kernel of its own fed the forward's
+    log-sum-exp (JAX's attentions, called unedited): `forward(q, k, v, causal, sm_scale,
+    block_sizes, interpret, residuals=True)` gives the output and the lse; `backward()` (asked
+    at the backward's time: it is defined after the forward) turns (q, k, v, out, lse, do) into
+    (dq, dk, dv)."""
+
+    def fwd(_, q, k, v, *, causal, sm_scale, precision, block_sizes, interpret):
+        out, lse = forward(q, k, v, causal, sm_scale, block_sizes, interpret, residuals=True)
+        return out, (q, k, v, out, lse)
+
+    def bwd(residuals: tuple, do: Any, *, causal, sm_scale, precision, interpret, **_):
+        options = dict(causal=causal, sm_scale=sm_scale, precision=precision, interpret=interpret)
+        return backward()(*residuals, do, **options)
+
+    return bwd, fwd

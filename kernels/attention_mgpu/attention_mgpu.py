@@ -28,7 +28,7 @@ import jax.numpy as jnp
 from autotune import Example, Split, autotuned
 from autotune.backends import mosaic_gpu as backend
 from autotune.errors import KernelError
-from autotune.kernels.differentiable import differentiable
+from autotune.kernels.differentiable import differentiable, through_lse
 from autotune.kernels.flash_attention.reference import attention_reference, softmax_scale
 from autotune.kernels.precision import Precision, check_precision
 from autotune.registry.varying import vary_like
@@ -213,17 +213,6 @@ def _forward(q, k, v, causal, sm_scale, block_sizes, interpret, residuals: bool)
     return out.reshape(q.shape), lse.reshape(b, h, sq)
 
 
-def _fwd(forward, q, k, v, *, causal, sm_scale, precision, block_sizes, interpret):
-    out, lse = _forward(q, k, v, causal, sm_scale, block_sizes, interpret, residuals=True)
-    return out, (q, k, v, out, lse)
-
-
-def _bwd(residuals: tuple, do: jax.Array, *, causal, sm_scale, precision, interpret, **_):
-    q, k, v, out, lse = residuals
-    options = dict(causal=causal, sm_scale=sm_scale, precision=precision, interpret=interpret)
-    return attention_mgpu_bwd(q, k, v, out, lse, do, **options)
-
-
 @autotuned(
     name="attention_mgpu",
     space="attention_mgpu",
@@ -235,7 +224,7 @@ def _bwd(residuals: tuple, do: jax.Array, *, causal, sm_scale, precision, interp
     example=Example(EXAMPLE),
     backward=("attention_mgpu_bwd",),
 )
-@differentiable(_bwd, _fwd)
+@differentiable(*through_lse(_forward, lambda: attention_mgpu_bwd))
 def attention_mgpu(
     q: jax.Array,
     k: jax.Array,

@@ -19,7 +19,7 @@ import jax.numpy as jnp
 from autotune import Example, Split, autotuned
 from autotune.backends.hardware import gpu_smem_bytes, is_pow2, next_pow2
 from autotune.kernels.attention_mgpu.attention_mgpu import heads_as_batch
-from autotune.kernels.differentiable import differentiable
+from autotune.kernels.differentiable import differentiable, through_lse
 from autotune.kernels.flash_attention.reference import attention_reference, softmax_scale
 from autotune.kernels.flash_attention.tiles import gpu_tiles_in_registers
 from autotune.kernels.precision import Precision, check_precision
@@ -130,17 +130,6 @@ def _forward(q, k, v, causal, sm_scale, block_sizes, interpret, residuals: bool)
     return out.reshape(q.shape), lse.reshape(b, h, sq)
 
 
-def _fwd(forward, q, k, v, *, causal, sm_scale, precision, block_sizes, interpret):
-    out, lse = _forward(q, k, v, causal, sm_scale, block_sizes, interpret, residuals=True)
-    return out, (q, k, v, out, lse)
-
-
-def _bwd(residuals: tuple, do: jax.Array, *, causal, sm_scale, precision, interpret, **_):
-    q, k, v, out, lse = residuals
-    options = dict(causal=causal, sm_scale=sm_scale, precision=precision, interpret=interpret)
-    return triton_attention_bwd(q, k, v, out, lse, do, **options)
-
-
 @autotuned(
     name="triton_attention",
     space="triton_attention",
@@ -152,7 +141,7 @@ def _bwd(residuals: tuple, do: jax.Array, *, causal, sm_scale, precision, interp
     example=Example(EXAMPLE, causal=True),
     backward=("triton_attention_bwd",),
 )
-@differentiable(_bwd, _fwd)
+@differentiable(*through_lse(_forward, lambda: triton_attention_bwd))
 def triton_attention(
     q: jax.Array,
     k: jax.Array,

@@ -26,6 +26,7 @@ from autotune.kernels.differentiable import differentiable
 from autotune.kernels.megablox.megablox import gmm_reference
 from autotune.kernels.megablox.workloads import group_size_workloads
 from autotune.kernels.precision import ACC_DTYPE
+from autotune.kernels.ragged_dot.backward import lhs_by_kernel
 
 EXAMPLE = "f32[32,64],f32[4,64,32],s32[4]"
 MIN_TILE = 16  # tl.dot's smallest
@@ -88,17 +89,6 @@ def _kernel(ends_ref, lhs_ref, rhs_ref, o_ref, *, groups, block_k, n_k, transpos
     o_ref[...] = acc.astype(o_ref.dtype)
 
 
-def _bwd(inputs: tuple, g: jax.Array, *, transpose_rhs: bool, interpret: bool, **_) -> tuple:
-    lhs, rhs, group_sizes = inputs
-    dlhs = grouped_matmul(
-        g.astype(lhs.dtype), rhs, group_sizes, transpose_rhs=not transpose_rhs, interpret=interpret
-    )
-    xla = functools.partial(gmm_reference, transpose_rhs=transpose_rhs)
-    _, rhs_vjp = jax.vjp(lambda r: xla(lhs, r, group_sizes), rhs)
-    (drhs,) = rhs_vjp(g.astype(lhs.dtype))
-    return dlhs, drhs, None
-
-
 @autotuned(
     name="grouped_matmul",
     space="grouped_matmul",
@@ -110,7 +100,7 @@ def _bwd(inputs: tuple, g: jax.Array, *, transpose_rhs: bool, interpret: bool, *
     backward=("grouped_matmul",),
     workloads=group_size_workloads(lambda args: args[0].shape[0], 2),
 )
-@differentiable(_bwd)
+@differentiable(lhs_by_kernel(lambda: grouped_matmul))
 def grouped_matmul(
     lhs: jax.Array,
     rhs: jax.Array,

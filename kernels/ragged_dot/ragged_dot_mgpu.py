@@ -12,7 +12,6 @@ No GPU here: on a CPU host its candidates are lowered for a Hopper GPU (`autotun
 from __future__ import annotations
 
 import dataclasses
-import functools
 
 import jax
 import jax.numpy as jnp
@@ -22,6 +21,7 @@ from autotune.backends import mosaic_gpu as backend
 from autotune.kernels.differentiable import differentiable
 from autotune.kernels.megablox.megablox import gmm_reference
 from autotune.kernels.megablox.workloads import group_size_workloads
+from autotune.kernels.ragged_dot.backward import lhs_by_kernel
 from autotune.registry.varying import vary_like
 
 DTYPES = ("bfloat16", "float16")
@@ -71,17 +71,6 @@ def fits_hopper(config: dict, sig) -> bool:
     )
 
 
-def _bwd(inputs: tuple, g: jax.Array, *, transpose_rhs: bool, interpret: bool, **_) -> tuple:
-    lhs, rhs, group_sizes = inputs
-    dlhs = ragged_dot_mgpu(
-        g.astype(lhs.dtype), rhs, group_sizes, transpose_rhs=not transpose_rhs, interpret=interpret
-    )
-    xla = functools.partial(gmm_reference, transpose_rhs=transpose_rhs)
-    _, rhs_vjp = jax.vjp(lambda r: xla(lhs, r, group_sizes), rhs)
-    (drhs,) = rhs_vjp(g.astype(lhs.dtype))
-    return dlhs, drhs, None
-
-
 @autotuned(
     name="ragged_dot_mgpu",
     space="ragged_dot_mgpu",
@@ -93,7 +82,7 @@ def _bwd(inputs: tuple, g: jax.Array, *, transpose_rhs: bool, interpret: bool, *
     backward=("ragged_dot_mgpu",),
     workloads=group_size_workloads(lambda args: args[0].shape[0], 2),
 )
-@differentiable(_bwd)
+@differentiable(lhs_by_kernel(lambda: ragged_dot_mgpu))
 def ragged_dot_mgpu(
     lhs: jax.Array,
     rhs: jax.Array,

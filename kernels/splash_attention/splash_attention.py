@@ -23,7 +23,7 @@ import jax.numpy as jnp
 from autotune import Example, Split, autotuned
 from autotune.backends import mosaic_tpu
 from autotune.backends.hardware import TPU_LANES, TPU_SUBLANES
-from autotune.kernels.differentiable import differentiable
+from autotune.kernels.differentiable import differentiable, through_lse
 from autotune.kernels.flash_attention.reference import attention_reference, softmax_scale
 from autotune.kernels.precision import Precision, check_precision
 from autotune.registry.varying import unchecked
@@ -177,17 +177,6 @@ def _forward(q, k, v, causal, sm_scale, block_sizes, interpret, residuals: bool)
     return out, lse
 
 
-def _fwd(forward, q, k, v, *, causal, sm_scale, precision, block_sizes, interpret):
-    out, lse = _forward(q, k, v, causal, sm_scale, block_sizes, interpret, residuals=True)
-    return out, (q, k, v, out, lse)
-
-
-def _bwd(residuals: tuple, do: jax.Array, *, causal, sm_scale, precision, interpret, **_):
-    q, k, v, out, lse = residuals
-    options = dict(causal=causal, sm_scale=sm_scale, precision=precision, interpret=interpret)
-    return splash_attention_bwd(q, k, v, out, lse, do, **options)
-
-
 @autotuned(
     name="splash_attention",
     space="splash_attention",
@@ -199,7 +188,7 @@ def _bwd(residuals: tuple, do: jax.Array, *, causal, sm_scale, precision, interp
     example=Example(EXAMPLE, causal=True),
     backward=("splash_attention_bwd",),
 )
-@differentiable(_bwd, _fwd)
+@differentiable(*through_lse(_forward, lambda: splash_attention_bwd))
 def splash_attention(
     q: jax.Array,
     k: jax.Array,
