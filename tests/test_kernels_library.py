@@ -177,6 +177,5 @@ def test_gpu_spaces_admit_power_of_two_layouts_for_odd_shapes(kernel, shapes):
     spec = registry.resolve(kernel).spec
     sig = spec.signature([S(s, jnp.bfloat16) for s in shapes], {}, GPU)
     space = spec.space("gpu")
-    own = spec.defaults_for(sig) if spec.defaults_for is not None else None
-    defaults = {n: {**spec.defaults, **(own or {})}[n] for n in space.names}
+    defaults = spec.call_defaults(sig)
     assert space.violations(defaults, sig) == []

@@ -147,14 +147,19 @@ class KernelSpec:
 
         return run
 
-    def default_config(self, sig: Signature) -> dict[str, Any]:
-        """The defaults (the call's own where `defaults_for` gives them), adapted to the call:
-        if they break a constraint for this shape, the valid candidate nearest to them (ties:
-        the first in the space's order)."""
-        space = self.space(sig.platform)
+    def call_defaults(self, sig: Signature) -> dict[str, Any]:
+        """The defaults of the call's platform's tunables: the call's own where `defaults_for`
+        gives them, else the declared ones (not adapted to the call)."""
         own = self.defaults_for(sig) if self.defaults_for is not None else None
         base = {**self.defaults, **(own or {})}
-        defaults = {n: base[n] for n in space.names}
+        return {n: base[n] for n in self.space(sig.platform).names}
+
+    def default_config(self, sig: Signature) -> dict[str, Any]:
+        """The defaults (`call_defaults`), adapted to the call: if they break a constraint for
+        this shape, the valid candidate nearest to them (ties: the first in the space's
+        order)."""
+        space = self.space(sig.platform)
+        defaults = self.call_defaults(sig)
         if space.is_valid(defaults, sig):
             return defaults
         best, best_d = None, math.inf
