@@ -29,7 +29,12 @@ from autotune import Example, Split, autotuned
 from autotune.backends import mosaic_gpu as backend
 from autotune.errors import KernelError
 from autotune.kernels.differentiable import differentiable, through_lse
-from autotune.kernels.flash_attention.reference import attention_reference, softmax_scale
+from autotune.kernels.flash_attention.reference import (
+    attention_reference,
+    check_qkv,
+    scaled_query,
+    softmax_scale,
+)
 from autotune.kernels.precision import Precision, check_precision
 from autotune.registry.varying import vary_like
 
@@ -150,11 +155,6 @@ def heads_as_batch(x: jax.Array) -> jax.Array:
     return x.reshape(b * h, s, 1, d)
 
 
-def scaled_query(q: jax.Array, scale: float) -> jax.Array:
-    """q * scale, computed in float32 and rounded once to q's dtype (exact for a power of two)."""
-    return (q.astype(jnp.float32) * scale).astype(q.dtype)
-
-
 def fits_hopper_bwd(config: dict, sig) -> bool:
     """JAX's backward's rules for the call (16-bit inputs, head_dim a multiple of 64; Sq a
     multiple of dq's rows per step, block_q_dq times the compute warpgroups, and of dk/dv's
@@ -181,14 +181,6 @@ def fits_hopper_bwd(config: dict, sig) -> bool:
     )
 
 
-def _check_shapes(name: str, q: jax.Array, k: jax.Array, v: jax.Array) -> None:
-    if q.ndim != 4 or k.shape != v.shape or q.shape[:2] + q.shape[3:] != k.shape[:2] + k.shape[3:]:
-        raise ValueError(
-            f"{name} needs q [B, H, Sq, D] and k, v [B, H, Sk, D], got {q.shape=} "
-            f"{k.shape=} {v.shape=}"
-        )
-
-
 def _interpreted(interpret: bool):
     """GPU interpret mode for JAX's kernels, which take no `interpret` argument, where asked."""
     return backend.interpret_mode() if interpret else contextlib.nullcontext()
@@ -199,7 +191,7 @@ def _forward(q, k, v, causal, sm_scale, block_sizes, interpret, residuals: bool)
     log-sum-exp as JAX keeps it for its backward, [B, H, Sq] float32."""
     from jax.experimental.pallas.ops.gpu import attention_mgpu as jax_attention
 
-    _check_shapes("attention_mgpu", q, k, v)
+    check_qkv("attention_mgpu", q, k, v)
     b, h, sq, d = q.shape
     config = jax_attention.TuningConfig(**dataclasses.asdict(block_sizes), causal=bool(causal))
     qs = scaled_query(q, softmax_scale(d, sm_scale))
@@ -303,7 +295,7 @@ def attention_mgpu_bwd(
     from jax.experimental.pallas.ops.gpu import attention_mgpu as jax_attention
 
     check_precision(precision)
-    _check_shapes("attention_mgpu_bwd", q, k, v)
+    check_qkv("attention_mgpu_bwd", q, k, v)
     b, h, sq, d = q.shape
     scale = softmax_scale(d, sm_scale)
     # the forward's fields are not read by the backward: the smallest JAX takes stand in

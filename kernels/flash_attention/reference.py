@@ -90,3 +90,19 @@ def attention_dkv_reference(
     dk = jnp.einsum("bhqk,bhqd->bhkd", ds, qf, precision=precision) * scale
     dv = jnp.einsum("bhqk,bhqd->bhkd", p, dof, precision=precision)
     return dk.astype(k.dtype), dv.astype(v.dtype)
+
+
+def check_qkv(name: str, q: jax.Array, k: jax.Array, v: jax.Array) -> None:
+    """The layout every attention here takes, q [B, H, Sq, D] and k, v [B, H, Sk, D], or a
+    ValueError naming `name` and the shapes given."""
+    if q.ndim != 4 or k.shape != v.shape or q.shape[:2] + q.shape[3:] != k.shape[:2] + k.shape[3:]:
+        raise ValueError(
+            f"{name} needs q [B, H, Sq, D] and k, v [B, H, Sk, D], got {q.shape=} "
+            f"{k.shape=} {v.shape=}"
+        )
+
+
+def scaled_query(q: jax.Array, scale: float) -> jax.Array:
+    """q * scale, computed in float32 and rounded once to q's dtype (exact for a power of two):
+    for JAX's attentions that apply no scale of their own."""
+    return (q.astype(jnp.float32) * scale).astype(q.dtype)

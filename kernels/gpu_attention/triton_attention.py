@@ -20,7 +20,7 @@ from autotune import Example, Split, autotuned
 from autotune.backends.hardware import gpu_smem_bytes, is_pow2, next_pow2
 from autotune.kernels.attention_mgpu.attention_mgpu import heads_as_batch
 from autotune.kernels.differentiable import differentiable, through_lse
-from autotune.kernels.flash_attention.reference import attention_reference, softmax_scale
+from autotune.kernels.flash_attention.reference import attention_reference, check_qkv, softmax_scale
 from autotune.kernels.flash_attention.tiles import gpu_tiles_in_registers
 from autotune.kernels.precision import Precision, check_precision
 from autotune.registry.varying import unchecked
@@ -99,16 +99,8 @@ def fits_bwd(config: dict, sig) -> bool:
     return gpu_tiles_in_registers(max(dkv, dq), config)
 
 
-def _check_shapes(name: str, q: jax.Array, k: jax.Array, v: jax.Array) -> None:
-    if q.ndim != 4 or k.shape != v.shape or q.shape[:2] + q.shape[3:] != k.shape[:2] + k.shape[3:]:
-        raise ValueError(
-            f"{name} needs q [B, H, Sq, D] and k, v [B, H, Sk, D], got {q.shape=} "
-            f"{k.shape=} {v.shape=}"
-        )
-
-
 def _forward(q, k, v, causal, sm_scale, block_sizes, interpret, residuals: bool):
-    _check_shapes("triton_attention", q, k, v)
+    check_qkv("triton_attention", q, k, v)
     b, h, sq, d = q.shape
     jax_attention = _jax_attention()
     blocks = jax_attention.BlockSizes(block_q=block_sizes.block_q, block_k=block_sizes.block_k)
@@ -217,7 +209,7 @@ def triton_attention_bwd(
     """(dq, dk, dv) of triton_attention for the output's cotangent do, from its output and the
     log-sum-exp JAX's forward keeps ([B, H, Sq] float32), by JAX's fused backward kernel."""
     check_precision(precision)
-    _check_shapes("triton_attention_bwd", q, k, v)
+    check_qkv("triton_attention_bwd", q, k, v)
     b, h, sq, d = q.shape
     jax_attention = _jax_attention()
     fields = {f: getattr(block_sizes, f) for f in ("block_q_dkv", "block_kv_dkv")}

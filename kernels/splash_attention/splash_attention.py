@@ -24,7 +24,12 @@ from autotune import Example, Split, autotuned
 from autotune.backends import mosaic_tpu
 from autotune.backends.hardware import TPU_LANES, TPU_SUBLANES
 from autotune.kernels.differentiable import differentiable, through_lse
-from autotune.kernels.flash_attention.reference import attention_reference, softmax_scale
+from autotune.kernels.flash_attention.reference import (
+    attention_reference,
+    check_qkv,
+    scaled_query,
+    softmax_scale,
+)
 from autotune.kernels.precision import Precision, check_precision
 from autotune.registry.varying import unchecked
 
@@ -135,19 +140,6 @@ def fits_bwd(config: dict, sig) -> bool:
     return all(2 * vmem_bytes(*b, d, itemsize) <= limit for b in blocks)
 
 
-def _check_shapes(name: str, q: jax.Array, k: jax.Array, v: jax.Array) -> None:
-    if q.ndim != 4 or k.shape != v.shape or q.shape[:2] + q.shape[3:] != k.shape[:2] + k.shape[3:]:
-        raise ValueError(
-            f"{name} needs q [B, H, Sq, D] and k, v [B, H, Sk, D], got {q.shape=} "
-            f"{k.shape=} {v.shape=}"
-        )
-
-
-def scaled_query(q: jax.Array, scale: float) -> jax.Array:
-    """q * scale, computed in float32 and rounded once to q's dtype (exact for a power of two)."""
-    return (q.astype(jnp.float32) * scale).astype(q.dtype)
-
-
 def _jax_blocks(forward: BlockSizes, backward: BackwardBlockSizes | None = None):
     """JAX's BlockSizes of these fields (the fused backward takes no dq blocks)."""
     fields = dataclasses.asdict(forward)
@@ -159,7 +151,7 @@ def _jax_blocks(forward: BlockSizes, backward: BackwardBlockSizes | None = None)
 
 
 def _forward(q, k, v, causal, sm_scale, block_sizes, interpret, residuals: bool):
-    _check_shapes("splash_attention", q, k, v)
+    check_qkv("splash_attention", q, k, v)
     _, h, sq, d = q.shape
     kernel = _jax_splash().make_splash_mha(
         _mask(h, sq, k.shape[2], causal),
@@ -265,7 +257,7 @@ def splash_attention_bwd(
     """(dq, dk, dv) of splash_attention for the output's cotangent do, from its output and the
     log-sum-exp JAX's forward keeps ([B, H, Sq] float32), by JAX's backward kernels."""
     check_precision(precision)
-    _check_shapes("splash_attention_bwd", q, k, v)
+    check_qkv("splash_attention_bwd", q, k, v)
     splash = _jax_splash()
     _, h, sq, d = q.shape
     scale = softmax_scale(d, sm_scale)
