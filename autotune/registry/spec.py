@@ -266,7 +266,7 @@ class KernelOptions:
 
     `space`: a dict of candidate lists, or the name of a file in search_spaces/ (or beside the
     kernel's module). `constraints`: functions (config, sig) -> bool. `reference`: what its
-    output must agree with. `defaults`, `bind`: for tunables the function does not take as
+    output must agree with (plain JAX, run under jax.jit). `defaults`, `bind`: for tunables the function does not take as
     plain keyword arguments (a dict such as {"block_shape": ("block_m", "block_n"),
     "block_sizes": BlockSizes} maps them declaratively). `backend`: "mosaic_gpu", ... where it
     is not recognised from what the kernel traces to. `tuned`: a tuned table shipped with the
