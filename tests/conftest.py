@@ -13,6 +13,20 @@ import pytest
 import autotune
 
 
+def pytest_collection_modifyitems(items) -> None:
+    """The files whose tests start processes (marked slow, or given `subprocess_env`) first,
+    the most such tests first; then the rest, the most tests first. The two xdist workers take
+    whole files in this order (`--dist loadfile --no-loadscope-reorder`): the longest files
+    started last would leave one worker running alone at the end."""
+    starts: dict[Path, int] = {}
+    count: dict[Path, int] = {}
+    for item in items:
+        slow = "subprocess_env" in item.fixturenames or item.get_closest_marker("slow")
+        starts[item.path] = starts.get(item.path, 0) + bool(slow)
+        count[item.path] = count.get(item.path, 0) + 1
+    items.sort(key=lambda item: (-starts[item.path], -count[item.path], str(item.path)))
+
+
 @pytest.fixture(autouse=True)
 def db_url(tmp_path, monkeypatch) -> str:
     path = tmp_path / "tuning.db"
