@@ -4,13 +4,34 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
 
 import autotune
+
+
+def pytest_configure(config) -> None:
+    """One XLA compilation cache for the session, cold at its start and removed at its end.
+
+    XLA compiling Pallas's interpreted programs is most of the suite's CPU, and many tests
+    compile the same kernel at the same sizes, here and in the processes they start (which
+    inherit the variables, as the xdist workers do): each distinct program now compiles once
+    per session. What runs is the same executable, so nothing a test checks changes."""
+    if "JAX_COMPILATION_CACHE_DIR" in os.environ:  # a worker, a child pytest, or the user's own
+        return
+    config.xla_cache = tempfile.mkdtemp(prefix="pallas-autotune-tests-xla-")
+    os.environ["JAX_COMPILATION_CACHE_DIR"] = config.xla_cache
+    os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"  # ours take 0.05-1 s
+
+
+def pytest_unconfigure(config) -> None:
+    if getattr(config, "xla_cache", None):
+        shutil.rmtree(config.xla_cache, ignore_errors=True)
 
 
 def pytest_collection_modifyitems(items) -> None:
