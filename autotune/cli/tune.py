@@ -195,7 +195,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
 
 
 def _request(args: argparse.Namespace) -> RunRequest:
-    """The run the command line asks for, its arguments parsed and checked."""
+    """The run the command line asks for: its arguments parsed here first, then the settings
+    and the database URLs checked."""
     if args.watch and not args.pending:
         raise UsageError("--watch watches for misses: give it with --pending")
     if args.only_kernel is not None and not args.pending:
@@ -205,6 +206,7 @@ def _request(args: argparse.Namespace) -> RunRequest:
         )
     if not args.poll > 0:
         raise UsageError(f"--poll must be a positive number of seconds, got {args.poll}")
+    asked = _asked(args)
     settings = checked(
         FLAGS,
         n_trials=args.trials,
@@ -224,12 +226,14 @@ def _request(args: argparse.Namespace) -> RunRequest:
     for flag, url in (("--db", args.db), ("--storage", args.storage)):
         if url is not None:
             check_url(url, flag)
-    common = {
-        "settings": settings,
-        "db": args.db,
-        "storage": args.storage,
-        "imports": tuple(getattr(args, "imports", ())),
-    }
+    imports = tuple(getattr(args, "imports", ()))
+    return RunRequest(settings=settings, db=args.db, storage=args.storage, imports=imports, **asked)
+
+
+def _asked(args: argparse.Namespace) -> dict[str, Any]:
+    """What the command line asks to tune, parsed: one task (its kernel, shape, dtype and
+    static arguments), or the tasks of a job file, of the misses or of a program (and which
+    share of them)."""
     if not (args.job or args.pending or args.program):
         if args.kernel is None or args.shape is None:
             raise UsageError(
@@ -239,9 +243,7 @@ def _request(args: argparse.Namespace) -> RunRequest:
         if args.shard or args.force:
             raise UsageError("--shard and --force apply to --job and --pending")
         static = parse_static(args.static)
-        return RunRequest(
-            kernel=args.kernel, shape=args.shape, dtype=args.dtype, static=static, **common
-        )
+        return {"kernel": args.kernel, "shape": args.shape, "dtype": args.dtype, "static": static}
     if sum(map(bool, (args.job, args.pending, args.program))) > 1:
         raise UsageError("give one of --job FILE, --pending and --program, not more")
     if args.kernel or args.shape:
@@ -250,17 +252,16 @@ def _request(args: argparse.Namespace) -> RunRequest:
             "or the program: "
             "drop the kernel and --shape (with --pending, --kernel K picks one kernel)"
         )
-    return RunRequest(
-        job=args.job,
-        pending=args.pending,
-        only_kernel=args.only_kernel,
-        watch=args.watch,
-        poll_s=args.poll,
-        program=args.program,
-        shard=parse_shard(args.shard) if args.shard else None,
-        force=args.force,
-        **common,
-    )
+    return {
+        "job": args.job,
+        "pending": args.pending,
+        "only_kernel": args.only_kernel,
+        "watch": args.watch,
+        "poll_s": args.poll,
+        "program": args.program,
+        "shard": parse_shard(args.shard) if args.shard else None,
+        "force": args.force,
+    }
 
 
 def parse_shard(text: str) -> tuple[int, int]:
