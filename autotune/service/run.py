@@ -21,7 +21,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from autotune.device import DeviceInfo
-from autotune.service.jobfile import import_modules, load_job
+from autotune.registry import import_modules
+from autotune.service.jobfile import load_job
 from autotune.service.jobs import run_tasks, shard
 from autotune.service.progress import JobProgress, Outcome
 from autotune.service.watch import MAX_WAIT_S, watch
