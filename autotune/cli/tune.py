@@ -13,7 +13,6 @@ from autotune.cli.common import DB_HELP, UsageError, add_import_argument, parse_
 from autotune.errors import AutotuneError, JobError, SettingsError
 from autotune.measure.policies import WorkerLimits
 from autotune.search.strategies import STRATEGIES
-from autotune.service.jobs import duplicates, resumed_text, side_by_side
 from autotune.service.progress import space_note
 from autotune.service.run import RunListener, RunRequest, Started, run
 from autotune.service.watch import MAX_WAIT_S
@@ -288,13 +287,13 @@ def _tune_one(request: RunRequest) -> int:
     speedup = f"{result.speedup:.2f}x" if result.speedup else "n/a"
     default = f"{result.default_time_s * 1e3:.4f} ms" if result.default_time_s else "failed"
     if result.resumed:
-        print(f"resumed: {resumed_text(result)}")
+        print(f"resumed: {result.resumed_note}")
     print(
         f"\n{result.kernel} {result.key.signature} on {result.key.device_kind} ({result.key.backend})\n"
         f"  best     {config_text(result.best_config)}  {result.best_time_s * 1e3:.4f} ms"
-        f"{side_by_side(result)}\n"
+        f"{result.side_by_side_note}\n"
         f"  default  {config_text(result.default_config)}  {default}\n"
-        f"  speedup  {speedup}   trials {result.n_measured}{duplicates(result)}"
+        f"  speedup  {speedup}   trials {result.n_measured}{result.duplicates_note}"
         f"   rejected {result.n_rejected}"
         f"   crashed/timeout {result.n_crashed}   worker restarts {result.restarts}\n"
         f"  stored in {result.db_url}"

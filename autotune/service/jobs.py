@@ -17,7 +17,6 @@ from autotune.device import DeviceInfo, warn_shared_cores
 from autotune.errors import AutotuneError, JobError
 from autotune.service.progress import JobProgress, Outcome
 from autotune.signature import TuningKey
-from autotune.trial import config_text
 from autotune.tuning.settings import DEFAULTS, TuneSettings
 from autotune.tuning.storing import open_db
 from autotune.tuning.task import BoundTask, Task, bind
@@ -227,7 +226,7 @@ class _Job:
                 context = TuneContext(run, self.handle, progress=on_trial, worker=worker)
                 result = tune_task(bound, context)
             progress.best_s = result.best_time_s
-            return Outcome(task, "tuned", _summary(result), result)
+            return Outcome(task, "tuned", result.summary, result)
         except TypeError as e:  # the kernel's own signature refused the arguments
             return Outcome(task, "failed", f"the kernel refused these arguments: {e}")
         except AutotuneError as e:
@@ -245,39 +244,3 @@ def _member_keys(bound: Any) -> list[TuningKey]:
     if not isinstance(bound.kernel, VariantGroup):
         return []
     return bound.kernel.member_keys(bound.args, bound.task.static_dict, bound.device)
-
-
-def _summary(result: Any) -> str:
-    config = config_text(result.best_config)
-    speedup = f"{result.speedup:.2f}x" if result.speedup else "n/a"
-    resumed = f" ({resumed_text(result)})" if result.resumed else ""
-    first = ", first-pass figures" if result.first_pass else ""
-    first += ", within the noise" if result.within_noise else ""
-    trials = f"{result.n_measured} trials{duplicates(result)}"
-    return (
-        f"{config} {result.best_time_s * 1e3:.4f} ms{side_by_side(result)}, speedup {speedup}, "
-        f"{trials}{resumed}{first}"
-    )
-
-
-def side_by_side(result: Any) -> str:
-    """' (side by side with the default; first pass 0.0916 ms)': where the finalists were
-    re-measured, the best time is their figure, not the first pass's best that the progress
-    showed (a first pass shares the device with compiling and the other searches)."""
-    finalists = getattr(result, "finalists", ())
-    if len(finalists) < 2 or result.first_pass:
-        return ""
-    measured = [t.time_s for t in result.trials if t.status == "ok" and t.time_s]
-    first = f"; first pass {min(measured) * 1e3:.4f} ms" if measured else ""
-    return f" (re-measured side by side with the default{first})"
-
-
-def duplicates(result: Any) -> str:
-    """' (+3 duplicates)': the trials stored but not measured, their program measured already."""
-    n = result.n_duplicates
-    return f" (+{n} duplicate{'s' * (n != 1)})" if n else ""
-
-
-def resumed_text(result: Any) -> str:
-    """'4 of 10 trials already measured': what a resumed study did not measure again."""
-    return f"{result.resumed} of {result.n_measured} trials already measured"
