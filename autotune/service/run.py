@@ -27,7 +27,7 @@ from autotune.service.jobs import run_tasks, shard
 from autotune.service.progress import JobProgress, Outcome
 from autotune.service.watch import MAX_WAIT_S, watch
 from autotune.tuning.settings import TuneSettings
-from autotune.tuning.task import Task, check_task, check_traces, make_task
+from autotune.tuning.task import Task, check_task, make_task
 from autotune.tuning.worker import device_count
 
 
@@ -131,8 +131,7 @@ def _run_one(request: RunRequest, settings: TuneSettings, listener: RunListener)
         settings.seed,
         workload=settings.workload,
     )
-    check_task(task, request.shape)
-    check_traces(task, request.shape)
+    check_task(task, request.shape, trace=True)
     with TuningDB(request.db) as db:
         # without a storage given, a study beside a SQLite database: a rerun after a crash
         # resumes it, and a finished run deletes it, so the next run tunes afresh
