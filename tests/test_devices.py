@@ -130,9 +130,10 @@ def test_a_run_on_devices_that_share_cores_says_so_once_at_its_start(monkeypatch
 
     import autotune.device
     import autotune.tuning.worker as workers
+    from autotune.db import TuningDB
     from autotune.device import current_device, warn_shared_cores
     from autotune.errors import KernelError
-    from autotune.service.jobs import _Job, run_tasks
+    from autotune.service.jobs import run_tasks
     from autotune.tuning.settings import TuneSettings
     from autotune.tuning.task import make_task
 
@@ -154,11 +155,12 @@ def test_a_run_on_devices_that_share_cores_says_so_once_at_its_start(monkeypatch
         # a job's tasks side by side, one device each: said at its start too
         warn_shared_cores.cache_clear()
 
-        def no_worker(self, task, index):
+        def no_worker(task, settings, index):
             raise KernelError("no worker here")
 
-        monkeypatch.setattr(_Job, "_worker", no_worker)
-        outcomes = run_tasks([task] * 4, current_device(), settings=settings)
+        monkeypatch.setattr(workers, "task_device_worker", no_worker)
+        with TuningDB() as db:
+            outcomes = run_tasks([task] * 4, current_device(), db=db, settings=settings)
         assert [o.status for o in outcomes] == ["failed"] * 4
         assert len(caplog.records) == 2
     warn_shared_cores.cache_clear()

@@ -338,7 +338,7 @@ def test_a_task_tuned_on_the_workers_device_is_skipped(db_url):
         key = spec.key(spec.signature(task.inputs(), {}, device), device)
         with TuningDB(db_url) as db:
             put(db, key, block_rows=8, time_s=1e-3)
-        (outcome,) = run_tasks([task], device, db=db_url)
+            (outcome,) = run_tasks([task], device, db=db)
         assert outcome.status == "skipped", device
 
 
@@ -366,8 +366,8 @@ def test_progress_counts_duplicates_names_a_small_space_and_explains_the_summary
     out = io.StringIO()
     task = make_task("spare_scale", "32x128", trials=16, strategy="grid")
     run = TuneSettings(isolate=False, n_trials=16, strategy="grid", finalists=2)
-    with Display(Console(file=out, width=400), "task") as display:
-        (outcome,) = run_tasks([task], current_device(), settings=run, show=display)
+    with TuningDB() as db, Display(Console(file=out, width=400), "task") as display:
+        (outcome,) = run_tasks([task], current_device(), db=db, settings=run, show=display)
     lines = out.getvalue().splitlines()
     trials = [line for line in lines if " trial " in line]
     assert len(set(trials)) == len(trials) == 6, lines  # each line says something new

@@ -27,7 +27,6 @@ from autotune import TuningDB
 from autotune.cli import main
 from autotune.errors import DatabaseError
 from autotune.search import studies
-from autotune.service import jobs
 
 TESTS = Path(__file__).parent
 
@@ -314,7 +313,7 @@ def test_a_worker_killed_during_the_finalists_leaves_first_pass_figures_said_so(
         progress=doom_after_the_search,
     )
     assert result.first_pass and len(result.finalists) == 3
-    assert "first-pass figures" in jobs._summary(result)
+    assert "first-pass figures" in result.summary
 
 
 def test_a_corrupt_studies_file_is_set_aside_with_a_warning(tmp_path, caplog):

@@ -163,9 +163,10 @@ def test_a_forced_group_task_tunes_its_members_afresh(tmp_path, db_url):
     autotune.variants("forced_scale", [scale, autotune.Member(lambda x: x * 2.0, name="xla")])
     task = make_task("forced_scale", "32x128", trials=2, strategy="grid")
     settings = TuneSettings(storage=f"sqlite:///{tmp_path / 'studies.db'}")
-    (first,) = run_tasks([task], current_device(), db=db_url, settings=settings)
-    (skipped,) = run_tasks([task], current_device(), db=db_url, settings=settings)
-    (forced,) = run_tasks([task], current_device(), db=db_url, settings=settings, force=True)
+    with TuningDB(db_url) as db:
+        (first,) = run_tasks([task], current_device(), db=db, settings=settings)
+        (skipped,) = run_tasks([task], current_device(), db=db, settings=settings)
+        (forced,) = run_tasks([task], current_device(), db=db, settings=settings, force=True)
     assert (first.status, skipped.status, forced.status) == ("tuned", "skipped", "tuned")
     # the member's own study was deleted with the group's: nothing of the first run resumed
     assert first.result.members["scale"].resumed == 0

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from typing import Any, NoReturn
 
 from autotune.errors import AutotuneError, SignatureError
-from autotune.service.jobfile import import_modules
+from autotune.registry import import_modules
 
 DB_HELP = "SQLAlchemy URL or file (default: $PALLAS_AUTOTUNE_DB or the user cache)"
 

@@ -13,7 +13,6 @@ from autotune.cli.common import DB_HELP, UsageError, add_import_argument, parse_
 from autotune.errors import AutotuneError, JobError, SettingsError
 from autotune.measure.policies import WorkerLimits
 from autotune.search.strategies import STRATEGIES
-from autotune.service.jobs import duplicates, resumed_text, side_by_side
 from autotune.service.progress import space_note
 from autotune.service.run import RunListener, RunRequest, Started, run
 from autotune.service.watch import MAX_WAIT_S
@@ -195,7 +194,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
 
 
 def _request(args: argparse.Namespace) -> RunRequest:
-    """The run the command line asks for, its arguments parsed and checked."""
+    """The run the command line asks for: its arguments parsed here first, then the settings
+    and the database URLs checked."""
     if args.watch and not args.pending:
         raise UsageError("--watch watches for misses: give it with --pending")
     if args.only_kernel is not None and not args.pending:
@@ -205,6 +205,7 @@ def _request(args: argparse.Namespace) -> RunRequest:
         )
     if not args.poll > 0:
         raise UsageError(f"--poll must be a positive number of seconds, got {args.poll}")
+    asked = _asked(args)
     settings = checked(
         FLAGS,
         n_trials=args.trials,
@@ -224,12 +225,14 @@ def _request(args: argparse.Namespace) -> RunRequest:
     for flag, url in (("--db", args.db), ("--storage", args.storage)):
         if url is not None:
             check_url(url, flag)
-    common = {
-        "settings": settings,
-        "db": args.db,
-        "storage": args.storage,
-        "imports": tuple(getattr(args, "imports", ())),
-    }
+    imports = tuple(getattr(args, "imports", ()))
+    return RunRequest(settings=settings, db=args.db, storage=args.storage, imports=imports, **asked)
+
+
+def _asked(args: argparse.Namespace) -> dict[str, Any]:
+    """What the command line asks to tune, parsed: one task (its kernel, shape, dtype and
+    static arguments), or the tasks of a job file, of the misses or of a program (and which
+    share of them)."""
     if not (args.job or args.pending or args.program):
         if args.kernel is None or args.shape is None:
             raise UsageError(
@@ -239,9 +242,7 @@ def _request(args: argparse.Namespace) -> RunRequest:
         if args.shard or args.force:
             raise UsageError("--shard and --force apply to --job and --pending")
         static = parse_static(args.static)
-        return RunRequest(
-            kernel=args.kernel, shape=args.shape, dtype=args.dtype, static=static, **common
-        )
+        return {"kernel": args.kernel, "shape": args.shape, "dtype": args.dtype, "static": static}
     if sum(map(bool, (args.job, args.pending, args.program))) > 1:
         raise UsageError("give one of --job FILE, --pending and --program, not more")
     if args.kernel or args.shape:
@@ -250,17 +251,16 @@ def _request(args: argparse.Namespace) -> RunRequest:
             "or the program: "
             "drop the kernel and --shape (with --pending, --kernel K picks one kernel)"
         )
-    return RunRequest(
-        job=args.job,
-        pending=args.pending,
-        only_kernel=args.only_kernel,
-        watch=args.watch,
-        poll_s=args.poll,
-        program=args.program,
-        shard=parse_shard(args.shard) if args.shard else None,
-        force=args.force,
-        **common,
-    )
+    return {
+        "job": args.job,
+        "pending": args.pending,
+        "only_kernel": args.only_kernel,
+        "watch": args.watch,
+        "poll_s": args.poll,
+        "program": args.program,
+        "shard": parse_shard(args.shard) if args.shard else None,
+        "force": args.force,
+    }
 
 
 def parse_shard(text: str) -> tuple[int, int]:
@@ -287,13 +287,13 @@ def _tune_one(request: RunRequest) -> int:
     speedup = f"{result.speedup:.2f}x" if result.speedup else "n/a"
     default = f"{result.default_time_s * 1e3:.4f} ms" if result.default_time_s else "failed"
     if result.resumed:
-        print(f"resumed: {resumed_text(result)}")
+        print(f"resumed: {result.resumed_note}")
     print(
         f"\n{result.kernel} {result.key.signature} on {result.key.device_kind} ({result.key.backend})\n"
         f"  best     {config_text(result.best_config)}  {result.best_time_s * 1e3:.4f} ms"
-        f"{side_by_side(result)}\n"
+        f"{result.side_by_side_note}\n"
         f"  default  {config_text(result.default_config)}  {default}\n"
-        f"  speedup  {speedup}   trials {result.n_measured}{duplicates(result)}"
+        f"  speedup  {speedup}   trials {result.n_measured}{result.duplicates_note}"
         f"   rejected {result.n_rejected}"
         f"   crashed/timeout {result.n_crashed}   worker restarts {result.restarts}\n"
         f"  stored in {result.db_url}"

@@ -10,10 +10,10 @@ import importlib.machinery
 import os
 import sys
 import types
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
-from autotune.errors import AutotuneError, KernelError
+from autotune.errors import AutotuneError, JobError, KernelError
 from autotune.registry.spec import KernelSpec
 
 # The kernels shipped with pallas-autotune register themselves when this package is imported.
@@ -131,6 +131,13 @@ def import_user_module(
     except Exception as e:  # the user's code: one line that names it, not a traceback
         cause = str(e) if isinstance(e, ImportError) else f"{type(e).__name__}: {e}"
         raise error(f"cannot import {module_name!r} {why}: {cause.strip().splitlines()[0]}") from e
+
+
+def import_modules(names: Iterable[str]) -> None:
+    """Import the modules the user named to register their kernels (found from the working
+    directory too); one that fails is a JobError naming it."""
+    for name in names:
+        import_user_module(name, "(to register its kernels)", JobError)
 
 
 def resolve(target: str) -> Any:

@@ -23,13 +23,12 @@ task's search is an Optuna study in a storage, so running an interrupted job aga
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from autotune.errors import AutotuneError, JobError
-from autotune.registry import import_user_module
+from autotune.registry import import_modules
 from autotune.tuning.settings import DEFAULTS
 from autotune.tuning.task import Task, check_task, make_task
 
@@ -159,9 +158,3 @@ def _strings(value: Any, what: str) -> list[str]:
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
         raise JobError(f"{what} must be a string or a list of strings, got {value!r}")
     return value
-
-
-def import_modules(names: Iterable[str]) -> None:
-    """Import modules that register kernels (found from the current directory too)."""
-    for name in names:
-        import_user_module(name, "(to register its kernels)", JobError)

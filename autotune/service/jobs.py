@@ -11,16 +11,16 @@ import logging
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from autotune.device import DeviceInfo, warn_shared_cores
 from autotune.errors import AutotuneError, JobError
 from autotune.service.progress import JobProgress, Outcome
-from autotune.signature import TuningKey
-from autotune.trial import config_text
 from autotune.tuning.settings import DEFAULTS, TuneSettings
-from autotune.tuning.storing import open_db
-from autotune.tuning.task import BoundTask, Task, bind
+from autotune.tuning.task import BoundTask, Task
+
+if TYPE_CHECKING:
+    from autotune.db import TuningDB
 
 log = logging.getLogger(__name__)
 
@@ -35,24 +35,24 @@ def run_tasks(
     tasks: Sequence[Task | BoundTask],
     device: DeviceInfo | None,
     *,
-    db: Any = None,
+    db: TuningDB,
     settings: TuneSettings = DEFAULTS,
     force: bool = False,
     retune: bool = False,
+    forget: bool = False,
     show: Callable[[JobProgress, Outcome | None], None] | None = None,
 ) -> list[Outcome]:
     """Tune each task in order on `device` (see tuning_device) or, where `settings.devices`
     names several and the tasks are at least as many, side by side, each task on one of the
-    devices (fewer tasks run in turn, each on every device); those it already has an entry
-    for are skipped unless `force` (which tunes them in fresh studies) or `retune` (which
-    resumes their studies: the command line's single task, tuned whether or not it was).
+    devices (fewer tasks run in turn, each on every device); those `db` (a TuningDB its
+    caller opened) already has an entry for are skipped unless `force` (which tunes them in
+    fresh studies) or `retune` (which resumes their studies: the command line's single task,
+    tuned whether or not it was); `forget` deletes each task's studies once it is tuned (the
+    next run tunes afresh).
 
-    Each task is bound once, here, to the device it is measured on (a BoundTask given bound
-    there already, as a watcher binds a miss to claim its key, is taken as it is), and
-    handed down so bound. Where nothing is skipped `device` may be None: under isolation on
-    one device, a task is then bound to the device of the worker the job starts for it (this
-    process may keep to another platform than its workers, and only they can tell theirs);
-    else to `tuning_device`'s.
+    Each task is handed down once, to autotune.tuning.tune.tune_job_task, which binds it to
+    the device it is measured on. Where nothing is skipped `device` may be None: under
+    isolation on one device, a task is then bound to the device of the worker started for it.
 
     Each task is tuned with `settings`, its own budget, strategy and seed (Task.settings), and
     the study of its key in `settings.storage`.
@@ -61,22 +61,17 @@ def run_tasks(
     """
     if device is None and not retune:
         raise JobError("run_tasks: give the device the tasks are checked on, or retune=True")
-    handle = open_db(db)
-    job = _Job(tasks, device, handle, settings, force, retune, show)
-    try:
-        spread = _spread_over(tasks, device, settings)
-        if spread > 1:
-            return job.spread(spread)
-        trials = [_plain(t).trials for t in tasks]
-        progress = JobProgress(n_tasks=len(tasks), budget_left=sum(trials))
-        outcomes = []
-        for i, task in enumerate(tasks, 1):
-            progress.budget_left -= trials[i - 1]
-            outcomes.append(job.run(i, task, progress))
-        return outcomes
-    finally:
-        if handle is not db:
-            handle.close()
+    job = _Job(tasks, device, db, settings, show, force=force, retune=retune, forget=forget)
+    spread = _spread_over(tasks, device, settings)
+    if spread > 1:
+        return job.spread(spread)
+    trials = [_plain(t).trials for t in tasks]
+    progress = JobProgress(n_tasks=len(tasks), budget_left=sum(trials))
+    outcomes = []
+    for i, task in enumerate(tasks, 1):
+        progress.budget_left -= trials[i - 1]
+        outcomes.append(job.run(i, task, progress))
+    return outcomes
 
 
 def _spread_over(
@@ -100,14 +95,14 @@ class _Job:
         self,
         tasks: Sequence[Task | BoundTask],
         device: DeviceInfo | None,
-        handle: Any,
+        db: TuningDB,
         settings: TuneSettings,
-        force: bool,
-        retune: bool,
         show: Callable[[JobProgress, Outcome | None], None] | None,
+        **redo: bool,
     ) -> None:
-        self.tasks, self.device, self.handle, self.settings = tasks, device, handle, settings
-        self.force, self.retune, self.show = force, retune, show
+        self.tasks, self.device, self.db, self.settings = tasks, device, db, settings
+        self.show = show
+        self.redo = redo  # force, retune, forget: see run_tasks
         self.showing = threading.Lock()  # one display, for every device's tasks
         self.stop = threading.Event()  # an interrupt: the devices end after their trial
 
@@ -125,6 +120,8 @@ class _Job:
     def spread(self, n: int) -> list[Outcome]:
         """The tasks side by side on `n` devices: a device worker pinned to each, started for
         its first task and kept for its next, takes the next task as it finishes one."""
+        from autotune.tuning.worker import task_device_worker
+
         waiting = list(enumerate(self.tasks, 1))
         outcomes: dict[int, Outcome] = {}
         if self.device is not None:
@@ -141,7 +138,8 @@ class _Job:
                         i, task = waiting.pop(0)
                     if worker is None:
                         try:
-                            worker = stack.enter_context(self._worker(task, index))
+                            started = task_device_worker(_plain(task), self.settings, index)
+                            worker = stack.enter_context(started)
                         except (AutotuneError, TypeError) as e:  # this task fails, as alone
                             progress.task_index, progress.task = i, _plain(task)
                             outcomes[i] = Outcome(_plain(task), "failed", str(e))
@@ -159,125 +157,41 @@ class _Job:
                 raise
         return [outcomes[i] for i in sorted(outcomes)]
 
-    def _worker(self, task: Task | BoundTask, index: int | None) -> Any:
-        """A device worker (pinned to local device `index` where given), set up for `task`."""
-        from autotune.measure.inputs import task_inputs
-        from autotune.tuning.task import kernel_of
-        from autotune.tuning.worker import device_worker
-
-        task = _plain(task)
-        workload = self.settings.workload if task.workload is None else task.workload
-        args = task_inputs(kernel_of(task.kernel).spec, task.inputs(), 0, workload)
-        return device_worker(task, args, self.settings.replace(devices=1), index)
-
-    def _bound(self, task: Task | BoundTask, worker: Any) -> BoundTask:
-        """`task` bound to the device it is measured on: the job's, else its worker's, else
-        tuning_device's (this process's, or the one the workers reported with their count)."""
-        from autotune.tuning.worker.parent import tuning_device
-
-        if self.device is not None or worker is not None:
-            device = self.device or worker.device
-        else:
-            device = tuning_device(self.settings)
-        if isinstance(task, BoundTask) and task.device == device:
-            return task
-        return bind(_plain(task), device)
-
     def _show(self, progress: JobProgress, outcome: Outcome | None) -> None:
         if self.show:
             with self.showing:
                 self.show(progress, outcome)
 
     def _tuned(self, given: Task | BoundTask, progress: JobProgress, worker: Any) -> Outcome:
-        from autotune.search.studies import delete_study, study_name_of
         from autotune.tuning.context import TuneContext
-        from autotune.tuning.tune import tune_task
+        from autotune.tuning.tune import tune_job_task
 
-        settings, task = self.settings, _plain(given)
+        task = _plain(given)
+
+        def on_trial(record: Any, j: int, n: int) -> None:
+            if self.stop.is_set():  # another device's task was interrupted
+                raise KeyboardInterrupt
+            progress.trial, progress.n_trials, progress.record = j, n, record
+            progress.trials_done += 1
+            progress.duplicates += record.status == "duplicate"
+            if record.time_s is not None and record.status == "ok":
+                best = progress.best_s
+                progress.best_s = min(best, record.time_s) if best else record.time_s
+            self._show(progress, None)
+
+        context = TuneContext(self.settings, self.db, progress=on_trial, worker=worker)
         try:
-            with contextlib.ExitStack() as stack:
-                alone = settings.isolate and settings.devices == 1  # one device worker measures
-                if self.device is None and worker is None and alone:
-                    # this process may keep to another platform than its workers: the task's
-                    # worker, started first and lent to the tuner, tells where it is measured
-                    worker = stack.enter_context(self._worker(task, None))
-                bound = self._bound(given, worker)
-                if not (self.force or self.retune) and self.handle.best(bound.key) is not None:
-                    progress.n_trials = 0
-                    return Outcome(task, "skipped", "already tuned for this device kind")
-                if self.force and settings.storage:
-                    for old in (bound.key, *_member_keys(bound)):
-                        delete_study(settings.storage, study_name_of(old))
-
-                def on_trial(record: Any, j: int, n: int) -> None:
-                    if self.stop.is_set():  # another device's task was interrupted
-                        raise KeyboardInterrupt
-                    progress.trial, progress.n_trials, progress.record = j, n, record
-                    progress.trials_done += 1
-                    progress.duplicates += record.status == "duplicate"
-                    if record.time_s is not None and record.status == "ok":
-                        best = progress.best_s
-                        progress.best_s = min(best, record.time_s) if best else record.time_s
-                    self._show(progress, None)
-
-                # each task in the study of its own key (autotune.search.studies.study_name_of)
-                run = settings.replace(study_name=None)
-                if worker is not None:  # the task runs on the device of the worker given
-                    run = run.replace(devices=1)
-                context = TuneContext(run, self.handle, progress=on_trial, worker=worker)
-                result = tune_task(bound, context)
-            progress.best_s = result.best_time_s
-            return Outcome(task, "tuned", _summary(result), result)
+            result = tune_job_task(given, self.device, context, **self.redo)
         except TypeError as e:  # the kernel's own signature refused the arguments
             return Outcome(task, "failed", f"the kernel refused these arguments: {e}")
         except AutotuneError as e:
             return Outcome(task, "failed", str(e))
+        if result is None:
+            progress.n_trials = 0
+            return Outcome(task, "skipped", "already tuned for this device kind")
+        progress.best_s = result.best_time_s
+        return Outcome(task, "tuned", result.summary, result)
 
 
 def _plain(task: Task | BoundTask) -> Task:
     return task.task if isinstance(task, BoundTask) else task
-
-
-def _member_keys(bound: Any) -> list[TuningKey]:
-    """A variant group's members' keys (each member is tuned in a study of its own key)."""
-    from autotune.runtime.variants import VariantGroup
-
-    if not isinstance(bound.kernel, VariantGroup):
-        return []
-    return bound.kernel.member_keys(bound.args, bound.task.static_dict, bound.device)
-
-
-def _summary(result: Any) -> str:
-    config = config_text(result.best_config)
-    speedup = f"{result.speedup:.2f}x" if result.speedup else "n/a"
-    resumed = f" ({resumed_text(result)})" if result.resumed else ""
-    first = ", first-pass figures" if result.first_pass else ""
-    first += ", within the noise" if result.within_noise else ""
-    trials = f"{result.n_measured} trials{duplicates(result)}"
-    return (
-        f"{config} {result.best_time_s * 1e3:.4f} ms{side_by_side(result)}, speedup {speedup}, "
-        f"{trials}{resumed}{first}"
-    )
-
-
-def side_by_side(result: Any) -> str:
-    """' (side by side with the default; first pass 0.0916 ms)': where the finalists were
-    re-measured, the best time is their figure, not the first pass's best that the progress
-    showed (a first pass shares the device with compiling and the other searches)."""
-    finalists = getattr(result, "finalists", ())
-    if len(finalists) < 2 or result.first_pass:
-        return ""
-    measured = [t.time_s for t in result.trials if t.status == "ok" and t.time_s]
-    first = f"; first pass {min(measured) * 1e3:.4f} ms" if measured else ""
-    return f" (re-measured side by side with the default{first})"
-
-
-def duplicates(result: Any) -> str:
-    """' (+3 duplicates)': the trials stored but not measured, their program measured already."""
-    n = result.n_duplicates
-    return f" (+{n} duplicate{'s' * (n != 1)})" if n else ""
-
-
-def resumed_text(result: Any) -> str:
-    """'4 of 10 trials already measured': what a resumed study did not measure again."""
-    return f"{result.resumed} of {result.n_measured} trials already measured"

@@ -15,6 +15,7 @@ from autotune.runtime.calls import ProgramCall, ProgramError, calls_in, load_pro
 from autotune.service.jobs import run_tasks
 from autotune.service.progress import Display
 from autotune.tuning.settings import TuneSettings
+from autotune.tuning.storing import open_db
 from autotune.tuning.task import task_of_call
 from autotune.tuning.worker.parent import tuning_device
 
@@ -83,10 +84,14 @@ def tune_program(
             from rich.console import Console
 
             show = stack.enter_context(Display(Console(stderr=True, highlight=False), "call"))
+        device = tuning_device(run)
+        handle = open_db(runtime_state.database_url() if db is None else db)
+        if handle is not db:  # opened here: closed here
+            stack.callback(handle.close)
         return run_tasks(
             tasks,
-            tuning_device(run),
-            db=runtime_state.database_url() if db is None else db,
+            device,
+            db=handle,
             settings=run,
             force=force,
             show=show or _log_progress,

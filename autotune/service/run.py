@@ -21,12 +21,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from autotune.device import DeviceInfo
-from autotune.service.jobfile import import_modules, load_job
+from autotune.registry import import_modules
+from autotune.service.jobfile import load_job
 from autotune.service.jobs import run_tasks, shard
 from autotune.service.progress import JobProgress, Outcome
 from autotune.service.watch import MAX_WAIT_S, watch
 from autotune.tuning.settings import TuneSettings
-from autotune.tuning.task import Task, check_task, check_traces, make_task
+from autotune.tuning.task import Task, check_task, make_task
 from autotune.tuning.worker import device_count
 
 
@@ -92,12 +93,48 @@ def run(request: RunRequest, listener: RunListener | None = None) -> list[Outcom
     interrupted). A run of one task tunes it whether or not it is tuned already and, with its
     studies beside a SQLite database, deletes its study once it is tuned, so that the next run
     tunes afresh (one interrupted resumes it)."""
+    from autotune.db import TuningDB
+    from autotune.search.studies import default_storage
+    from autotune.service.pending import pending_tasks
+    from autotune.tuning.worker.parent import tuning_device
+
     listener = listener or RunListener()
     settings = _placed(request.settings)
     import_modules(request.imports)  # after JAX_PLATFORMS is set: a module may import JAX
-    if request.kernel is not None:
-        return _run_one(request, settings, listener)
-    return _run_many(request, settings, listener)
+    tasks = _tasks(request, settings)  # checked before the database is opened
+    one = request.kernel is not None
+    with TuningDB(request.db) as db:
+        # the workers' device keys the tasks (this process keeps to the CPU); one task is
+        # bound to the device its worker reports, once it starts
+        device = None if one else tuning_device(settings)
+        # without a storage given, a study beside a SQLite database: a rerun after a crash
+        # resumes it; --time-limit and --patience bound each task's search
+        storage = request.storage or default_storage(db.url)
+        run = settings.replace(storage=storage)
+        if request.watch:
+            listener.started(Started(db.url, storage, None, settings.devices, device))
+            return _watch(request, db, device, run, listener)
+        if request.pending:
+            tasks, unknown = pending_tasks(
+                db, device, kernel=request.only_kernel, settings=settings
+            )
+            for name, count in unknown.items():
+                listener.unknown(name, count)
+        if request.shard:
+            tasks = shard(tasks, *request.shard)
+        listener.started(Started(db.url, storage, len(tasks), settings.devices, device))
+        # one task is tuned whether or not it is tuned already, and where no storage was
+        # given its study is deleted once it is tuned (the next run tunes afresh)
+        return run_tasks(
+            tasks,
+            device,
+            db=db,
+            settings=run,
+            force=request.force,
+            retune=one,
+            forget=one and not request.storage,
+            show=listener,
+        )
 
 
 def _placed(settings: TuneSettings) -> TuneSettings:
@@ -116,10 +153,18 @@ def _placed(settings: TuneSettings) -> TuneSettings:
     return settings
 
 
-def _run_one(request: RunRequest, settings: TuneSettings, listener: RunListener) -> list[Outcome]:
-    from autotune.db import TuningDB
-    from autotune.search.studies import default_storage, delete_study, study_name_of
+def _tasks(request: RunRequest, settings: TuneSettings) -> list[Task]:
+    """The tasks the request names, each made and checked: a job file's, a program's calls',
+    or its one task (traced, too, at its default configuration); none for the misses, which
+    are read from the database."""
+    from autotune.service.program import program_tasks_of
 
+    if request.job:
+        return load_job(request.job)
+    if request.program:
+        return program_tasks_of(request.program, settings)
+    if request.kernel is None:
+        return []
     task = make_task(
         request.kernel,
         request.shape,
@@ -130,51 +175,8 @@ def _run_one(request: RunRequest, settings: TuneSettings, listener: RunListener)
         settings.seed,
         workload=settings.workload,
     )
-    check_task(task, request.shape)
-    check_traces(task, request.shape)
-    with TuningDB(request.db) as db:
-        # without a storage given, a study beside a SQLite database: a rerun after a crash
-        # resumes it, and a finished run deletes it, so the next run tunes afresh
-        storage = request.storage or default_storage(db.url)
-        # the same job runner as every other task, tuning it whether or not it is tuned
-        # already; bound to the device its worker reports (this process keeps to the CPU)
-        run = settings.replace(storage=storage)
-        listener.started(Started(db.url, storage, 1, settings.devices))
-        (outcome,) = run_tasks([task], None, db=db, settings=run, retune=True, show=listener)
-    if outcome.status == "tuned" and storage and not request.storage:
-        members = getattr(outcome.result, "members", {}).values()  # a variant group's tuned
-        for key in [outcome.result.key, *(m.key for m in members if m is not None)]:
-            delete_study(storage, study_name_of(key), unless_in_use=True)
-    return [outcome]
-
-
-def _run_many(request: RunRequest, settings: TuneSettings, listener: RunListener) -> list[Outcome]:
-    from autotune.db import TuningDB
-    from autotune.search.studies import default_storage
-    from autotune.service.pending import pending_tasks
-    from autotune.service.program import program_tasks_of
-    from autotune.tuning.worker.parent import tuning_device
-
-    tasks: list[Task] = load_job(request.job) if request.job else []  # checked before the db
-    if request.program:
-        tasks = program_tasks_of(request.program, settings)
-    with TuningDB(request.db) as db:
-        device = tuning_device(settings)  # the workers': this process keeps to the CPU
-        storage = request.storage or default_storage(db.url)
-        # --time-limit and --patience bound each task's search, as they bound a single one
-        run = settings.replace(storage=storage)
-        if request.watch:
-            listener.started(Started(db.url, storage, None, settings.devices, device))
-            return _watch(request, db, device, run, listener)
-        if request.pending:
-            kernel = request.only_kernel
-            tasks, unknown = pending_tasks(db, device, kernel=kernel, settings=settings)
-            for name, count in unknown.items():
-                listener.unknown(name, count)
-        if request.shard:
-            tasks = shard(tasks, *request.shard)
-        listener.started(Started(db.url, storage, len(tasks), settings.devices, device))
-        return run_tasks(tasks, device, db=db, settings=run, force=request.force, show=listener)
+    check_task(task, request.shape, trace=True)
+    return [task]
 
 
 def _watch(

@@ -371,7 +371,25 @@ def bind(
     )
 
 
-def check_traces(task: Task, shape: str) -> None:
+def check_task(task: Task, shape: str, trace: bool = False) -> None:
+    """Refuse a task that cannot run: an unknown kernel, inputs too large for this machine,
+    shapes or static arguments the kernel does not take (`shape`: the text they came from);
+    where `trace`, shapes the kernel's own checks refuse too (_check_traces). The kernel is
+    resolved once, for every check."""
+    kernel = kernel_of(task.kernel)
+    if task.workload is not None and task.workload not in kernel.spec.workloads:
+        known = ", ".join(kernel.spec.workloads) or "none: it takes no data arguments"
+        raise SignatureError(
+            f"--workload {task.workload!r} is not a workload of {kernel.spec.name} (its "
+            f"workloads: {known})"
+        )
+    check_inputs_fit(task.shapes, task.dtypes)
+    check_call(kernel, task.inputs(), task.static_dict, shape)
+    if trace:
+        _check_traces(kernel, task, shape)
+
+
+def _check_traces(kernel: Any, task: Task, shape: str) -> None:
     """Refuse shapes the kernel cannot take, found by tracing it at its default configuration
     (jax.eval_shape: its own shape checks and JAX's run, nothing compiles), in a second rather
     than when the oracle fails after a worker started; the kernel's message says which
@@ -383,7 +401,7 @@ def check_traces(task: Task, shape: str) -> None:
 
     from autotune.device import current_device
 
-    spec = kernel_of(task.kernel).spec
+    spec = kernel.spec
     inputs, static = task.inputs(), task.static_dict
     sig = spec.signature(inputs, static, current_device())
     config = spec.default_config(sig)
@@ -400,17 +418,3 @@ def check_traces(task: Task, shape: str) -> None:
             f"{spec.name} does not take --shape {shape} ({sig.text}): {reason} (traced at its "
             f"default configuration {config}, before anything compiled)"
         ) from None
-
-
-def check_task(task: Task, shape: str) -> None:
-    """Refuse a task that cannot run: an unknown kernel, inputs too large for this machine,
-    shapes or static arguments the kernel does not take (`shape`: the text they came from)."""
-    kernel = registry.resolve(task.kernel)
-    if task.workload is not None and task.workload not in kernel.spec.workloads:
-        known = ", ".join(kernel.spec.workloads) or "none: it takes no data arguments"
-        raise SignatureError(
-            f"--workload {task.workload!r} is not a workload of {kernel.spec.name} (its "
-            f"workloads: {known})"
-        )
-    check_inputs_fit(task.shapes, task.dtypes)
-    check_call(kernel, task.inputs(), task.static_dict, shape)

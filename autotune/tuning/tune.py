@@ -1,27 +1,29 @@
-"""Tuning, the public entry: `tune` (a call) and `tune_task` (a bound task, as every job runs one).
+"""Tuning, the public entry: `tune` (a call), `tune_task` (a bound task) and `tune_job_task` (a
+task as a job hands it down: bound here once, skipped where tuned already).
 
-Both come to `tune_task`, which alone chooses between a kernel (autotune.tuning.kernel) and a variant
+All come to `tune_task`, which alone chooses between a kernel (autotune.tuning.kernel) and a variant
 group (autotune.tuning.group, which tunes each member through the tuner), both below it, and
 hands either the task as bound and one TuneContext (autotune.tuning.context).
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from autotune.device import current_device
+from autotune.device import DeviceInfo, current_device
 from autotune.errors import SignatureError
 from autotune.runtime.variants import VariantGroup
-from autotune.signature import is_array
+from autotune.signature import TuningKey, is_array
 from autotune.trial import TrialRecord
 from autotune.tuning.context import TuneContext
 from autotune.tuning.group import tune_group
 from autotune.tuning.kernel import tune_kernel
 from autotune.tuning.result import TuneResult
 from autotune.tuning.settings import TuneSettings
-from autotune.tuning.task import BoundTask, bind, kernel_of, task_of_call
-from autotune.tuning.worker import DeviceWorker
+from autotune.tuning.task import BoundTask, Task, bind, kernel_of, task_of_call
+from autotune.tuning.worker import DeviceWorker, task_device_worker
 
 
 def tune(
@@ -71,3 +73,60 @@ def tune_task(bound: BoundTask, context: TuneContext) -> TuneResult:
     if isinstance(bound.kernel, VariantGroup):
         return tune_group(bound, context)
     return tune_kernel(bound, context)
+
+
+def tune_job_task(
+    task: Task | BoundTask,
+    device: DeviceInfo | None,
+    context: TuneContext,
+    *,
+    force: bool = False,
+    retune: bool = False,
+    forget: bool = False,
+) -> TuneResult | None:
+    """Tune a job's `task`, bound once, here, to the device it is measured on: `device`, else
+    the context's worker's; else, under isolation on one device, that of a device worker
+    started here for it and lent to the tuner (this process may keep to another platform than
+    its workers, and only they can tell theirs); else tuning_device's. A task given bound there
+    already (a watcher binds a miss to claim its key) is taken as it is.
+
+    None where its key has an entry already, unless `force` (its studies deleted first: a
+    fresh search) or `retune` (its study resumed). `forget` deletes its studies once it is
+    tuned, unless another worker searches them, so that the next run tunes afresh. Its own
+    study is its key's (autotune.search.studies.study_name_of), in `context.db` (a TuningDB)
+    and the settings' storage."""
+    from autotune.search.studies import delete_study, study_name_of
+    from autotune.tuning.worker.parent import tuning_device
+
+    settings, worker = context.settings, context.worker
+    plain = task.task if isinstance(task, BoundTask) else task
+    kernel = task.kernel if isinstance(task, BoundTask) else kernel_of(task.kernel)
+    with contextlib.ExitStack() as stack:
+        if device is None and worker is None and settings.isolate and settings.devices == 1:
+            worker = stack.enter_context(task_device_worker(plain, settings, None, kernel))
+        if device is None:
+            device = worker.device if worker is not None else tuning_device(settings)
+        bound = task.on(device) if isinstance(task, BoundTask) else bind(task, device, kernel)
+        if not (force or retune) and context.db.best(bound.key) is not None:
+            return None
+        if force and settings.storage:
+            for key in _keys(bound):
+                delete_study(settings.storage, study_name_of(key))
+        # each task in the study of its own key; with a worker given, on its one device
+        run = settings.replace(study_name=None)
+        if worker is not None:
+            run = run.replace(devices=1)
+        result = tune_task(bound, context.replace(settings=run, worker=worker))
+    if forget and settings.storage:
+        members = getattr(result, "members", {}).values()  # a variant group's tuned ones
+        for key in [result.key, *(m.key for m in members if m is not None)]:
+            delete_study(settings.storage, study_name_of(key), unless_in_use=True)
+    return result
+
+
+def _keys(bound: BoundTask) -> list[TuningKey]:
+    """The keys `bound`'s tuning stores under, each the key of a study: its own, and a variant
+    group's autotuned members' (each member is tuned in a study of its own key)."""
+    if not isinstance(bound.kernel, VariantGroup):
+        return [bound.key]
+    return [bound.key, *bound.kernel.member_keys(bound.args, bound.task.static_dict, bound.device)]
