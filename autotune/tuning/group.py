@@ -90,7 +90,7 @@ def tune_group(bound: BoundTask, context: TuneContext) -> GroupTuneResult:
             tuned, configs = _tune_members(members, args, kwargs, device, members_run, skipped)
             finalists_start = time.perf_counter()
             with task_worker(group.spec, task, args, settings, worker) as measurer:
-                on = bound.on(measurer.device)
+                on = bind(bound, measurer.device)
                 workload = workload_name(group.spec, settings.workload)
                 result = _side_by_side(on, measurer, configs, args, skipped, workload)
         result.members = tuned

@@ -36,7 +36,7 @@ from autotune.trial import Config, Evaluation, StoredEntry, TrialRecord, config_
 from autotune.tuning.context import TuneContext
 from autotune.tuning.result import TuneResult
 from autotune.tuning.storing import decide_and_store, open_db
-from autotune.tuning.task import BoundTask
+from autotune.tuning.task import BoundTask, bind
 from autotune.tuning.transfer import other_devices, transferred_leads
 from autotune.tuning.warmstart import warm_starts
 from autotune.tuning.worker import Worker, task_workers
@@ -62,7 +62,7 @@ def tune_kernel(bound: BoundTask, context: TuneContext) -> TuneResult:
         start_s = time.perf_counter() - worker_start if isolated else 0.0
         # bound to the device its workers measure on: again only where that is another one
         # (a caller whose own process keeps to another platform than its workers)
-        on = bound.on(measurers[0].device)
+        on = bind(bound, measurers[0].device)
         result = _tune(on, measurers, args, context)
     result.worker_start_s = start_s
     result.restarts = sum(m.restarts for m in measurers) - restarts_before

@@ -342,21 +342,20 @@ class BoundTask:
     def spec(self) -> KernelSpec:
         return self.kernel.spec
 
-    def on(self, device: DeviceInfo) -> BoundTask:
-        """This task bound to `device`: itself where it is bound there already, as a job and
-        `tune` bind each task once, to the device its workers measure on; else bound anew
-        there, its kernel and arguments kept (a caller whose process keeps to another
-        platform than its workers)."""
-        if device == self.device:
-            return self
-        return bind(self.task, device, self.kernel, self.args)
-
 
 def bind(
-    task: Task, device: DeviceInfo, kernel: Any = None, args: Sequence[Any] | None = None
+    task: Task | BoundTask,
+    device: DeviceInfo,
+    kernel: Any = None,
+    args: Sequence[Any] | None = None,
 ) -> BoundTask:
     """`task` bound to `device`: `kernel` (default: the one it names) called with `args`
-    (default: its shapes and dtypes as jax.ShapeDtypeStructs)."""
+    (default: its shapes and dtypes as jax.ShapeDtypeStructs). A task bound already is
+    itself where bound to `device`, else bound anew there with its kernel and arguments."""
+    if isinstance(task, BoundTask):
+        if task.device == device:
+            return task
+        task, kernel, args = task.task, task.kernel, task.args
     kernel = kernel_of(task.kernel) if kernel is None else kernel
     args = tuple(task.inputs() if args is None else args)
     sig = kernel.spec.signature(args, task.static_dict, device)

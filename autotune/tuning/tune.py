@@ -106,7 +106,7 @@ def tune_job_task(
             worker = stack.enter_context(task_device_worker(plain, settings, None, kernel))
         if device is None:
             device = worker.device if worker is not None else tuning_device(settings)
-        bound = task.on(device) if isinstance(task, BoundTask) else bind(task, device, kernel)
+        bound = bind(task, device, kernel)
         if not (force or retune) and context.db.best(bound.key) is not None:
             return None
         if force and settings.storage:
