@@ -6,21 +6,20 @@ import subprocess
 import sys
 import textwrap
 
+import jax
+import jax.numpy as jnp
+
+import autotune
 from autotune import TuningDB
+from autotune.kernels import vector_add
 from autotune.search.studies import SharedStudy, default_storage
 from autotune.signature import TuningKey
 
 
 def test_round_trip_across_two_processes(subprocess_env, db_url):
-    writer = textwrap.dedent(
-        """
-        import jax, jax.numpy as jnp, autotune
-        from autotune.kernels import vector_add
-        x = jax.ShapeDtypeStruct((512,), jnp.float32)
-        r = autotune.tune(vector_add, [x, x], n_trials=3, seed=0)
-        print(r.best_config["block"])
-        """
-    )
+    # tuned and stored here; served to a fresh process, which knows only the database
+    x = jax.ShapeDtypeStruct((512,), jnp.float32)
+    best = autotune.tune(vector_add, [x, x], n_trials=3, seed=0, db=db_url).best_config
     reader = textwrap.dedent(
         """
         import jax.numpy as jnp
@@ -31,13 +30,6 @@ def test_round_trip_across_two_processes(subprocess_env, db_url):
         print(info["source"], info["config"]["block"])
         """
     )
-    wrote = subprocess.run(
-        [sys.executable, "-c", writer],
-        env=subprocess_env,
-        capture_output=True,
-        text=True,
-        check=True,
-    )
     read = subprocess.run(
         [sys.executable, "-c", reader],
         env=subprocess_env,
@@ -45,7 +37,7 @@ def test_round_trip_across_two_processes(subprocess_env, db_url):
         text=True,
         check=True,
     )
-    assert read.stdout.split() == ["db", wrote.stdout.strip()]
+    assert read.stdout.split() == ["db", str(best["block"])]
     # the budget counts distinct programs measured; blocks clamped to the same program are
     # stored beside them as duplicates
     trials = TuningDB(db_url).trials(kernel="vector_add")

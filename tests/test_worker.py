@@ -191,7 +191,7 @@ def _worker_child(pin):
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
-@pytest.mark.parametrize("devices", [1, 4])
+@pytest.mark.parametrize("devices", [1, 2])  # one worker, or one of several side by side
 def test_a_worker_killed_while_it_restarts_is_started_again_and_the_run_stores_its_entry(
     devices, tmp_path, monkeypatch, db_url
 ):
@@ -203,8 +203,8 @@ def test_a_worker_killed_while_it_restarts_is_started_again_and_the_run_stores_i
     monkeypatch.syspath_prepend(str(tmp_path))  # the workers import it too (child_env)
     marker = tmp_path / "marker"
     monkeypatch.setenv("TOY_RESTART_MARKER", str(marker))
-    # the workers see four host devices, this process keeps its one: the count is the workers'
-    # (worker_platforms set: a child reports it)
+    # the workers see four host devices (two of them measure), this process keeps its one: the
+    # count is the workers' (worker_platforms set: a child reports it)
     platforms = None
     if devices > 1:
         monkeypatch.setenv("XLA_FLAGS", FORCED_DEVICES)
