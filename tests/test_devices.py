@@ -52,6 +52,7 @@ def test_two_devices_measure_exactly_the_budget_between_them(subprocess_env, db_
 def test_a_jobs_tasks_are_spread_over_the_devices_one_device_each(
     tmp_path, monkeypatch, db_url, cli
 ):
+    from autotune.db import TuningDB
     from autotune.device import current_device
     from autotune.service.jobfile import load_job
     from autotune.service.jobs import run_tasks
@@ -70,7 +71,8 @@ def test_a_jobs_tasks_are_spread_over_the_devices_one_device_each(
     worker_devices.cache_clear()
     settings = TuneSettings(isolate=True, devices=2, worker_platforms="cpu")
     try:
-        outcomes = run_tasks(load_job(job), device, db=db_url, settings=settings)
+        with TuningDB(db_url) as db:
+            outcomes = run_tasks(load_job(job), device, db=db, settings=settings)
     finally:
         worker_devices.cache_clear()
     assert [o.status for o in outcomes] == ["tuned", "tuned"], outcomes
