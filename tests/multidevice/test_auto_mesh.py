@@ -23,7 +23,8 @@ MESH = Mesh(np.array(jax.devices()), ("h",))
 
 
 def _put(shape, spec, seed=0):
-    x = jax.random.normal(jax.random.key(seed), shape, jnp.float32)
+    # numpy's generator: jax.random compiles a program at each new shape, a second or more here
+    x = np.random.default_rng(seed).standard_normal(shape, np.float32)
     return jax.device_put(x, NamedSharding(MESH, spec))
 
 

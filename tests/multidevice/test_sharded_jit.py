@@ -27,7 +27,8 @@ MESH = jax.make_mesh((4,), ("d",))
 
 
 def _put(shape, spec, seed=0):
-    x = jax.random.normal(jax.random.key(seed), shape, F32)
+    # numpy's generator: jax.random compiles a program at each new shape, a second or more here
+    x = np.random.default_rng(seed).standard_normal(shape, np.float32)
     return jax.device_put(x, NamedSharding(MESH, spec))
 
 
