@@ -88,27 +88,43 @@ def test_the_plan_keeps_steps_in_order_of_value_and_drops_what_no_longer_fits(hc
     ]
 
 
-def _plan(device_kind, budget_s, *more):
-    proc = subprocess.run(
-        [sys.executable, str(SCRIPT), "--plan-only", "--device-kind", device_kind]
-        + ["--budget-s", str(budget_s), *more],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert proc.returncode == 0, proc.stderr
+def _shipped_only(monkeypatch):
+    """The registry as the script's own process has it: the shipped kernels, not those other
+    test files registered in this process before (an order of files apart)."""
+    from autotune import registry
+
+    shipped = {
+        name: kernel
+        for name, kernel in registry.registered().items()
+        if kernel.__module__.startswith("autotune.")
+    }
+    monkeypatch.setattr(registry, "_REGISTRY", shipped)
+
+
+def _plan(hc, capsys, monkeypatch, device_kind, budget_s):
+    """What `hardware_check.py --plan-only` prints, run in this process: a plan only reads the
+    registry and the device kind given, so a process of its own would show nothing more."""
+    _shipped_only(monkeypatch)
+    # main sets it for the steps' processes it would start: kept to this test
+    monkeypatch.setenv("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+    capsys.readouterr()
+    args = ["--plan-only", "--device-kind", device_kind, "--budget-s", str(budget_s)]
+    assert hc.main(args) == 0
+    out = capsys.readouterr().out
     rows = [  # | # | step | starts at s | planned s | of it search s | time limit s |
         [cell.strip() for cell in line.strip("|").split("|")]
-        for line in proc.stdout.splitlines()
+        for line in out.splitlines()
         if line[:4].strip("| ").isdigit()
     ]
-    return proc.stdout, [(r[1], r[3]) for r in rows], rows
+    return out, [(r[1], r[3]) for r in rows], rows
 
 
-def test_the_h100_plan_fits_the_bf16_cases_the_training_step_and_both_groups_in_540_s():
+def test_the_h100_plan_fits_the_bf16_cases_the_training_step_and_both_groups_in_540_s(
+    hc, capsys, monkeypatch
+):
     # on this CPU host, nothing touches a device: the plan the prepared command makes on an
     # H100, the wheel install counted
-    text, planned, rows = _plan("NVIDIA H100 80GB HBM3", 540)
+    text, planned, rows = _plan(hc, capsys, monkeypatch, "NVIDIA H100 80GB HBM3", 540)
     ran = [step for step, time_s in planned if time_s != "not run: budget"]
     assert ran[:8] == [
         "matmul bfloat16",
@@ -207,8 +223,8 @@ def test_the_readmes_wheels_are_the_projects_dependency_tree_less_what_the_devic
     assert {"packaging", "typing-extensions", "tqdm", "markupsafe", "sqlalchemy"} <= listed
 
 
-def test_the_tpu_plan_leaves_mosaic_gpu_out_and_says_so():
-    text, planned, _ = _plan("TPU v5 lite", 480)
+def test_the_tpu_plan_leaves_mosaic_gpu_out_and_says_so(hc, capsys, monkeypatch):
+    text, planned, _ = _plan(hc, capsys, monkeypatch, "TPU v5 lite", 480)
     assert planned[0] == ("matmul bfloat16", planned[0][1]) and planned[0][1].isdigit()
     assert not any("mgpu" in step or "README" in step for step, _ in planned)
     assert "matmul_mgpu bfloat16: not run: a Mosaic GPU kernel needs a Hopper GPU" in text
@@ -279,16 +295,7 @@ def test_the_smoke_run_ends_within_its_budget_lists_what_it_dropped_and_ships_it
     # each said so)
     skipped = [r for r in doc["cases"] if r["outcome"] == hc.GPU_ONLY]
     rows = doc["cases"][len(skipped) :]
-    # planned here as the script's own process plans: with the shipped kernels registered, not
-    # those other test files registered in this process before (an order of files apart)
-    from autotune import registry
-
-    shipped = {
-        name: kernel
-        for name, kernel in registry.registered().items()
-        if kernel.__module__.startswith("autotune.")
-    }
-    monkeypatch.setattr(registry, "_REGISTRY", shipped)
+    _shipped_only(monkeypatch)  # planned here as the script's own process plans
     on_cpu = [i for i in hc.order() if hc.runs_on(i, "cpu")]
     planned = hc.steps(on_cpu, hc.every_dtype(), True, hc.overheads_of("cpu"))
     assert [r["case"] for r in rows] == [s.label for s in planned]

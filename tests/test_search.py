@@ -106,10 +106,10 @@ def test_model_based_search_beats_random_sampling_on_a_smooth_landscape(tmp_path
         write_landscape(tmp_path / "bowl.csv.gz", fail=lambda bx, by: bx * by >= 4096)
     )
 
-    def near(strategy: str) -> int:
-        """Seeds of 8 whose first 30 trials come within 10% of the optimum."""
+    def near(strategy: str, seeds: int = 8) -> int:
+        """Seeds (of 8) whose first 30 trials come within 10% of the optimum."""
         hits = 0
-        for seed in range(8):
+        for seed in range(seeds):
             found = replay(land, 30, seed=seed, strategy=strategy)
             hits += (
                 min(f["time_ms"] for f in found if f["time_ms"] is not None) <= land.best_ms * 1.1
@@ -117,7 +117,9 @@ def test_model_based_search_beats_random_sampling_on_a_smooth_landscape(tmp_path
         return hits
 
     assert near("random") <= 4  # a random 30 of 160 holds one of the two 1 time in 3
-    assert near("tpe") == near("gp") == 8
+    # the GP, whose runs cost a hundred times TPE's, on 4 seeds: every one finds what random
+    # sampling finds on fewer than half
+    assert near("tpe") == 8 and near("gp", seeds=4) == 4
 
 
 def test_failures_steer_the_search_away(tmp_path):
@@ -125,12 +127,14 @@ def test_failures_steer_the_search_away(tmp_path):
     # measures far fewer failures than random sampling does
     path = write_landscape(tmp_path / "f.csv.gz", fail=lambda bx, by: by >= 64)
 
-    def failures(strategy: str) -> int:
-        return sum(f["time_ms"] is None for s in range(4) for f in replay(path, 40, s, strategy))
+    def failures(strategy: str, seeds: int = 4) -> float:
+        """The failures a run of 40 trials measures, on average over its seeds."""
+        runs = [replay(path, 40, s, strategy) for s in range(seeds)]
+        return sum(f["time_ms"] is None for run in runs for f in run) / seeds
 
     random = failures("random")
     assert failures("tpe") < 0.6 * random
-    assert failures("gp") < 0.6 * random
+    assert failures("gp", seeds=2) < 0.6 * random  # the GP's runs cost a hundred times TPE's
 
 
 def test_exhaustive_when_the_space_fits_the_budget(landscape):

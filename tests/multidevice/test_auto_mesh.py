@@ -23,7 +23,8 @@ MESH = Mesh(np.array(jax.devices()), ("h",))
 
 
 def _put(shape, spec, seed=0):
-    x = jax.random.normal(jax.random.key(seed), shape, jnp.float32)
+    # numpy's generator: jax.random compiles a program at each new shape, a second or more here
+    x = np.random.default_rng(seed).standard_normal(shape, np.float32)
     return jax.device_put(x, NamedSharding(MESH, spec))
 
 
@@ -95,9 +96,9 @@ def test_a_steps_gradients_are_plain_jaxs_and_calls_in_lists_each_devices_calls(
     assert [_split_as(a, spec) for a, spec in zip(grads, (P("h"), P(), P()))] == [True] * 3
     reference = (K.rms_norm_reference, K.matmul_reference, lambda a: jax.nn.softmax(a, axis=-1))
     plain = jax.tree.map(np.asarray, (x, g, w))
-    want_value, want_grads = jax.value_and_grad(
-        functools.partial(_loss, reference), argnums=(0, 1, 2)
-    )(*plain)
+    # under jit: one compile, not one for each operation of the step and its gradient
+    plain_step = jax.jit(jax.value_and_grad(functools.partial(_loss, reference), argnums=(0, 1, 2)))
+    want_value, want_grads = plain_step(*plain)
     np.testing.assert_allclose(value, want_value, rtol=1e-5)
     for got, want in zip(grads, want_grads):
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-7)
