@@ -67,6 +67,7 @@ def added(tmp_path, monkeypatch):
     (tmp_path / "test_scale_rows.py").write_text(
         tests[1].replace("autotune.kernels", f"{PACKAGE}.scale_rows")
     )
+    registry.registered()  # the shipped kernels in it first: registered after, they would be lost
     monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
     monkeypatch.syspath_prepend(str(tmp_path))
     try:
