@@ -22,8 +22,8 @@ class TuneContext:
     is stored, whom it tells of each trial and which device worker it may borrow.
 
     `db` is a TuningDB, or a URL or path (None: the per-user database): warm starts are read
-    from it, and where `store`, every trial and the winner are stored in it (opened there
-    where not open already). `progress(record, measured, budget)` hears each trial. A
+    from it, and where `store`, every trial and the winner are stored in it (opened once, by
+    autotune.tuning.tune.tune_task, where not open already). `progress(record, measured, budget)` hears each trial. A
     `worker` given (a DeviceWorker) measures the task and is left running, so that many tasks
     share one start-up. A variant group's tuning tells `member_done(name, result, why)` of
     each member as it is done: its TuneResult (None for a plain member), or why it failed."""

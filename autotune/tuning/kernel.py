@@ -26,7 +26,7 @@ from autotune.db.schema import encode_config
 from autotune.errors import DatabaseError, KernelError, SpaceError
 from autotune.measure.compiling import MEMORY_FIELDS
 from autotune.measure.finalists import Finalist, remeasure
-from autotune.measure.inputs import task_inputs, workload_name
+from autotune.measure.inputs import workload_name
 from autotune.measure.oracle import make_oracle
 from autotune.registry.spec import KernelSpec
 from autotune.search.loop import LISTED_UP_TO, programs_note, run_search
@@ -35,7 +35,7 @@ from autotune.signature import TuningKey
 from autotune.trial import Config, Evaluation, StoredEntry, TrialRecord, config_id
 from autotune.tuning.context import TuneContext
 from autotune.tuning.result import TuneResult
-from autotune.tuning.storing import decide_and_store, open_db
+from autotune.tuning.storing import decide_and_store
 from autotune.tuning.task import BoundTask, bind
 from autotune.tuning.transfer import other_devices, transferred_leads
 from autotune.tuning.warmstart import warm_starts
@@ -46,24 +46,23 @@ log = logging.getLogger(__name__)
 
 def tune_kernel(bound: BoundTask, context: TuneContext) -> TuneResult:
     """Tune `bound`'s kernel with the context's settings (its budget, strategy and seed
-    included) on random inputs of its arguments (its integer data arguments made by its workload); the rest as in autotune.tuning.tune.tune."""
+    included) on the inputs it is called with (BoundTask.measured); the rest as in
+    autotune.tuning.tune.tune."""
     settings, worker = context.settings, context.worker
     start = time.perf_counter()
-    seed = 0 if settings.seed is None else settings.seed
-    args = task_inputs(bound.spec, bound.args, seed, settings.workload)
     restarts_before = worker.restarts if worker is not None else 0
     worker_start = time.perf_counter()
     # a worker given, or several devices, imply isolation
     isolated = settings.isolate or worker is not None or settings.devices != 1
     with (
-        task_workers(bound.spec, bound.task, args, settings, worker) as measurers,
+        task_workers(bound.spec, bound.task, bound.args, settings, worker) as measurers,
         _studies_written(settings.storage),
     ):
         start_s = time.perf_counter() - worker_start if isolated else 0.0
         # bound to the device its workers measure on: again only where that is another one
         # (a caller whose own process keeps to another platform than its workers)
         on = bind(bound, measurers[0].device)
-        result = _tune(on, measurers, args, context)
+        result = _tune(on, measurers, context)
     result.worker_start_s = start_s
     result.restarts = sum(m.restarts for m in measurers) - restarts_before
     result.wall_s = time.perf_counter() - start
@@ -91,9 +90,7 @@ def _studies_written(storage: str | None) -> Any:
         ) from e
 
 
-def _tune(
-    bound: BoundTask, workers: Sequence[Worker], args: list[Any], context: TuneContext
-) -> TuneResult:
+def _tune(bound: BoundTask, workers: Sequence[Worker], context: TuneContext) -> TuneResult:
     spec, sig, key, space = bound.spec, bound.signature, bound.key, bound.space
     settings, db, progress = context.settings, context.db, context.progress
     worker = workers[0]  # the one that re-measures the finalists, side by side
@@ -103,17 +100,17 @@ def _tune(
     default = spec.default_config(sig)
     workload = workload_name(spec, settings.workload)
     oracle_start = time.perf_counter()
-    oracle = make_oracle(spec, default, args, kwargs, sig.backend or None, bound.device)
+    oracle = make_oracle(spec, default, bound.args, kwargs, sig.backend or None, bound.device)
     oracle_s = time.perf_counter() - oracle_start
     for w in workers:
         w.set_oracle(oracle.output)
     run_id = uuid.uuid4().hex
-    handle = open_db(db) if context.store else None
+    handle = db if context.store else None  # opened by the tuner's entry
 
-    warm = warm_starts(handle or db, key, sig, space) if settings.warm_start else []
+    warm = warm_starts(db, key, sig, space) if settings.warm_start else []
     # what other device kinds measured of this kernel: their best configurations measured
     # after the default and the warm starts, their times the search's prior
-    others = other_devices(handle or db, key, sig, space, spec.tuned) if settings.transfer else []
+    others = other_devices(db, key, sig, space, spec.tuned) if settings.transfer else []
     leads = transferred_leads(others, space, sig, [default, *warm])
     study = (settings.study_name or study_name_of(key)) if storage else None
     # trials an interrupted run (or another worker) measured: they count against the budget
@@ -242,8 +239,6 @@ def _tune(
     finally:
         if joined is not None:
             joined.leave()
-        if handle is not None and handle is not db:
-            handle.close()
     return result
 
 

@@ -6,6 +6,7 @@ worked out once for the job that checks whether it is tuned and the tuner that t
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from collections.abc import Mapping, Sequence
@@ -15,6 +16,7 @@ from typing import Any, Literal, get_args, get_origin, get_type_hints
 from autotune import registry
 from autotune.device import DeviceInfo
 from autotune.errors import AutotuneError, KernelError, SignatureError
+from autotune.measure.inputs import task_inputs
 from autotune.registry.spec import KernelSpec
 from autotune.signature import (
     ArgSpec,
@@ -326,9 +328,9 @@ def kernel_of(target: Any) -> Any:
 @dataclass(frozen=True, eq=False)
 class BoundTask:
     """A task bound to the device it is tuned on: its kernel, the arguments it is called with
-    (arrays, or the task's jax.ShapeDtypeStructs), their signature and key there, and the
-    kernel's search space for that platform. A job checks the key for an entry; the tuner
-    measures and stores under it."""
+    (arrays, or the task's jax.ShapeDtypeStructs; the inputs it is tuned on once `measured`),
+    their signature and key there, and the kernel's search space for that platform. A job
+    checks the key for an entry; the tuner measures and stores under it."""
 
     task: Task
     kernel: Any  # the AutotunedKernel, or a VariantGroup
@@ -341,6 +343,22 @@ class BoundTask:
     @property
     def spec(self) -> KernelSpec:
         return self.kernel.spec
+
+    def measured(self, settings: TuneSettings) -> BoundTask:
+        """This task called with the inputs it is tuned on: its arguments given as arrays, the
+        rest random data of their shapes and dtypes, its integer data arguments made by the
+        settings' workload, from their seed (autotune.measure.inputs.task_inputs). Made once,
+        by the tuner's entry: its workers, its oracle and a variant group's members measure
+        on these."""
+        seed = 0 if settings.seed is None else settings.seed
+        inputs = task_inputs(self.spec, self.args, seed, settings.workload)
+        return dataclasses.replace(self, args=tuple(inputs))
+
+    def member(self, kernel: Any, device: DeviceInfo) -> BoundTask:
+        """The same call of `kernel` (a variant group's member), bound to `device`."""
+        return bind(
+            dataclasses.replace(self.task, kernel=kernel.spec.name), device, kernel, self.args
+        )
 
 
 def bind(

@@ -22,6 +22,7 @@ from autotune.tuning.group import tune_group
 from autotune.tuning.kernel import tune_kernel
 from autotune.tuning.result import TuneResult
 from autotune.tuning.settings import TuneSettings
+from autotune.tuning.storing import open_db
 from autotune.tuning.task import BoundTask, Task, bind, kernel_of, task_of_call
 from autotune.tuning.worker import DeviceWorker, task_device_worker
 
@@ -68,11 +69,19 @@ def tune_task(bound: BoundTask, context: TuneContext) -> TuneResult:
     """Tune a task bound to the device its workers measure on (autotune.tuning.task: from the
     command line, a job file, a recorded miss, a program's call or `tune`) on random inputs of
     its shapes and dtypes, with the context's settings and the task's own budget, strategy and
-    seed."""
-    context = context.replace(settings=bound.task.settings(context.settings))
-    if isinstance(bound.kernel, VariantGroup):
-        return tune_group(bound, context)
-    return tune_kernel(bound, context)
+    seed. The inputs are made here, once (BoundTask.measured), and the database opened once
+    where the run stores (closed after, unless given open)."""
+    settings = bound.task.settings(context.settings)
+    measured = bound.measured(settings)
+    db = open_db(context.db) if context.store else context.db
+    try:
+        run = context.replace(settings=settings, db=db)
+        if isinstance(bound.kernel, VariantGroup):
+            return tune_group(measured, run)
+        return tune_kernel(measured, run)
+    finally:
+        if db is not context.db:
+            db.close()
 
 
 def tune_job_task(
