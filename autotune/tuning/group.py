@@ -27,7 +27,6 @@ from typing import Any
 from autotune import registry
 from autotune.errors import AutotuneError, KernelError
 from autotune.measure.finalists import remeasure
-from autotune.measure.inputs import workload_name
 from autotune.runtime.variants import PARAM, Member, VariantGroup
 from autotune.tuning.context import TuneContext
 from autotune.tuning.kernel import tune_kernel
@@ -82,8 +81,7 @@ def tune_group(bound: BoundTask, context: TuneContext) -> GroupTuneResult:
         finalists_start = time.perf_counter()
         with task_worker(group.spec, task, args, settings, worker) as measurer:
             on = bind(bound, measurer.device)
-            workload = workload_name(group.spec, settings.workload)
-            result = _side_by_side(on, measurer, configs, skipped, workload)
+            result = _side_by_side(on, measurer, configs, skipped)
     result.members = tuned
     result.finalists_s = time.perf_counter() - finalists_start
     for name, reason in skipped.items():
@@ -115,7 +113,9 @@ def _tune_members(
             done(member.name, None, None)
             continue
         try:
-            result = tune_kernel(bound.member(member.kernel, device), context)
+            # the group's inputs, as the member takes them: its own workload named, and checked
+            on = bound.member(member.kernel, device).measured(context.settings)
+            result = tune_kernel(on, context)
         except AutotuneError as e:
             skipped[member.name] = f"tuning failed: {e}"
             done(member.name, None, skipped[member.name])
@@ -131,11 +131,10 @@ def _side_by_side(
     worker: Any,
     configs: Mapping[str, dict[str, Any]],
     skipped: dict[str, str],
-    workload: str | None = None,
 ) -> GroupTuneResult:
     """The members, each pinned to its configuration, measured on `worker` (set to the group's
     task) as one kernel's candidates and re-measured side by side; KernelError if none ran.
-    Each record names the `workload` that made the inputs."""
+    Each record names the workload that made the inputs (`bound`'s)."""
     group: VariantGroup = bound.kernel
     oracle, oracle_name = _oracle(group, configs, bound.args, bound.task.static_dict)
     worker.set_oracle(oracle)
@@ -161,7 +160,7 @@ def _side_by_side(
             config={PARAM: t.config[PARAM]},
             is_default=t.config == default,
             oracle=oracle_name,
-            workload=workload,
+            workload=bound.workload,
         )
         for t in trials
     ]

@@ -26,7 +26,6 @@ from autotune.db.schema import encode_config
 from autotune.errors import DatabaseError, KernelError, SpaceError
 from autotune.measure.compiling import MEMORY_FIELDS
 from autotune.measure.finalists import Finalist, remeasure
-from autotune.measure.inputs import workload_name
 from autotune.measure.oracle import make_oracle
 from autotune.registry.spec import KernelSpec
 from autotune.search.loop import LISTED_UP_TO, programs_note, run_search
@@ -98,7 +97,6 @@ def _tune(bound: BoundTask, workers: Sequence[Worker], context: TuneContext) -> 
     n_trials, storage = settings.n_trials, settings.storage
     valid = _valid_configs(spec, sig, space)
     default = spec.default_config(sig)
-    workload = workload_name(spec, settings.workload)
     oracle_start = time.perf_counter()
     oracle = make_oracle(spec, default, bound.args, kwargs, sig.backend or None, bound.device)
     oracle_s = time.perf_counter() - oracle_start
@@ -142,7 +140,7 @@ def _tune(bound: BoundTask, workers: Sequence[Worker], context: TuneContext) -> 
         else:
             record = on.measure(config, known.keys(), settings.max_memory)
             record.device = on.device_id
-            record.workload = workload
+            record.workload = bound.workload
             record.is_default = is_default or config == default
             lead = leads.get(config_id(config))
             if lead is not None:
