@@ -108,6 +108,8 @@ def _tune(bound: BoundTask, workers: Sequence[Worker], context: TuneContext) -> 
         result = run.decide(trials)
     finally:
         run.leave()
+    if context.forget and run.study is not None:  # unless another worker searches it
+        delete_study(context.settings.storage, run.study, unless_in_use=True)
     result.oracle_s, result.oracle, result.resumed = oracle_s, oracle.name, run.resumed
     return result
 
@@ -141,6 +143,8 @@ class _Run:
         self.others = other_devices(db, key, sig, space, tuned) if settings.transfer else []
         self.leads = transferred_leads(self.others, space, sig, [default, *self.warm])
         self.study = (settings.study_name or study_name_of(key)) if storage else None
+        if context.fresh and storage:  # nothing of an earlier run's search is resumed
+            delete_study(storage, self.study)
         # trials an interrupted run (or another worker) measured: they count against the budget
         self.resumed, self.joined = (
             _resumed(storage, self.study, self.handle, key) if storage else (0, None)

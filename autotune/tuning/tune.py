@@ -15,7 +15,7 @@ from typing import Any
 from autotune.device import DeviceInfo, current_device
 from autotune.errors import SignatureError
 from autotune.runtime.variants import VariantGroup
-from autotune.signature import TuningKey, is_array
+from autotune.signature import is_array
 from autotune.trial import TrialRecord
 from autotune.tuning.context import TuneContext
 from autotune.tuning.group import tune_group
@@ -99,12 +99,11 @@ def tune_job_task(
     its workers, and only they can tell theirs); else tuning_device's. A task given bound there
     already (a watcher binds a miss to claim its key) is taken as it is.
 
-    None where its key has an entry already, unless `force` (its studies deleted first: a
-    fresh search) or `retune` (its study resumed). `forget` deletes its studies once it is
-    tuned, unless another worker searches them, so that the next run tunes afresh. Its own
-    study is its key's (autotune.search.studies.study_name_of), in `context.db` (a TuningDB)
-    and the settings' storage."""
-    from autotune.search.studies import delete_study, study_name_of
+    None where its key has an entry already, unless `force` (a fresh search: TuneContext.fresh)
+    or `retune` (its study resumed). `forget` deletes its studies once it is tuned, unless
+    another worker searches them, so that the next run tunes afresh (TuneContext.forget). Its
+    own study is its key's (autotune.search.studies.study_name_of), a variant group's members'
+    each their own key's, in `context.db` (a TuningDB) and the settings' storage."""
     from autotune.tuning.worker.parent import tuning_device
 
     settings, worker = context.settings, context.worker
@@ -118,24 +117,9 @@ def tune_job_task(
         bound = bind(task, device, kernel)
         if not (force or retune) and context.db.best(bound.key) is not None:
             return None
-        if force and settings.storage:
-            for key in _keys(bound):
-                delete_study(settings.storage, study_name_of(key))
         # each task in the study of its own key; with a worker given, on its one device
         run = settings.replace(study_name=None)
         if worker is not None:
             run = run.replace(devices=1)
-        result = tune_task(bound, context.replace(settings=run, worker=worker))
-    if forget and settings.storage:
-        members = getattr(result, "members", {}).values()  # a variant group's tuned ones
-        for key in [result.key, *(m.key for m in members if m is not None)]:
-            delete_study(settings.storage, study_name_of(key), unless_in_use=True)
-    return result
-
-
-def _keys(bound: BoundTask) -> list[TuningKey]:
-    """The keys `bound`'s tuning stores under, each the key of a study: its own, and a variant
-    group's autotuned members' (each member is tuned in a study of its own key)."""
-    if not isinstance(bound.kernel, VariantGroup):
-        return [bound.key]
-    return [bound.key, *bound.kernel.member_keys(bound.args, bound.task.static_dict, bound.device)]
+        job = context.replace(settings=run, worker=worker, fresh=force, forget=forget)
+        return tune_task(bound, job)
