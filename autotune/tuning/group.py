@@ -33,7 +33,7 @@ from autotune.tuning.kernel import tune_kernel
 from autotune.tuning.result import TuneResult
 from autotune.tuning.storing import best_entry
 from autotune.tuning.task import BoundTask, bind
-from autotune.tuning.worker import device_worker, task_worker
+from autotune.tuning.worker import task_device_worker, task_worker
 
 log = logging.getLogger(__name__)
 
@@ -70,7 +70,8 @@ def tune_group(bound: BoundTask, context: TuneContext) -> GroupTuneResult:
     task, args, kwargs = bound.task, bound.args, bound.task.static_dict
     owned: Any = None
     if worker is None and settings.isolate and settings.devices == 1:
-        worker = owned = device_worker(task, args, settings)
+        # lent to each member's tuning and the side by side, which set it to theirs
+        worker = owned = task_device_worker(task, settings)
     with owned or contextlib.nullcontext():  # a worker given stays open
         # which members can run is judged for the device they will run on
         device = worker.device if worker is not None else bound.device

@@ -108,13 +108,12 @@ def tune_job_task(
 
     settings, worker = context.settings, context.worker
     plain = task.task if isinstance(task, BoundTask) else task
-    kernel = task.kernel if isinstance(task, BoundTask) else kernel_of(task.kernel)
     with contextlib.ExitStack() as stack:
         if device is None and worker is None and settings.isolate and settings.devices == 1:
-            worker = stack.enter_context(task_device_worker(plain, settings, None, kernel))
+            worker = stack.enter_context(task_device_worker(plain, settings))
         if device is None:
             device = worker.device if worker is not None else tuning_device(settings)
-        bound = bind(task, device, kernel)
+        bound = bind(task, device)
         if not (force or retune) and context.db.best(bound.key) is not None:
             return None
         # each task in the study of its own key; with a worker given, on its one device
