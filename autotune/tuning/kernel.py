@@ -1,10 +1,11 @@
-"""Tuning one kernel for one task: inputs -> oracle -> search (measure + verify) -> database.
+"""Tuning one kernel for one task: oracle -> search (measure + verify) -> database.
 
 The public entry (autotune.tuning.tune) comes here for a kernel, and a variant group's tuning
-(autotune.tuning.group) for each of its members. The task comes bound to a device
-(autotune.tuning.task.BoundTask); it is measured on the device its worker owns (autotune.tuning.worker's
-`task_worker`), every trial stored as it is measured, the finalists re-measured side by side,
-the winner stored (autotune.tuning.storing).
+(autotune.tuning.group) for each of its members. The task comes bound to a device, with the
+inputs it is measured on (autotune.tuning.task.BoundTask, made once by the entry); it is
+measured on the device its worker owns (autotune.tuning.worker's `task_worker`), every trial
+stored as it is measured, the finalists re-measured side by side, the winner stored
+(autotune.tuning.storing). One search's shared state, and its parts, are a `_Run`.
 """
 
 from __future__ import annotations
@@ -95,8 +96,8 @@ def _tune(bound: BoundTask, workers: Sequence[Worker], context: TuneContext) -> 
     spec, sig = bound.spec, bound.signature
     valid = _valid_configs(spec, sig, bound.space)
     default = spec.default_config(sig)
-    oracle_start = time.perf_counter()
     kwargs = bound.task.static_dict
+    oracle_start = time.perf_counter()
     oracle = make_oracle(spec, default, bound.args, kwargs, sig.backend or None, bound.device)
     oracle_s = time.perf_counter() - oracle_start
     for w in workers:
