@@ -143,13 +143,7 @@ class _Run:
         tuned = bound.spec.tuned
         self.others = other_devices(db, key, sig, space, tuned) if settings.transfer else []
         self.leads = transferred_leads(self.others, space, sig, [default, *self.warm])
-        self.study = (settings.study_name or study_name_of(key)) if storage else None
-        if context.fresh and storage:  # nothing of an earlier run's search is resumed
-            delete_study(storage, self.study)
-        # trials an interrupted run (or another worker) measured: they count against the budget
-        self.resumed, self.joined = (
-            _resumed(storage, self.study, self.handle, key) if storage else (0, None)
-        )
+        self._join_study(storage, context.fresh)
         n_trials = settings.n_trials
         self.budget = n_trials if valid is None else min(n_trials, len(valid))
         self.started = self.n_measured = self.resumed  # trials begun, and measured, these included
@@ -160,14 +154,30 @@ class _Run:
         # them is stored as its duplicate, not measured (this process's devices' and, in a
         # shared study, every worker's)
         self.programs: dict[str, TrialRecord] = {}
-        self.view = self.joined or (SharedStudy(storage, self.study, None) if storage else None)
-        self.untold = (
-            _untold(self.handle, key, self.joined)
-            if self.joined is not None and self.handle is not None
-            else []
-        )
-        if self.view is not None and self.handle is not None:
-            self.view.add_run(self.run_id)  # before its first trial is stored: see _stored_untold
+
+    def _join_study(self, storage: str | None, fresh: bool) -> None:
+        """The run's study, in `storage` (none without one): deleted first where `fresh`
+        (nothing of an earlier run's search is resumed), then joined. The trials earlier runs
+        (or other workers) measured in it count against the budget (`resumed`), those they
+        stored but never told it are asked first (`untold`), and this run is named in it
+        (`view`) before its first trial is stored (see _stored_untold)."""
+        self.study: str | None = None
+        self.joined: SharedStudy | None = None
+        self.view: SharedStudy | None = None
+        self.resumed = 0
+        self.untold: list[Config] = []
+        if storage is None:
+            return
+        key, handle = self.bound.key, self.handle
+        self.study = self.settings.study_name or study_name_of(key)
+        if fresh:
+            delete_study(storage, self.study)
+        self.resumed, self.joined = _resumed(storage, self.study, handle, key)
+        self.view = self.joined or SharedStudy(storage, self.study, None)
+        if handle is not None:
+            if self.joined is not None:
+                self.untold = _untold(handle, key, self.joined)
+            self.view.add_run(self.run_id)
 
     def search(self) -> list[Evaluation]:
         """Every trial's evaluation: the one worker's search, or one per worker sharing the
