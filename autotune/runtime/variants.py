@@ -26,7 +26,7 @@ from autotune.registry.spec import KernelSpec, tuned_path
 from autotune.runtime.decorator import AutotunedKernel
 from autotune.runtime.lookup import Resolution
 from autotune.runtime.state import warn_once
-from autotune.signature import Signature, TuningKey, is_array
+from autotune.signature import Signature, is_array
 from autotune.space import Param
 
 PARAM = "variant"  # the group's one tunable parameter: a member's name
@@ -181,14 +181,6 @@ class VariantGroup(AutotunedKernel):
         except Exception as e:  # whatever refuses the call is the reason, never the group's error
             return f"{type(e).__name__}: {e}".splitlines()[0]
         return None
-
-    def member_keys(
-        self, args: Sequence[Any], kwargs: Mapping[str, Any], device: DeviceInfo
-    ) -> list[TuningKey]:
-        """The keys the group's tuning tunes its autotuned members under, for this call."""
-        kwargs = {k: v for k, v in kwargs.items() if k != PARAM}
-        kernels = [m.kernel.spec for m in self.members.values() if m.kernel is not None]
-        return [spec.key(spec.signature(args, kwargs, device), device) for spec in kernels]
 
     def runnable(
         self, args: Sequence[Any], kwargs: Mapping[str, Any], device: DeviceInfo | None = None

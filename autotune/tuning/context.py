@@ -22,11 +22,16 @@ class TuneContext:
     is stored, whom it tells of each trial and which device worker it may borrow.
 
     `db` is a TuningDB, or a URL or path (None: the per-user database): warm starts are read
-    from it, and where `store`, every trial and the winner are stored in it (opened there
-    where not open already). `progress(record, measured, budget)` hears each trial. A
+    from it, and where `store`, every trial and the winner are stored in it (opened once, by
+    autotune.tuning.tune.tune_task, where not open already). `progress(record, measured, budget)` hears each trial. A
     `worker` given (a DeviceWorker) measures the task and is left running, so that many tasks
     share one start-up. A variant group's tuning tells `member_done(name, result, why)` of
-    each member as it is done: its TuneResult (None for a plain member), or why it failed."""
+    each member as it is done: its TuneResult (None for a plain member), or why it failed.
+
+    Where the settings name a studies storage, the task's study (a variant group's members':
+    each its own) is deleted before its search where `fresh` (nothing of an earlier run is
+    resumed), and once it is tuned where `forget` (unless another worker searches it), so
+    that the next run tunes afresh."""
 
     settings: TuneSettings
     db: Any = None
@@ -34,6 +39,8 @@ class TuneContext:
     progress: Callable[[TrialRecord, int, int], None] | None = None
     worker: DeviceWorker | None = None
     member_done: Callable[[str, Any, str | None], None] | None = None
+    fresh: bool = False
+    forget: bool = False
 
     def replace(self, **changes: Any) -> TuneContext:
         return dataclasses.replace(self, **changes)

@@ -27,14 +27,13 @@ from typing import Any
 from autotune import registry
 from autotune.errors import AutotuneError, KernelError
 from autotune.measure.finalists import remeasure
-from autotune.measure.inputs import task_inputs, workload_name
 from autotune.runtime.variants import PARAM, Member, VariantGroup
 from autotune.tuning.context import TuneContext
 from autotune.tuning.kernel import tune_kernel
 from autotune.tuning.result import TuneResult
-from autotune.tuning.storing import best_entry, open_db
-from autotune.tuning.task import BoundTask, bind, task_of_call
-from autotune.tuning.worker import device_worker, task_worker
+from autotune.tuning.storing import best_entry
+from autotune.tuning.task import BoundTask, bind
+from autotune.tuning.worker import task_device_worker, task_worker
 
 log = logging.getLogger(__name__)
 
@@ -68,56 +67,44 @@ def tune_group(bound: BoundTask, context: TuneContext) -> GroupTuneResult:
     start = time.perf_counter()
     settings, worker = context.settings, context.worker
     group: VariantGroup = bound.kernel
-    task, kwargs = bound.task, bound.task.static_dict
-    seed = 0 if settings.seed is None else settings.seed
-    args = task_inputs(group.spec, bound.args, seed, settings.workload)
-    handle = open_db(context.db) if context.store else None
-    try:
-        owned: Any = None
-        if worker is None and settings.isolate and settings.devices == 1:
-            worker = owned = device_worker(task, args, settings)
-        with owned or contextlib.nullcontext():  # a worker given stays open
-            # which members can run is judged for the device they will run on
-            device = worker.device if worker is not None else bound.device
-            members, skipped = group.runnable(args, kwargs, device)
-            # each member's study is named for its own key: a job names the group's
-            members_run = context.replace(
-                settings=settings.replace(study_name=None),
-                db=handle,
-                store=handle is not None,
-                worker=worker,
-            )
-            tuned, configs = _tune_members(members, args, kwargs, device, members_run, skipped)
-            finalists_start = time.perf_counter()
-            with task_worker(group.spec, task, args, settings, worker) as measurer:
-                on = bind(bound, measurer.device)
-                workload = workload_name(group.spec, settings.workload)
-                result = _side_by_side(on, measurer, configs, args, skipped, workload)
-        result.members = tuned
-        result.finalists_s = time.perf_counter() - finalists_start
-        for name, reason in skipped.items():
-            log.info("variant group %s: %s skipped: %s", group.spec.name, name, reason)
-        if handle is not None:
-            _store(handle, result)
-            result.db_url = handle.url
-            registry.entry_stored()
-    finally:
-        if handle is not None and handle is not context.db:
-            handle.close()
+    task, args, kwargs = bound.task, bound.args, bound.task.static_dict
+    owned: Any = None
+    if worker is None and settings.isolate and settings.devices == 1:
+        # lent to each member's tuning and the side by side, which set it to theirs
+        worker = owned = task_device_worker(task, settings)
+    with owned or contextlib.nullcontext():  # a worker given stays open
+        # which members can run is judged for the device they will run on
+        device = worker.device if worker is not None else bound.device
+        members, skipped = group.runnable(args, kwargs, device)
+        # each member's study is named for its own key: a job names the group's
+        members_run = context.replace(settings=settings.replace(study_name=None), worker=worker)
+        tuned, configs = _tune_members(bound, members, device, members_run, skipped)
+        finalists_start = time.perf_counter()
+        with task_worker(group.spec, task, args, settings, worker) as measurer:
+            on = bind(bound, measurer.device)
+            result = _side_by_side(on, measurer, configs, skipped)
+    result.members = tuned
+    result.finalists_s = time.perf_counter() - finalists_start
+    for name, reason in skipped.items():
+        log.info("variant group %s: %s skipped: %s", group.spec.name, name, reason)
+    if context.store:  # the database opened by the tuner's entry
+        _store(context.db, result)
+        result.db_url = context.db.url
+        registry.entry_stored()
     result.wall_s = time.perf_counter() - start
     return result
 
 
 def _tune_members(
+    bound: BoundTask,
     members: Sequence[Member],
-    args: list[Any],
-    kwargs: dict[str, Any],
     device: Any,
     context: TuneContext,
     skipped: dict[str, str],
 ) -> tuple[dict[str, TuneResult | None], dict[str, dict[str, Any]]]:
     """Each member's tune result (None for a plain member) and its pinned configuration
-    ({"variant": NAME, **best}); a member whose tuning fails goes to `skipped`, with why."""
+    ({"variant": NAME, **best}), each tuned as the group's call (`bound`) of that member on
+    `device`; a member whose tuning fails goes to `skipped`, with why."""
     tuned: dict[str, TuneResult | None] = {}
     configs: dict[str, dict[str, Any]] = {}
     done = context.member_done or (lambda name, result, why: None)
@@ -127,8 +114,9 @@ def _tune_members(
             done(member.name, None, None)
             continue
         try:
-            task = task_of_call(member.kernel, args, kwargs, context.settings)
-            result = tune_kernel(bind(task, device, member.kernel, args), context)
+            # the group's inputs, as the member takes them: its own workload named, and checked
+            on = bound.member(member.kernel, device).measured(context.settings)
+            result = tune_kernel(on, context)
         except AutotuneError as e:
             skipped[member.name] = f"tuning failed: {e}"
             done(member.name, None, skipped[member.name])
@@ -143,15 +131,13 @@ def _side_by_side(
     bound: BoundTask,
     worker: Any,
     configs: Mapping[str, dict[str, Any]],
-    args: list[Any],
     skipped: dict[str, str],
-    workload: str | None = None,
 ) -> GroupTuneResult:
     """The members, each pinned to its configuration, measured on `worker` (set to the group's
     task) as one kernel's candidates and re-measured side by side; KernelError if none ran.
-    Each record names the `workload` that made the inputs."""
+    Each record names the workload that made the inputs (`bound`'s)."""
     group: VariantGroup = bound.kernel
-    oracle, oracle_name = _oracle(group, configs, args, bound.task.static_dict)
+    oracle, oracle_name = _oracle(group, configs, bound.args, bound.task.static_dict)
     worker.set_oracle(oracle)
     trials = []
     for config in configs.values():
@@ -175,7 +161,7 @@ def _side_by_side(
             config={PARAM: t.config[PARAM]},
             is_default=t.config == default,
             oracle=oracle_name,
-            workload=workload,
+            workload=bound.workload,
         )
         for t in trials
     ]

@@ -1,10 +1,11 @@
-"""Tuning one kernel for one task: inputs -> oracle -> search (measure + verify) -> database.
+"""Tuning one kernel for one task: oracle -> search (measure + verify) -> database.
 
 The public entry (autotune.tuning.tune) comes here for a kernel, and a variant group's tuning
-(autotune.tuning.group) for each of its members. The task comes bound to a device
-(autotune.tuning.task.BoundTask); it is measured on the device its worker owns (autotune.tuning.worker's
-`task_worker`), every trial stored as it is measured, the finalists re-measured side by side,
-the winner stored (autotune.tuning.storing).
+(autotune.tuning.group) for each of its members. The task comes bound to a device, with the
+inputs it is measured on (autotune.tuning.task.BoundTask, made once by the entry); it is
+measured on the device its worker owns (autotune.tuning.worker's `task_worker`), every trial
+stored as it is measured, the finalists re-measured side by side, the winner stored
+(autotune.tuning.storing). One search's shared state, and its parts, are a `_Run`.
 """
 
 from __future__ import annotations
@@ -26,7 +27,6 @@ from autotune.db.schema import encode_config
 from autotune.errors import DatabaseError, KernelError, SpaceError
 from autotune.measure.compiling import MEMORY_FIELDS
 from autotune.measure.finalists import Finalist, remeasure
-from autotune.measure.inputs import task_inputs, workload_name
 from autotune.measure.oracle import make_oracle
 from autotune.registry.spec import KernelSpec
 from autotune.search.loop import LISTED_UP_TO, programs_note, run_search
@@ -35,7 +35,7 @@ from autotune.signature import TuningKey
 from autotune.trial import Config, Evaluation, StoredEntry, TrialRecord, config_id
 from autotune.tuning.context import TuneContext
 from autotune.tuning.result import TuneResult
-from autotune.tuning.storing import decide_and_store, open_db
+from autotune.tuning.storing import decide_and_store
 from autotune.tuning.task import BoundTask, bind
 from autotune.tuning.transfer import other_devices, transferred_leads
 from autotune.tuning.warmstart import warm_starts
@@ -46,24 +46,23 @@ log = logging.getLogger(__name__)
 
 def tune_kernel(bound: BoundTask, context: TuneContext) -> TuneResult:
     """Tune `bound`'s kernel with the context's settings (its budget, strategy and seed
-    included) on random inputs of its arguments (its integer data arguments made by its workload); the rest as in autotune.tuning.tune.tune."""
+    included) on the inputs it is called with (BoundTask.measured); the rest as in
+    autotune.tuning.tune.tune."""
     settings, worker = context.settings, context.worker
     start = time.perf_counter()
-    seed = 0 if settings.seed is None else settings.seed
-    args = task_inputs(bound.spec, bound.args, seed, settings.workload)
     restarts_before = worker.restarts if worker is not None else 0
     worker_start = time.perf_counter()
     # a worker given, or several devices, imply isolation
     isolated = settings.isolate or worker is not None or settings.devices != 1
     with (
-        task_workers(bound.spec, bound.task, args, settings, worker) as measurers,
+        task_workers(bound.spec, bound.task, bound.args, settings, worker) as measurers,
         _studies_written(settings.storage),
     ):
         start_s = time.perf_counter() - worker_start if isolated else 0.0
         # bound to the device its workers measure on: again only where that is another one
         # (a caller whose own process keeps to another platform than its workers)
         on = bind(bound, measurers[0].device)
-        result = _tune(on, measurers, args, context)
+        result = _tune(on, measurers, context)
     result.worker_start_s = start_s
     result.restarts = sum(m.restarts for m in measurers) - restarts_before
     result.wall_s = time.perf_counter() - start
@@ -91,63 +90,182 @@ def _studies_written(storage: str | None) -> Any:
         ) from e
 
 
-def _tune(
-    bound: BoundTask, workers: Sequence[Worker], args: list[Any], context: TuneContext
-) -> TuneResult:
-    spec, sig, key, space = bound.spec, bound.signature, bound.key, bound.space
-    settings, db, progress = context.settings, context.db, context.progress
-    worker = workers[0]  # the one that re-measures the finalists, side by side
-    kwargs = bound.task.static_dict
-    n_trials, storage = settings.n_trials, settings.storage
-    valid = _valid_configs(spec, sig, space)
+def _tune(bound: BoundTask, workers: Sequence[Worker], context: TuneContext) -> TuneResult:
+    """`bound`'s candidates searched on `workers`, each checked against the oracle (its
+    default's answer), and the winner decided and stored."""
+    spec, sig = bound.spec, bound.signature
+    valid = _valid_configs(spec, sig, bound.space)
     default = spec.default_config(sig)
-    workload = workload_name(spec, settings.workload)
+    kwargs = bound.task.static_dict
     oracle_start = time.perf_counter()
-    oracle = make_oracle(spec, default, args, kwargs, sig.backend or None, bound.device)
+    oracle = make_oracle(spec, default, bound.args, kwargs, sig.backend or None, bound.device)
     oracle_s = time.perf_counter() - oracle_start
     for w in workers:
         w.set_oracle(oracle.output)
-    run_id = uuid.uuid4().hex
-    handle = open_db(db) if context.store else None
+    run = _Run(bound, workers, context, valid, default, oracle.name)
+    try:
+        # with a storage, these are every worker's trials of the study, resumed ones included
+        trials = [ev.record for ev in run.search()]
+        result = run.decide(trials)
+    finally:
+        run.leave()
+    if context.forget and run.study is not None:  # unless another worker searches it
+        delete_study(context.settings.storage, run.study, unless_in_use=True)
+    result.oracle_s, result.oracle, result.resumed = oracle_s, oracle.name, run.resumed
+    return result
 
-    warm = warm_starts(handle or db, key, sig, space) if settings.warm_start else []
-    # what other device kinds measured of this kernel: their best configurations measured
-    # after the default and the warm starts, their times the search's prior
-    others = other_devices(handle or db, key, sig, space, spec.tuned) if settings.transfer else []
-    leads = transferred_leads(others, space, sig, [default, *warm])
-    study = (settings.study_name or study_name_of(key)) if storage else None
-    # trials an interrupted run (or another worker) measured: they count against the budget
-    resumed, joined = _resumed(storage, study, handle, key) if storage else (0, None)
-    budget = n_trials if valid is None else min(n_trials, len(valid))
-    started = measured = resumed  # trials begun, and measured, these included
-    counting = threading.Lock()  # the devices' searches count and report in turn
-    stop = threading.Event()  # an interrupt: the devices' searches end before their next trial
-    # the programs measured in the study, by fingerprint: a config that compiles to one of them
-    # is stored as its duplicate, not measured (this process's devices' and, in a shared study,
-    # every worker's)
-    programs: dict[str, TrialRecord] = {}
-    view = joined or (SharedStudy(storage, study, None) if storage else None)
-    untold = _untold(handle, key, joined) if joined is not None and handle is not None else []
-    if view is not None and handle is not None:
-        view.add_run(run_id)  # before its first trial is stored: see _stored_untold
 
-    def measure(config: Config, is_default: bool = False, on: Worker = worker) -> TrialRecord:
-        with counting:
+class _Run:
+    """One kernel's search, on one worker or side by side on several (one search each), and
+    what its searches share: the configurations measured first, the budget and how much of it
+    is spent, the programs measured, the study it joins and the database each trial is stored
+    in as it is measured."""
+
+    def __init__(
+        self,
+        bound: BoundTask,
+        workers: Sequence[Worker],
+        context: TuneContext,
+        valid: list[Config] | None,
+        default: Config,
+        oracle: str,
+    ) -> None:
+        settings, db = context.settings, context.db
+        key, sig, space, storage = bound.key, bound.signature, bound.space, settings.storage
+        self.bound, self.workers, self.settings = bound, workers, settings
+        self.progress = context.progress
+        self.valid, self.default, self.oracle = valid, default, oracle
+        self.run_id = uuid.uuid4().hex
+        self.handle = db if context.store else None  # opened by the tuner's entry
+        self.warm = warm_starts(db, key, sig, space) if settings.warm_start else []
+        # what other device kinds measured of this kernel: their best configurations measured
+        # after the default and the warm starts, their times the search's prior
+        tuned = bound.spec.tuned
+        self.others = other_devices(db, key, sig, space, tuned) if settings.transfer else []
+        self.leads = transferred_leads(self.others, space, sig, [default, *self.warm])
+        self._join_study(storage, context.fresh)
+        n_trials = settings.n_trials
+        self.budget = n_trials if valid is None else min(n_trials, len(valid))
+        self.started = self.n_measured = self.resumed  # trials begun, and measured, these included
+        self.counting = threading.Lock()  # the devices' searches count and report in turn
+        # an interrupt: the devices' searches end before their next trial
+        self.stop = threading.Event()
+        # the programs measured in the study, by fingerprint: a config that compiles to one of
+        # them is stored as its duplicate, not measured (this process's devices' and, in a
+        # shared study, every worker's)
+        self.programs: dict[str, TrialRecord] = {}
+
+    def _join_study(self, storage: str | None, fresh: bool) -> None:
+        """The run's study, in `storage` (none without one): deleted first where `fresh`
+        (nothing of an earlier run's search is resumed), then joined. The trials earlier runs
+        (or other workers) measured in it count against the budget (`resumed`), those they
+        stored but never told it are asked first (`untold`), and this run is named in it
+        (`view`) before its first trial is stored (see _stored_untold)."""
+        self.study: str | None = None
+        self.joined: SharedStudy | None = None
+        self.view: SharedStudy | None = None
+        self.resumed = 0
+        self.untold: list[Config] = []
+        if storage is None:
+            return
+        key, handle = self.bound.key, self.handle
+        self.study = self.settings.study_name or study_name_of(key)
+        if fresh:
+            delete_study(storage, self.study)
+        self.resumed, self.joined = _resumed(storage, self.study, handle, key)
+        self.view = self.joined or SharedStudy(storage, self.study, None)
+        if handle is not None:
+            if self.joined is not None:
+                self.untold = _untold(handle, key, self.joined)
+            self.view.add_run(self.run_id)
+
+    def search(self) -> list[Evaluation]:
+        """Every trial's evaluation: the one worker's search, or one per worker sharing the
+        study (_search_on_devices)."""
+        storage = self.settings.storage
+        if len(self.workers) == 1:
+            return self.search_on(self.workers[0], storage)
+        return _search_on_devices(self.search_on, self.workers, storage, self.stop)
+
+    def search_on(self, on: Worker, storage: str | None) -> list[Evaluation]:
+        """One search, measuring on `on`, in the study of `storage`."""
+        settings, key = self.settings, self.bound.key
+        return run_search(
+            self.bound.space,
+            self.bound.signature,
+            self.evaluate_on(on),
+            n_trials=settings.n_trials,
+            strategy=settings.strategy,
+            seed=settings.seed,
+            # the untold: told from their rows at once
+            initial=[
+                self.default,
+                *self.untold,
+                *self.warm,
+                *(c for c, _ in self.leads.values()),
+            ],
+            valid=self.valid,
+            time_limit_s=settings.time_limit_s,
+            patience=settings.patience,
+            storage=storage,
+            study_name=self.study or study_name_of(key),
+            upcoming=on.prefetch,
+            others=self.others,
+        )
+
+    def evaluate_on(self, on: Worker) -> Callable[[Config], Evaluation]:
+        """The search's objective on `on`: a config measured there, counted against the
+        budget (a duplicate is not), and told to `progress`."""
+
+        def evaluate(config: Config) -> Evaluation:
+            with self.counting:
+                # the devices of this process never overrun the budget: a claim made beside
+                # the budget's last one is given back, and that device's search ends
+                if self.stop.is_set() or (len(self.workers) > 1 and self.started >= self.budget):
+                    raise _LaneEnds
+                self.started += 1
+            record = self.measure(config, on=on)
+            with self.counting:
+                if record.status == "duplicate":  # not measured: its program's figure
+                    self.started -= 1
+                    of = self.programs.get(record.fingerprint)  # None: an untold one's, lost
+                    evaluation = Evaluation(record, _value(of) if of else None)
+                else:
+                    self.n_measured += 1
+                    evaluation = Evaluation(record, _value(record))
+                if self.progress:
+                    try:
+                        self.progress(record, self.n_measured, self.budget)
+                    except BaseException as e:  # an interrupt: the search counts what was stored
+                        e.evaluation = evaluation  # type: ignore[attr-defined]
+                        raise
+            return evaluation
+
+        return evaluate
+
+    def measure(
+        self, config: Config, is_default: bool = False, on: Worker | None = None
+    ) -> TrialRecord:
+        """`config` measured on `on` (default: the first worker), or, where a run of the study
+        stored it and never told the study, its stored trial; stored at once."""
+        on = self.workers[0] if on is None else on
+        handle, key, view = self.handle, self.bound.key, self.view
+        with self.counting:
             if view is not None:
                 for fp, first in view.programs().items():
-                    programs.setdefault(fp, first)
-            known = dict(programs)
+                    self.programs.setdefault(fp, first)
+            known = dict(self.programs)
         stored = None
         if view is not None and handle is not None:
             stored = _stored_untold(handle, key, view, config)
         if stored is not None:  # measured and stored already: the study hears of it now
             record = stored
         else:
-            record = on.measure(config, known.keys(), settings.max_memory)
+            record = on.measure(config, known.keys(), self.settings.max_memory)
             record.device = on.device_id
-            record.workload = workload
-            record.is_default = is_default or config == default
-            lead = leads.get(config_id(config))
+            record.workload = self.bound.workload
+            record.is_default = is_default or config == self.default
+            lead = self.leads.get(config_id(config))
             if lead is not None:
                 record.transferred_from = ", ".join(lead[1])
             if record.status == "duplicate":  # the program's trial, and its memory figures
@@ -156,95 +274,55 @@ def _tune(
                 for column in MEMORY_FIELDS:
                     setattr(record, column, getattr(of, column))
             else:
-                record.oracle = oracle.name
+                record.oracle = self.oracle
         if handle is not None and stored is None:  # at once: an interrupted run loses none
             try:
-                (record.db_id,) = handle.add_trials(key, run_id, [record])
+                (record.db_id,) = handle.add_trials(key, self.run_id, [record])
             except DatabaseError as e:
+                spec, sig = self.bound.spec, self.bound.signature
                 raise DatabaseError(
                     f"{e} ({spec.name} {sig.text}: this run's trials and best entry are not saved)"
                 ) from e
         if record.fingerprint and record.status != "duplicate":
-            with counting:
-                programs.setdefault(record.fingerprint, record)
+            with self.counting:
+                self.programs.setdefault(record.fingerprint, record)
         return record
 
-    def evaluate_on(on: Worker) -> Callable[[Config], Evaluation]:
-        def evaluate(config: Config) -> Evaluation:
-            nonlocal started, measured
-            with counting:
-                # the devices of this process never overrun the budget: a claim made beside
-                # the budget's last one is given back, and that device's search ends
-                if stop.is_set() or (len(workers) > 1 and started >= budget):
-                    raise _LaneEnds
-                started += 1
-            record = measure(config, on=on)
-            with counting:
-                if record.status == "duplicate":  # not measured: its program's figure
-                    started -= 1
-                    of = programs.get(record.fingerprint)  # None: an untold one's, lost
-                    evaluation = Evaluation(record, _value(of) if of else None)
-                else:
-                    measured += 1
-                    evaluation = Evaluation(record, _value(record))
-                if progress:
-                    try:
-                        progress(record, measured, budget)
-                    except BaseException as e:  # an interrupt: the search counts what was stored
-                        e.evaluation = evaluation  # type: ignore[attr-defined]
-                        raise
-            return evaluation
-
-        return evaluate
-
-    def search(on: Worker, storage: str | None) -> list[Evaluation]:
-        return run_search(
-            space,
-            sig,
-            evaluate_on(on),
-            n_trials=n_trials,
-            strategy=settings.strategy,
-            seed=settings.seed,
-            # the untold: told from their rows at once
-            initial=[default, *untold, *warm, *(c for c, _ in leads.values())],
-            valid=valid,
-            time_limit_s=settings.time_limit_s,
-            patience=settings.patience,
-            storage=storage,
-            study_name=study or study_name_of(key),
-            upcoming=on.prefetch,
-            others=others,
-        )
-
-    try:
-        if len(workers) == 1:
-            evaluations = search(worker, storage)
-        else:
-            evaluations = _search_on_devices(search, workers, storage, stop)
-        # with a storage, these are every worker's trials of the study, resumed ones included
-        trials = [ev.record for ev in evaluations]
+    def decide(self, trials: list[TrialRecord]) -> TuneResult:
+        """The winner among `trials`, after the finalists' re-measurement on the first worker,
+        stored where the run stores (beside what other workers of a shared study stored)."""
+        settings, bound, worker = self.settings, self.bound, self.workers[0]
 
         def winner(rival: StoredEntry | None) -> TuneResult:
             return _result(
-                spec, sig, key, trials, default, measure, run_id, worker, settings.finalists, rival
+                bound.spec,
+                bound.signature,
+                bound.key,
+                trials,
+                self.default,
+                self.measure,
+                self.run_id,
+                worker,
+                settings.finalists,
+                rival,
             )
 
-        shared = storage is not None
+        shared = settings.storage is not None
         result = decide_and_store(
-            winner, key, trials, handle, settings.strategy, worker.device, shared
+            winner, bound.key, trials, self.handle, settings.strategy, worker.device, shared
         )
-        result.oracle_s, result.oracle, result.resumed = oracle_s, oracle.name, resumed
-        n_valid = None if valid is None else len(valid)
-        result.programs_note = programs_note([t.status for t in trials], n_valid, n_trials)
-        if handle is not None:
-            result.db_url = handle.url
+        n_valid = None if self.valid is None else len(self.valid)
+        statuses = [t.status for t in trials]
+        result.programs_note = programs_note(statuses, n_valid, settings.n_trials)
+        if self.handle is not None:
+            result.db_url = self.handle.url
             registry.entry_stored()
-    finally:
-        if joined is not None:
-            joined.leave()
-        if handle is not None and handle is not db:
-            handle.close()
-    return result
+        return result
+
+    def leave(self) -> None:
+        """The study joined, left (its claims released for other workers)."""
+        if self.joined is not None:
+            self.joined.leave()
 
 
 class _LaneEnds(Exception):

@@ -6,6 +6,7 @@ worked out once for the job that checks whether it is tuned and the tuner that t
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from collections.abc import Mapping, Sequence
@@ -15,6 +16,7 @@ from typing import Any, Literal, get_args, get_origin, get_type_hints
 from autotune import registry
 from autotune.device import DeviceInfo
 from autotune.errors import AutotuneError, KernelError, SignatureError
+from autotune.measure.inputs import task_inputs, workload_name
 from autotune.registry.spec import KernelSpec
 from autotune.signature import (
     ArgSpec,
@@ -326,9 +328,10 @@ def kernel_of(target: Any) -> Any:
 @dataclass(frozen=True, eq=False)
 class BoundTask:
     """A task bound to the device it is tuned on: its kernel, the arguments it is called with
-    (arrays, or the task's jax.ShapeDtypeStructs), their signature and key there, and the
-    kernel's search space for that platform. A job checks the key for an entry; the tuner
-    measures and stores under it."""
+    (arrays, or the task's jax.ShapeDtypeStructs; the inputs it is tuned on once `measured`,
+    and the `workload` that made them), their signature and key there, and the kernel's
+    search space for that platform. A job checks the key for an entry; the tuner measures and
+    stores under it, each trial naming the workload."""
 
     task: Task
     kernel: Any  # the AutotunedKernel, or a VariantGroup
@@ -337,10 +340,28 @@ class BoundTask:
     signature: Signature
     key: TuningKey
     space: Space
+    workload: str | None = None  # None: not measured yet, or the kernel declares none
 
     @property
     def spec(self) -> KernelSpec:
         return self.kernel.spec
+
+    def measured(self, settings: TuneSettings) -> BoundTask:
+        """This task called with the inputs it is tuned on: its arguments given as arrays, the
+        rest random data of their shapes and dtypes, its integer data arguments made by the
+        settings' workload, from their seed (autotune.measure.inputs.task_inputs). Made once,
+        by the tuner's entry: its workers, its oracle and a variant group's members measure
+        on these."""
+        seed = 0 if settings.seed is None else settings.seed
+        inputs = task_inputs(self.spec, self.args, seed, settings.workload)
+        workload = workload_name(self.spec, settings.workload)
+        return dataclasses.replace(self, args=tuple(inputs), workload=workload)
+
+    def member(self, kernel: Any, device: DeviceInfo) -> BoundTask:
+        """The same call of `kernel` (a variant group's member), bound to `device`."""
+        return bind(
+            dataclasses.replace(self.task, kernel=kernel.spec.name), device, kernel, self.args
+        )
 
 
 def bind(
@@ -351,11 +372,13 @@ def bind(
 ) -> BoundTask:
     """`task` bound to `device`: `kernel` (default: the one it names) called with `args`
     (default: its shapes and dtypes as jax.ShapeDtypeStructs). A task bound already is
-    itself where bound to `device`, else bound anew there with its kernel and arguments."""
+    itself where bound to `device`, else bound anew there with its kernel, arguments and
+    workload."""
+    workload = None
     if isinstance(task, BoundTask):
         if task.device == device:
             return task
-        task, kernel, args = task.task, task.kernel, task.args
+        task, kernel, args, workload = task.task, task.kernel, task.args, task.workload
     kernel = kernel_of(task.kernel) if kernel is None else kernel
     args = tuple(task.inputs() if args is None else args)
     sig = kernel.spec.signature(args, task.static_dict, device)
@@ -367,6 +390,7 @@ def bind(
         signature=sig,
         key=kernel.spec.key(sig, device),
         space=kernel.spec.space(device.platform),
+        workload=workload,
     )
 
 

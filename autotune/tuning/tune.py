@@ -15,13 +15,14 @@ from typing import Any
 from autotune.device import DeviceInfo, current_device
 from autotune.errors import SignatureError
 from autotune.runtime.variants import VariantGroup
-from autotune.signature import TuningKey, is_array
+from autotune.signature import is_array
 from autotune.trial import TrialRecord
 from autotune.tuning.context import TuneContext
 from autotune.tuning.group import tune_group
 from autotune.tuning.kernel import tune_kernel
 from autotune.tuning.result import TuneResult
 from autotune.tuning.settings import TuneSettings
+from autotune.tuning.storing import open_db
 from autotune.tuning.task import BoundTask, Task, bind, kernel_of, task_of_call
 from autotune.tuning.worker import DeviceWorker, task_device_worker
 
@@ -68,11 +69,19 @@ def tune_task(bound: BoundTask, context: TuneContext) -> TuneResult:
     """Tune a task bound to the device its workers measure on (autotune.tuning.task: from the
     command line, a job file, a recorded miss, a program's call or `tune`) on random inputs of
     its shapes and dtypes, with the context's settings and the task's own budget, strategy and
-    seed."""
-    context = context.replace(settings=bound.task.settings(context.settings))
-    if isinstance(bound.kernel, VariantGroup):
-        return tune_group(bound, context)
-    return tune_kernel(bound, context)
+    seed. The inputs are made here, once (BoundTask.measured), and the database opened once
+    where the run stores (closed after, unless given open)."""
+    settings = bound.task.settings(context.settings)
+    measured = bound.measured(settings)
+    db = open_db(context.db) if context.store else context.db
+    try:
+        run = context.replace(settings=settings, db=db)
+        if isinstance(bound.kernel, VariantGroup):
+            return tune_group(measured, run)
+        return tune_kernel(measured, run)
+    finally:
+        if db is not context.db:
+            db.close()
 
 
 def tune_job_task(
@@ -90,43 +99,26 @@ def tune_job_task(
     its workers, and only they can tell theirs); else tuning_device's. A task given bound there
     already (a watcher binds a miss to claim its key) is taken as it is.
 
-    None where its key has an entry already, unless `force` (its studies deleted first: a
-    fresh search) or `retune` (its study resumed). `forget` deletes its studies once it is
-    tuned, unless another worker searches them, so that the next run tunes afresh. Its own
-    study is its key's (autotune.search.studies.study_name_of), in `context.db` (a TuningDB)
-    and the settings' storage."""
-    from autotune.search.studies import delete_study, study_name_of
+    None where its key has an entry already, unless `force` (a fresh search: TuneContext.fresh)
+    or `retune` (its study resumed). `forget` deletes its studies once it is tuned, unless
+    another worker searches them, so that the next run tunes afresh (TuneContext.forget). Its
+    own study is its key's (autotune.search.studies.study_name_of), a variant group's members'
+    each their own key's, in `context.db` (a TuningDB) and the settings' storage."""
     from autotune.tuning.worker.parent import tuning_device
 
     settings, worker = context.settings, context.worker
     plain = task.task if isinstance(task, BoundTask) else task
-    kernel = task.kernel if isinstance(task, BoundTask) else kernel_of(task.kernel)
     with contextlib.ExitStack() as stack:
         if device is None and worker is None and settings.isolate and settings.devices == 1:
-            worker = stack.enter_context(task_device_worker(plain, settings, None, kernel))
+            worker = stack.enter_context(task_device_worker(plain, settings))
         if device is None:
             device = worker.device if worker is not None else tuning_device(settings)
-        bound = bind(task, device, kernel)
+        bound = bind(task, device)
         if not (force or retune) and context.db.best(bound.key) is not None:
             return None
-        if force and settings.storage:
-            for key in _keys(bound):
-                delete_study(settings.storage, study_name_of(key))
         # each task in the study of its own key; with a worker given, on its one device
         run = settings.replace(study_name=None)
         if worker is not None:
             run = run.replace(devices=1)
-        result = tune_task(bound, context.replace(settings=run, worker=worker))
-    if forget and settings.storage:
-        members = getattr(result, "members", {}).values()  # a variant group's tuned ones
-        for key in [result.key, *(m.key for m in members if m is not None)]:
-            delete_study(settings.storage, study_name_of(key), unless_in_use=True)
-    return result
-
-
-def _keys(bound: BoundTask) -> list[TuningKey]:
-    """The keys `bound`'s tuning stores under, each the key of a study: its own, and a variant
-    group's autotuned members' (each member is tuned in a study of its own key)."""
-    if not isinstance(bound.kernel, VariantGroup):
-        return [bound.key]
-    return [bound.key, *bound.kernel.member_keys(bound.args, bound.task.static_dict, bound.device)]
+        job = context.replace(settings=run, worker=worker, fresh=force, forget=forget)
+        return tune_task(bound, job)

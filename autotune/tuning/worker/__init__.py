@@ -82,19 +82,14 @@ def device_worker(
 
 
 def task_device_worker(
-    task: Task, settings: TuneSettings, device_index: int | None = None, kernel: Any = None
+    task: Task, settings: TuneSettings, device_index: int | None = None
 ) -> DeviceWorker:
-    """A device worker set up for `task` before the tuner has it, pinned to local device
-    `device_index` where given, on one device: a job's, started to tell where the task is
-    measured, or kept by a job for its next tasks. `kernel`: the one the task names (resolved
-    here where not given); the inputs are made here, with the task's workload."""
-    from autotune.measure.inputs import task_inputs
-    from autotune.tuning.task import kernel_of
-
-    kernel = kernel_of(task.kernel) if kernel is None else kernel
-    workload = settings.workload if task.workload is None else task.workload
-    args = task_inputs(kernel.spec, task.inputs(), 0, workload)
-    return device_worker(task, args, settings.replace(devices=1), device_index)
+    """A device worker started for `task` before a tuner has it, to be lent, pinned to local
+    device `device_index` where given: a job's, started to tell where the task is measured, or
+    kept for its next tasks; a variant group's, for its members and their side by side. It
+    imports the task's kernel, and has no inputs yet: each tuner it is lent to sets it to its
+    task with the inputs it is measured on, made once (task_worker; BoundTask.measured)."""
+    return device_worker(task, (), settings, device_index)
 
 
 @contextlib.contextmanager
