@@ -29,12 +29,15 @@ def test_tune_and_lookup_through_postgres(pg_url):
 def test_concurrent_tunes_of_one_key_share_its_budget_in_the_postgres_database(
     pg_url, tmp_path, subprocess_env
 ):
-    # 8 `autotune tune` processes of one key, no --storage: the study lives in the tuning
-    # database, so the 8 measure the budget of 8 between them (each alone measured 8: 64)
+    # 3 `autotune tune` processes of one key, no --storage: the study lives in the tuning
+    # database, so the 3 measure the budget of 4 between them (each alone measured 4: 12).
+    # Gathered at the reference check, none is done before the last has joined the study, so
+    # the three search it together (the race that more processes would run too); a budget
+    # not shared would show as up to 12 measured
     gather = tmp_path / "gather"
     gather.mkdir()
-    env = {**subprocess_env, "TOY_GATHER_DIR": str(gather), "TOY_GATHER_N": "8"}
-    argv = ["tune", "toy_kernels:gathered_scale", "--shape", "96x128", "--trials", "8"]
+    env = {**subprocess_env, "TOY_GATHER_DIR": str(gather), "TOY_GATHER_N": "3"}
+    argv = ["tune", "toy_kernels:gathered_scale", "--shape", "96x128", "--trials", "4"]
     argv += ["--no-isolate", "--finalists", "0", "--db", pg_url]
     procs = [
         subprocess.Popen(
@@ -45,7 +48,7 @@ def test_concurrent_tunes_of_one_key_share_its_budget_in_the_postgres_database(
             text=True,
             cwd=Path(__file__).parent,
         )
-        for _ in range(8)
+        for _ in range(3)
     ]
     for proc in procs:
         _, err = proc.communicate(timeout=600)
@@ -54,5 +57,5 @@ def test_concurrent_tunes_of_one_key_share_its_budget_in_the_postgres_database(
         trials = db.trials(kernel="gathered_scale")
         (entry,) = db.query(kernel="gathered_scale")
     measured = Counter(t.config["block_rows"] for t in trials if t.status != "duplicate")
-    assert sum(measured.values()) <= 8 and max(measured.values()) == 1, measured
+    assert sum(measured.values()) <= 4 and max(measured.values()) == 1, measured
     assert entry.config in [t.config for t in trials]

@@ -9,11 +9,14 @@ import sys
 import time
 from pathlib import Path
 
+import jax.numpy as jnp
 import pytest
 from conftest import FORCED_DEVICES
 
+import autotune
 from autotune import TuningDB
 from autotune.cli import main
+from autotune.kernels import softmax
 from autotune.service.claims import claim
 from autotune.signature import TuningKey
 
@@ -33,6 +36,17 @@ def model(env, *rows):
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     return proc.stdout.split()
+
+
+def missed(*rows):
+    """Model code in this process calling softmax on these row counts, on the database
+    configured here: each call's source. The misses reach the watchers through the database,
+    as another process's would; only what a fresh process is served needs one (`model`)."""
+    sources = []
+    for n in rows:
+        softmax(jnp.ones((n, 128), jnp.float32))  # a miss per new shape, recorded once it ran
+        sources.append(softmax.explain(jnp.ones((n, 128), jnp.float32))["source"])
+    return sources
 
 
 def start_watcher(env, out: Path, *flags):
@@ -75,7 +89,7 @@ def test_a_watcher_tunes_misses_as_they_arrive_and_a_fresh_model_is_served_them(
     # in device workers, as deployed: one on each of two (forced host) devices
     watcher = start_watcher(env, out, "--devices", "2")
     try:
-        assert model(subprocess_env, 8, 16) == ["default", "default"]  # misses, recorded
+        assert missed(8, 16) == ["default", "default"]  # misses, recorded
         wait_for(lambda: len(entries(db_url)) == 2, 240)
         assert model(subprocess_env, 8, 16) == ["db", "db"]  # the next process is served
     finally:
@@ -92,7 +106,8 @@ def test_two_watchers_never_tune_one_key_twice_on_postgresql(tmp_path, subproces
     logs = [tmp_path / "a.log", tmp_path / "b.log"]
     watchers = [start_watcher(env, log, "--no-isolate") for log in logs]
     try:
-        model(env, 8, 16, 24)  # three misses for the two watchers
+        autotune.configure(db=pg_url)
+        missed(8, 16, 24)  # three misses for the two watchers
         wait_for(lambda: len(entries(pg_url)) == 3, 300)
     finally:
         texts = [stop(w, log) for w, log in zip(watchers, logs)]
