@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -32,6 +33,7 @@ from autotune.kernels.differentiable import differentiable, through_lse
 from autotune.kernels.flash_attention.reference import (
     attention_reference,
     check_qkv,
+    lse_backward_reference,
     scaled_query,
     softmax_scale,
 )
@@ -238,32 +240,10 @@ def attention_mgpu(
     return _forward(q, k, v, causal, sm_scale, block_sizes, interpret, residuals=False)
 
 
-def attention_mgpu_bwd_reference(
-    q: jax.Array,
-    k: jax.Array,
-    v: jax.Array,
-    out: jax.Array,
-    lse: jax.Array,
-    do: jax.Array,
-    *,
-    causal: bool = False,
-    sm_scale: float | None = None,
-    precision: str | None = None,
-) -> tuple[jax.Array, jax.Array, jax.Array]:
-    """What JAX's backward computes from these inputs, whatever they are (the oracle draws them
-    at random): from the scaled q as the forward rounds it, p = 2^(s log2(e) - lse) with lse as
-    JAX keeps it, delta = rowsum(dO * O); dq through the scale, in float32."""
-    f32 = jnp.float32
-    scale = softmax_scale(q.shape[-1], sm_scale)
-    qs, kf, vf, of, dof = (a.astype(f32) for a in (scaled_query(q, scale), k, v, out, do))
-    s = jnp.einsum("bhqd,bhkd->bhqk", qs, kf, precision="highest")
-    p = jnp.exp2(s * jnp.log2(jnp.e) - lse[..., None])
-    dp = jnp.einsum("bhqd,bhkd->bhqk", dof, vf, precision="highest")
-    ds = p * (dp - jnp.sum(of * dof, axis=-1)[..., None])
-    dq = jnp.einsum("bhqk,bhkd->bhqd", ds, kf, precision="highest") * scale
-    dk = jnp.einsum("bhqk,bhqd->bhkd", ds, qs, precision="highest")
-    dv = jnp.einsum("bhqk,bhqd->bhkd", p, dof, precision="highest")
-    return dq.astype(q.dtype), dk.astype(k.dtype), dv.astype(v.dtype)
+# JAX's Mosaic GPU backward: lse in base 2, of the scores of q as the forward rounds it scaled
+attention_mgpu_bwd_reference = functools.partial(
+    lse_backward_reference, lse_base2=True, rounded_q=True
+)
 
 
 @autotuned(

@@ -106,3 +106,37 @@ def scaled_query(q: jax.Array, scale: float) -> jax.Array:
     """q * scale, computed in float32 and rounded once to q's dtype (exact for a power of two):
     for JAX's attentions that apply no scale of their own."""
     return (q.astype(jnp.float32) * scale).astype(q.dtype)
+
+
+def lse_backward_reference(
+    q: jax.Array,
+    k: jax.Array,
+    v: jax.Array,
+    out: jax.Array,
+    lse: jax.Array,
+    do: jax.Array,
+    *,
+    causal: bool = False,
+    sm_scale: float | None = None,
+    precision: str | None = None,
+    lse_base2: bool,
+    rounded_q: bool,
+) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """(dq, dk, dv) as a JAX backward kernel computes them from its forward's output and
+    log-sum-exp, whatever these are (the oracle draws them at random), in float32: p = exp(s -
+    lse), or 2^(s log2(e) - lse) where the kernel keeps lse in base 2 (`lse_base2`); delta =
+    rowsum(dO * O). s is from q scaled as the forward scales it: rounded to q's dtype
+    (`rounded_q`, scaled_query) or in float32. `precision` is the forward's: accepted, unused."""
+    scale = softmax_scale(q.shape[-1], sm_scale)
+    qs = scaled_query(q, scale).astype(F32) if rounded_q else q.astype(F32) * scale
+    kf, vf, of, dof = (a.astype(F32) for a in (k, v, out, do))
+    s = jnp.einsum("bhqd,bhkd->bhqk", qs, kf, precision="highest")
+    p = jnp.exp2(s * jnp.log2(jnp.e) - lse[..., None]) if lse_base2 else jnp.exp(s - lse[..., None])
+    if causal:
+        p = jnp.where(jnp.tril(jnp.ones(s.shape[-2:], bool)), p, 0.0)
+    dp = jnp.einsum("bhqd,bhkd->bhqk", dof, vf, precision="highest")
+    ds = p * (dp - jnp.sum(of * dof, axis=-1)[..., None])
+    dq = jnp.einsum("bhqk,bhkd->bhqd", ds, kf, precision="highest") * scale
+    dk = jnp.einsum("bhqk,bhqd->bhkd", ds, qs, precision="highest")
+    dv = jnp.einsum("bhqk,bhqd->bhkd", p, dof, precision="highest")
+    return dq.astype(q.dtype), dk.astype(k.dtype), dv.astype(v.dtype)

@@ -12,6 +12,7 @@ mode (how it is checked on a CPU host: there is no GPU here to time it on).
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -20,7 +21,12 @@ from autotune import Example, Split, autotuned
 from autotune.backends.hardware import gpu_smem_bytes, is_pow2, next_pow2
 from autotune.kernels.attention_mgpu.attention_mgpu import heads_as_batch
 from autotune.kernels.differentiable import differentiable, through_lse
-from autotune.kernels.flash_attention.reference import attention_reference, check_qkv, softmax_scale
+from autotune.kernels.flash_attention.reference import (
+    attention_reference,
+    check_qkv,
+    lse_backward_reference,
+    softmax_scale,
+)
 from autotune.kernels.flash_attention.tiles import gpu_tiles_in_registers
 from autotune.kernels.precision import Precision, check_precision
 from autotune.registry.varying import unchecked
@@ -152,34 +158,8 @@ def triton_attention(
     return _forward(q, k, v, causal, sm_scale, block_sizes, interpret, residuals=False)
 
 
-def attention_bwd_reference(
-    q: jax.Array,
-    k: jax.Array,
-    v: jax.Array,
-    out: jax.Array,
-    lse: jax.Array,
-    do: jax.Array,
-    *,
-    causal: bool = False,
-    sm_scale: float | None = None,
-    precision: str | None = None,
-) -> tuple[jax.Array, jax.Array, jax.Array]:
-    """What JAX's backward computes from these inputs, whatever they are (the oracle draws them
-    at random): p = 2^(scale * log2(e) * q k^T - lse), lse as JAX keeps it (base 2, of the
-    scaled scores), delta = rowsum(dO * O), in float32."""
-    f32 = jnp.float32
-    scale = softmax_scale(q.shape[-1], sm_scale)
-    qf, kf, vf, of, dof = (a.astype(f32) for a in (q, k, v, out, do))
-    s = jnp.einsum("bhqd,bhkd->bhqk", qf, kf, precision="highest") * scale
-    p = jnp.exp2(s * jnp.log2(jnp.e) - lse[..., None])
-    if causal:
-        p = jnp.where(jnp.tril(jnp.ones(s.shape[-2:], bool)), p, 0.0)
-    dp = jnp.einsum("bhqd,bhkd->bhqk", dof, vf, precision="highest")
-    ds = p * (dp - jnp.sum(of * dof, axis=-1)[..., None])
-    dq = jnp.einsum("bhqk,bhkd->bhqd", ds, kf, precision="highest") * scale
-    dk = jnp.einsum("bhqk,bhqd->bhkd", ds, qf, precision="highest") * scale
-    dv = jnp.einsum("bhqk,bhqd->bhkd", p, dof, precision="highest")
-    return dq.astype(q.dtype), dk.astype(k.dtype), dv.astype(v.dtype)
+# JAX's Triton backward: lse in base 2, of the scores of q scaled in float32
+attention_bwd_reference = functools.partial(lse_backward_reference, lse_base2=True, rounded_q=False)
 
 
 @autotuned(

@@ -27,6 +27,7 @@ from autotune.kernels.differentiable import differentiable, through_lse
 from autotune.kernels.flash_attention.reference import (
     attention_reference,
     check_qkv,
+    lse_backward_reference,
     scaled_query,
     softmax_scale,
 )
@@ -200,34 +201,10 @@ def splash_attention(
     return _forward(q, k, v, causal, sm_scale, block_sizes, interpret, residuals=False)
 
 
-def splash_attention_bwd_reference(
-    q: jax.Array,
-    k: jax.Array,
-    v: jax.Array,
-    out: jax.Array,
-    lse: jax.Array,
-    do: jax.Array,
-    *,
-    causal: bool = False,
-    sm_scale: float | None = None,
-    precision: str | None = None,
-) -> tuple[jax.Array, jax.Array, jax.Array]:
-    """What JAX's backward computes from these inputs, whatever they are (the oracle draws them
-    at random): p = exp(s - lse) from the scaled q as the forward rounds it and lse as JAX
-    keeps it (natural log), delta = rowsum(dO * O); dq through the scale, in float32."""
-    f32 = jnp.float32
-    scale = softmax_scale(q.shape[-1], sm_scale)
-    qs, kf, vf, of, dof = (a.astype(f32) for a in (scaled_query(q, scale), k, v, out, do))
-    s = jnp.einsum("bhqd,bhkd->bhqk", qs, kf, precision="highest")
-    p = jnp.exp(s - lse[..., None])
-    if causal:
-        p = jnp.where(jnp.tril(jnp.ones(s.shape[-2:], bool)), p, 0.0)
-    dp = jnp.einsum("bhqd,bhkd->bhqk", dof, vf, precision="highest")
-    ds = p * (dp - jnp.sum(of * dof, axis=-1)[..., None])
-    dq = jnp.einsum("bhqk,bhkd->bhqd", ds, kf, precision="highest") * scale
-    dk = jnp.einsum("bhqk,bhqd->bhkd", ds, qs, precision="highest")
-    dv = jnp.einsum("bhqk,bhqd->bhkd", p, dof, precision="highest")
-    return dq.astype(q.dtype), dk.astype(k.dtype), dv.astype(v.dtype)
+# JAX's splash backward: lse in natural log, of the scores of q as the forward rounds it scaled
+splash_attention_bwd_reference = functools.partial(
+    lse_backward_reference, lse_base2=False, rounded_q=True
+)
 
 
 @autotuned(
