@@ -1,7 +1,8 @@
 """Flash attention's references, in plain JAX and float32 whatever the inputs: the forward's
 (`attention_reference`, also JAX's Mosaic GPU attention's), and the backward kernels', the VJP
 of the forward's written in the saved lse and delta, so that it is defined for any inputs (the
-oracle draws them at random).
+oracle draws them at random); `lse_backward_reference` is that of JAX's backward kernels that take
+their forward's lse (splash, Triton, Mosaic GPU attention), each keeping it in its own way.
 """
 
 from __future__ import annotations
